@@ -1,0 +1,160 @@
+use crate::output::human_bytes;
+use crate::progress::BuildProgress;
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use vlc::{BuildParams, CodecKind, CpuBackend, Index, Metric};
+
+/// Build an index.
+///
+/// Anchors are trained by annealed k-means on a sample (at most --max-points-per-anchor points
+/// per anchor), then every vector is assigned to its nearest anchor and its residual encoded.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Input vectors: .npy (f32 or f16, C order), .fvecs, .bvecs, or .f32/.bin/.raw with --dim.
+    pub input: PathBuf,
+    /// Where to write the index (written to a temporary file, then renamed).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Residual codec: anchor-only (0 B/vector), rabitq1 (1 bit/dim + 8 B), sq4, sq8.
+    #[arg(long, default_value = "sq8")]
+    pub codec: CodecKind,
+    /// Finer codec stored beside the primary one to rerank candidates: none, sq4 or sq8.
+    #[arg(long, default_value = "none")]
+    pub refine: String,
+    /// Number of anchors (inverted lists); default about 4·√n, a power of two.
+    #[arg(long)]
+    pub anchors: Option<usize>,
+    /// Distance: l2, or cosine (vectors normalised on the way in).
+    #[arg(long, default_value = "l2")]
+    pub metric: Metric,
+    /// Dimension (required for raw f32 input; checked for the other formats).
+    #[arg(long)]
+    pub dim: Option<usize>,
+    /// Seed: the same seed and input give the same index.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Per-anchor, per-dimension quantisation ranges (diagonal Jacobian; sq8/sq4 only).
+    #[arg(long)]
+    pub jacobian: bool,
+    /// Most anchor-training iterations.
+    #[arg(long, default_value_t = 20)]
+    pub max_iterations: usize,
+    /// Training sample cap, in points per anchor.
+    #[arg(long, default_value_t = 64)]
+    pub max_points_per_anchor: usize,
+    /// Fraction of each anchor's farthest members left out of its mean.
+    #[arg(long, default_value_t = 0.05)]
+    pub trim: f32,
+    /// Temperature multiplier per iteration.
+    #[arg(long, default_value_t = 0.9)]
+    pub cooling: f32,
+    /// Merge/split maintenance every this many iterations (0 = never).
+    #[arg(long, default_value_t = 5)]
+    pub maintenance_interval: usize,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bars.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+pub fn parse_refine(text: &str) -> Result<Option<CodecKind>> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let kind: CodecKind = text.parse()?;
+    if !matches!(kind, CodecKind::Sq8 | CodecKind::Sq4) {
+        bail!("--refine must be none, sq8 or sq4 (got {kind})");
+    }
+    Ok(Some(kind))
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let refine = parse_refine(&a.refine)?;
+    let mut params = BuildParams::default()
+        .with_codec(a.codec)
+        .with_refine(refine)
+        .with_metric(a.metric)
+        .with_seed(a.seed);
+    params.train.num_anchors = a.anchors.unwrap_or(0);
+    if a.anchors == Some(0) {
+        bail!("--anchors must be at least 1");
+    }
+    params.train.max_iterations = a.max_iterations;
+    params.train.max_points_per_anchor = a.max_points_per_anchor;
+    params.train.trim_fraction = a.trim;
+    params.train.cooling = a.cooling;
+    params.train.maintenance_interval = a.maintenance_interval;
+    params.codec_params.jacobian = a.jacobian;
+
+    let start = std::time::Instant::now();
+    let data = vlc::io::read_vectors(&a.input, a.dim)
+        .with_context(|| format!("reading {}", a.input.display()))?;
+    let read_seconds = start.elapsed().as_secs_f64();
+    let mut progress = BuildProgress::new(!a.quiet && !a.json);
+    let (index, report) = Index::build(&data.data, data.cols, &params, &CpuBackend, &mut |e| {
+        progress.handle(e)
+    })
+    .context("building the index")?;
+    progress.finish();
+    index
+        .save(&a.output)
+        .with_context(|| format!("saving {}", a.output.display()))?;
+    let file_size = std::fs::metadata(&a.output)?.len();
+    let n = index.len();
+    let bpv = file_size as f64 / n as f64;
+    let ratio = (4 * data.cols) as f64 / bpv;
+    if a.json {
+        let j = serde_json::json!({
+            "output": a.output, "vectors": n, "dim": data.cols, "anchors": index.num_anchors(),
+            "metric": index.metric().name(), "codec": index.codec().name(),
+            "refine": index.refine_codec().map(|c| c.name()),
+            "file_bytes": file_size, "bytes_per_vector": bpv, "compression_vs_f32": ratio,
+            "read_seconds": read_seconds, "build_seconds": report.total_seconds,
+            "train_seconds": report.train_seconds, "assign_seconds": report.assign_seconds,
+            "encode_seconds": report.encode_seconds, "iterations": report.train.iterations,
+            "converged": report.train.converged, "final_energy": report.final_energy,
+            "energy_history": report.train.energy_history,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        println!("built {}", a.output.display());
+        println!(
+            "  vectors        {n} x {} ({}{})",
+            data.cols,
+            index.metric().name(),
+            if index.metric() == Metric::Cosine {
+                ", normalised on the way in"
+            } else {
+                ""
+            }
+        );
+        println!(
+            "  anchors        {} ({} iterations, {}; energy {:.6})",
+            index.num_anchors(),
+            report.train.iterations,
+            if report.train.converged {
+                "converged"
+            } else {
+                "iteration cap reached"
+            },
+            report.final_energy
+        );
+        println!(
+            "  codec          {}{}",
+            index.codec(),
+            index
+                .refine_codec()
+                .map(|r| format!(" + {r} refine tier"))
+                .unwrap_or_default()
+        );
+        println!(
+            "  file           {} = {bpv:.1} bytes/vector ({ratio:.1}x smaller than f32)",
+            human_bytes(file_size)
+        );
+        println!("  build time     {:.2} s (train {:.2} s, assign {:.2} s, encode {:.2} s); read {:.2} s",
+            report.total_seconds, report.train_seconds, report.assign_seconds, report.encode_seconds, read_seconds);
+    }
+    Ok(())
+}

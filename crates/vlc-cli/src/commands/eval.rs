@@ -1,0 +1,171 @@
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+use vlc::eval::recall_at;
+use vlc::{CpuBackend, Index, SearchParams};
+
+/// Measure recall and speed of an index.
+///
+/// For each nprobe, all queries are searched once with k = 10 (timed: QPS and ms/query, on
+/// --threads threads) and once with k = 100 (untimed, for recall@100). Recall@k is the mean
+/// fraction of the true k nearest neighbours found among the k returned.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Index file.
+    pub index: PathBuf,
+    /// Query vectors (.npy, .fvecs, .bvecs).
+    #[arg(long)]
+    pub queries: PathBuf,
+    /// Exact neighbours of each query, nearest first (.npy int32/int64 or .ivecs).
+    #[arg(long)]
+    pub groundtruth: PathBuf,
+    /// Lists to probe, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128])]
+    pub nprobe: Vec<usize>,
+    /// Candidates reranked by the refine tier (0 = 10·k).
+    #[arg(long, default_value_t = 0)]
+    pub rerank: usize,
+    /// Open the index with a memory map instead of reading it.
+    #[arg(long)]
+    pub view: bool,
+    /// Print results as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct EvalPoint {
+    pub nprobe: usize,
+    pub rerank: usize,
+    #[serde(rename = "recall@1")]
+    pub recall_1: f64,
+    #[serde(rename = "recall@10")]
+    pub recall_10: f64,
+    #[serde(rename = "recall@100")]
+    pub recall_100: Option<f64>,
+    pub qps: f64,
+    pub ms_per_query: f64,
+}
+
+/// Search `queries` at every nprobe and score against `truth` (num_queries, truth_cols).
+pub fn sweep(
+    index: &Index,
+    queries: &[f32],
+    truth: &[i64],
+    truth_cols: usize,
+    nprobes: &[usize],
+    rerank: usize,
+) -> Result<Vec<EvalPoint>> {
+    let nq = queries.len() / index.dim();
+    let mut points = Vec::new();
+    for &nprobe in nprobes {
+        let k = 10.min(index.len()).min(truth_cols);
+        let params = SearchParams { k, nprobe, rerank };
+        let t = Instant::now();
+        let res = index
+            .search_batch(queries, &params, &CpuBackend)
+            .with_context(|| format!("searching with nprobe {nprobe}"))?;
+        let secs = t.elapsed().as_secs_f64();
+        let recall_100 = if truth_cols >= 100 && index.len() >= 100 {
+            let p = SearchParams {
+                k: 100,
+                nprobe,
+                rerank,
+            };
+            let r = index.search_batch(queries, &p, &CpuBackend)?;
+            Some(recall_at(&r.ids, 100, truth, truth_cols, 100))
+        } else {
+            None
+        };
+        points.push(EvalPoint {
+            nprobe,
+            rerank,
+            recall_1: recall_at(&res.ids, k, truth, truth_cols, 1),
+            recall_10: recall_at(&res.ids, k, truth, truth_cols, k),
+            recall_100,
+            qps: nq as f64 / secs,
+            ms_per_query: secs * 1000.0 / nq as f64,
+        });
+    }
+    Ok(points)
+}
+
+pub fn print_table(points: &[EvalPoint]) {
+    println!(
+        "{:>7} {:>9} {:>10} {:>11} {:>10} {:>9}",
+        "nprobe", "recall@1", "recall@10", "recall@100", "QPS", "ms/query"
+    );
+    for p in points {
+        let r100 = p.recall_100.map_or("-".to_string(), |r| format!("{r:.4}"));
+        println!(
+            "{:>7} {:>9.4} {:>10.4} {:>11} {:>10.0} {:>9.3}",
+            p.nprobe, p.recall_1, p.recall_10, r100, p.qps, p.ms_per_query
+        );
+    }
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let index = if a.view {
+        Index::view(&a.index)
+    } else {
+        Index::load(&a.index)
+    }
+    .with_context(|| format!("opening {}", a.index.display()))?;
+    let queries = vlc::io::read_vectors(&a.queries, Some(index.dim()))
+        .with_context(|| format!("reading {}", a.queries.display()))?;
+    let truth = vlc::io::read_ids(&a.groundtruth)
+        .with_context(|| format!("reading {}", a.groundtruth.display()))?;
+    if truth.rows != queries.rows {
+        bail!(
+            "{} has {} rows but there are {} queries",
+            a.groundtruth.display(),
+            truth.rows,
+            queries.rows
+        );
+    }
+    if truth.cols < 10.min(index.len()) {
+        bail!(
+            "ground truth has {} neighbours per query; eval needs at least 10",
+            truth.cols
+        );
+    }
+    if let Some(&bad) = a
+        .nprobe
+        .iter()
+        .find(|&&p| p == 0 || p > index.num_anchors())
+    {
+        bail!(
+            "nprobe {bad} is out of range: the index has {} anchors (use 1..={})",
+            index.num_anchors(),
+            index.num_anchors()
+        );
+    }
+    let points = sweep(
+        &index,
+        &queries.data,
+        &truth.data,
+        truth.cols,
+        &a.nprobe,
+        a.rerank,
+    )?;
+    let file_size = std::fs::metadata(&a.index)?.len();
+    let bpv = file_size as f64 / index.len() as f64;
+    let threads = rayon::current_num_threads();
+    if a.json {
+        let j = serde_json::json!({
+            "index": a.index, "vectors": index.len(), "dim": index.dim(), "anchors": index.num_anchors(),
+            "codec": index.codec().name(), "refine": index.refine_codec().map(|c| c.name()),
+            "bytes_per_vector": bpv, "queries": queries.rows, "threads": threads, "results": points,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        println!(
+            "{}: {} vectors, {} anchors, {}{}, {bpv:.1} bytes/vector; {} queries on {threads} thread(s)",
+            a.index.display(), index.len(), index.num_anchors(), index.codec(),
+            index.refine_codec().map(|r| format!(" + {r}")).unwrap_or_default(), queries.rows
+        );
+        print_table(&points);
+    }
+    Ok(())
+}

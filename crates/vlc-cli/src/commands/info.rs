@@ -1,0 +1,79 @@
+use crate::output::human_bytes;
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use vlc::{Index, Metric};
+
+/// Show what is inside an index file: header, sections, list balance and how it was built.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Index file.
+    pub index: PathBuf,
+    /// Print as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let info =
+        vlc::format::inspect(&a.index).with_context(|| format!("reading {}", a.index.display()))?;
+    let index = Index::view(&a.index).with_context(|| format!("opening {}", a.index.display()))?;
+    let mut sizes = index.list_sizes();
+    sizes.sort_unstable();
+    let (min, median, max) = (sizes[0], sizes[sizes.len() / 2], sizes[sizes.len() - 1]);
+    let empty = sizes.iter().filter(|&&s| s == 0).count();
+    let bpv = info.file_size as f64 / info.num_vectors as f64;
+    let report = index.build_report();
+    if a.json {
+        let j = serde_json::json!({
+            "path": a.index, "format_version": info.version, "dim": info.dim, "vectors": info.num_vectors,
+            "anchors": info.num_anchors, "metric": info.metric.name(), "normalized_on_input": info.metric == Metric::Cosine,
+            "codec": info.codec.name(), "code_size": info.codec.code_size(info.dim),
+            "refine": info.refine.map(|c| c.name()), "refine_code_size": info.refine.map(|c| c.code_size(info.dim)),
+            "file_bytes": info.file_size, "bytes_per_vector": bpv, "compression_vs_f32": (4 * info.dim) as f64 / bpv,
+            "list_sizes": {"min": min, "median": median, "max": max, "empty": empty},
+            "sections": info.sections.iter().map(|(t, o, l)| serde_json::json!({"tag": t, "offset": o, "bytes": l})).collect::<Vec<_>>(),
+            "build": report,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+        return Ok(());
+    }
+    println!("{} (VLC index format v{})", a.index.display(), info.version);
+    println!("  vectors     {} x {}", info.num_vectors, info.dim);
+    println!(
+        "  metric      {}{}",
+        info.metric.name(),
+        if info.metric == Metric::Cosine {
+            " (vectors and queries normalised to unit length on the way in)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  anchors     {} (list sizes: min {min}, median {median}, max {max}; {empty} empty)",
+        info.num_anchors
+    );
+    println!(
+        "  codec       {} ({} bytes/vector)",
+        info.codec,
+        info.codec.code_size(info.dim)
+    );
+    if let Some(r) = info.refine {
+        println!("  refine      {r} ({} bytes/vector)", r.code_size(info.dim));
+    }
+    println!(
+        "  file        {} = {bpv:.1} bytes/vector, {:.1}x smaller than f32",
+        human_bytes(info.file_size),
+        (4 * info.dim) as f64 / bpv
+    );
+    if report.train.iterations > 0 {
+        println!("  training    {} iterations ({}), final energy {:.6}, {} merges, {} splits, {} re-seeds",
+            report.train.iterations, if report.train.converged { "converged" } else { "iteration cap" },
+            report.final_energy, report.train.merges, report.train.splits, report.train.reseeds);
+        println!("  build time  {:.2} s", report.total_seconds);
+    }
+    println!("  sections");
+    for (tag, offset, len) in &info.sections {
+        println!("    {tag}  offset {offset:>10}  {}", human_bytes(*len));
+    }
+    Ok(())
+}

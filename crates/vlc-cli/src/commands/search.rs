@@ -1,0 +1,73 @@
+use crate::output::{npy_f32, npy_i64, write_atomic};
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use vlc::{CpuBackend, Index, SearchParams};
+
+/// Search an index.
+///
+/// Output: with `-o hits.npy`, ids go to hits.npy (int64, queries x k, −1 = no hit) and
+/// distances to hits.distances.npy (float32); with `-o hits.json` both go to one JSON file;
+/// without -o, JSON is printed.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Index file.
+    pub index: PathBuf,
+    /// Query vectors (.npy, .fvecs, .bvecs, or raw f32 with the index's dimension).
+    pub queries: PathBuf,
+    /// Neighbours per query.
+    #[arg(short, default_value_t = 10)]
+    pub k: usize,
+    /// Inverted lists to scan per query (more = higher recall, slower).
+    #[arg(long, default_value_t = 32)]
+    pub nprobe: usize,
+    /// Candidates reranked by the refine tier (0 = 10·k).
+    #[arg(long, default_value_t = 0)]
+    pub rerank: usize,
+    /// Output file (.npy or .json).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Open the index with a memory map instead of reading it.
+    #[arg(long)]
+    pub view: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let index = if a.view {
+        Index::view(&a.index)
+    } else {
+        Index::load(&a.index)
+    }
+    .with_context(|| format!("opening {}", a.index.display()))?;
+    let queries = vlc::io::read_vectors(&a.queries, Some(index.dim()))
+        .with_context(|| format!("reading {}", a.queries.display()))?;
+    let params = SearchParams {
+        k: a.k,
+        nprobe: a.nprobe,
+        rerank: a.rerank,
+    };
+    let res = index.search_batch(&queries.data, &params, &CpuBackend)?;
+    let json = || {
+        let rows: Vec<_> = (0..queries.rows)
+            .map(|q| serde_json::json!({"query": q, "ids": &res.ids[q * a.k..(q + 1) * a.k], "distances": &res.distances[q * a.k..(q + 1) * a.k]}))
+            .collect();
+        serde_json::to_string_pretty(&rows)
+    };
+    match &a.output {
+        None => println!("{}", json()?),
+        Some(p) => match p.extension().and_then(|e| e.to_str()) {
+            Some("json") => write_atomic(p, json()?.as_bytes())?,
+            Some("npy") => {
+                let dist_path = p.with_extension("distances.npy");
+                write_atomic(p, &npy_i64(queries.rows, a.k, &res.ids))?;
+                write_atomic(&dist_path, &npy_f32(queries.rows, a.k, &res.distances))?;
+                eprintln!(
+                    "wrote ids to {} and distances to {}",
+                    p.display(),
+                    dist_path.display()
+                );
+            }
+            _ => bail!("output {} must end in .npy or .json", p.display()),
+        },
+    }
+    Ok(())
+}

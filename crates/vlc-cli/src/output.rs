@@ -1,0 +1,35 @@
+//! Writing results: `.npy` and JSON, always through a temporary file and a rename.
+
+use anyhow::{Context, Result};
+use std::path::Path;
+use vlc::io::{npy_bytes, NpyType};
+
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    vlc::format::write_atomic(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+pub fn npy_i64(rows: usize, cols: usize, data: &[i64]) -> Vec<u8> {
+    let body: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    npy_bytes(NpyType::I64, rows, cols, &body)
+}
+
+pub fn npy_f32(rows: usize, cols: usize, data: &[f32]) -> Vec<u8> {
+    let body: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    npy_bytes(NpyType::F32, rows, cols, &body)
+}
+
+/// Human-readable byte count.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}

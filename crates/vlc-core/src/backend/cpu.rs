@@ -1,0 +1,183 @@
+//! The reference backend: multi-threaded (rayon) CPU code.
+
+use super::{group_by_anchor, AnchorSums, Backend, Nearest};
+use crate::error::{Result, VlcError};
+use crate::linalg::{block_rows, gemm_nt, row_norms_sq};
+use rayon::prelude::*;
+
+/// CPU implementation of [`Backend`]; deterministic regardless of thread count.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuBackend;
+
+fn check_shape(what: &str, len: usize, dim: usize) -> Result<usize> {
+    if dim == 0 {
+        return Err(VlcError::param("dim", "must be at least 1"));
+    }
+    if len % dim != 0 {
+        return Err(VlcError::DimensionMismatch {
+            what: format!("{what} buffer length {len}"),
+            expected: dim,
+            actual: len % dim,
+        });
+    }
+    Ok(len / dim)
+}
+
+/// Keeps the `m` smallest (distance, id) pairs of one row, ties to the smaller id.
+fn select_smallest(row: &[f32], m: usize, ids: &mut [u32], dists: &mut [f32]) {
+    if m == 1 {
+        let (mut best, mut best_d) = (0usize, f32::INFINITY);
+        for (j, &d) in row.iter().enumerate() {
+            if d < best_d {
+                best_d = d;
+                best = j;
+            }
+        }
+        ids[0] = best as u32;
+        dists[0] = best_d;
+        return;
+    }
+    let mut order: Vec<u32> = (0..row.len() as u32).collect();
+    let cmp = |a: &u32, b: &u32| row[*a as usize].total_cmp(&row[*b as usize]).then(a.cmp(b));
+    if m < order.len() {
+        order.select_nth_unstable_by(m - 1, cmp);
+        order.truncate(m);
+    }
+    order.sort_unstable_by(cmp);
+    for (slot, &j) in order.iter().enumerate() {
+        ids[slot] = j;
+        dists[slot] = row[j as usize];
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn nearest_anchors(
+        &self,
+        points: &[f32],
+        anchors: &[f32],
+        dim: usize,
+        per_point: usize,
+    ) -> Result<Nearest> {
+        let num_points = check_shape("points", points.len(), dim)?;
+        let num_anchors = check_shape("anchors", anchors.len(), dim)?;
+        if num_anchors == 0 {
+            return Err(VlcError::EmptyInput {
+                what: "anchors".into(),
+            });
+        }
+        if per_point == 0 || per_point > num_anchors {
+            return Err(VlcError::param(
+                "per_point",
+                format!("must be in 1..={num_anchors}, got {per_point}"),
+            ));
+        }
+        let anchor_norms = row_norms_sq(anchors, dim);
+        let mut ids = vec![0u32; num_points * per_point];
+        let mut dists = vec![0f32; num_points * per_point];
+        let rows = block_rows(num_anchors);
+        points
+            .par_chunks(rows * dim)
+            .zip(ids.par_chunks_mut(rows * per_point))
+            .zip(dists.par_chunks_mut(rows * per_point))
+            .for_each(|((block, ids), dists)| {
+                let m = block.len() / dim;
+                let mut tile = vec![0f32; m * num_anchors];
+                gemm_nt(block, m, anchors, num_anchors, dim, &mut tile);
+                for (i, row) in tile.chunks_exact_mut(num_anchors).enumerate() {
+                    let x = &block[i * dim..(i + 1) * dim];
+                    let xn = crate::linalg::dot(x, x);
+                    for (d, cn) in row.iter_mut().zip(&anchor_norms) {
+                        *d = (xn - 2.0 * *d + cn).max(0.0);
+                    }
+                    select_smallest(
+                        row,
+                        per_point,
+                        &mut ids[i * per_point..(i + 1) * per_point],
+                        &mut dists[i * per_point..(i + 1) * per_point],
+                    );
+                }
+            });
+        Ok(Nearest {
+            per_point,
+            ids,
+            dists,
+        })
+    }
+
+    fn accumulate(
+        &self,
+        points: &[f32],
+        dim: usize,
+        assignment: &[u32],
+        dists: &[f32],
+        thresholds: &[f32],
+    ) -> Result<AnchorSums> {
+        let num_points = check_shape("points", points.len(), dim)?;
+        let num_anchors = thresholds.len();
+        if assignment.len() != num_points || dists.len() != num_points {
+            return Err(VlcError::DimensionMismatch {
+                what: "assignment/dists length".into(),
+                expected: num_points,
+                actual: assignment.len().min(dists.len()),
+            });
+        }
+        if let Some(&bad) = assignment.iter().find(|&&a| a as usize >= num_anchors) {
+            return Err(VlcError::param(
+                "assignment",
+                format!("anchor id {bad} >= {num_anchors}"),
+            ));
+        }
+        let (offsets, members) = group_by_anchor(assignment, num_anchors);
+        let mut sums = vec![0f64; num_anchors * dim];
+        let mut kept = vec![0u32; num_anchors];
+        sums.par_chunks_mut(dim)
+            .zip(kept.par_iter_mut())
+            .enumerate()
+            .for_each(|(a, (sum, kept))| {
+                for &i in &members[offsets[a]..offsets[a + 1]] {
+                    let i = i as usize;
+                    if dists[i] <= thresholds[a] {
+                        *kept += 1;
+                        for (s, &x) in sum.iter_mut().zip(&points[i * dim..(i + 1) * dim]) {
+                            *s += x as f64;
+                        }
+                    }
+                }
+            });
+        let members = offsets.windows(2).map(|w| (w[1] - w[0]) as u32).collect();
+        Ok(AnchorSums {
+            sums,
+            kept,
+            members,
+        })
+    }
+
+    fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()> {
+        let num_anchors = check_shape("anchors", anchors.len(), dim)?;
+        if sums.kept.len() != num_anchors || sums.sums.len() != num_anchors * dim {
+            return Err(VlcError::DimensionMismatch {
+                what: "anchor sums".into(),
+                expected: num_anchors,
+                actual: sums.kept.len(),
+            });
+        }
+        anchors
+            .par_chunks_mut(dim)
+            .zip(sums.sums.par_chunks(dim))
+            .zip(sums.kept.par_iter())
+            .for_each(|((anchor, sum), &kept)| {
+                if kept > 0 {
+                    let inv = 1.0 / kept as f64;
+                    for (c, &s) in anchor.iter_mut().zip(sum) {
+                        let mean = (s * inv) as f32;
+                        *c += step * (mean - *c);
+                    }
+                }
+            });
+        Ok(())
+    }
+}

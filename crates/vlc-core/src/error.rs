@@ -1,0 +1,81 @@
+//! The one error type of the library.
+
+use std::path::PathBuf;
+
+/// Every failure the library reports. Variants carry the structured facts (row, column,
+/// offsets, versions) so callers can react without parsing text.
+#[derive(Debug, thiserror::Error)]
+pub enum VlcError {
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("input is empty: {what}")]
+    EmptyInput { what: String },
+    #[error("non-finite value ({value}) in {what} at row {row}, column {column}")]
+    NonFinite {
+        what: String,
+        row: usize,
+        column: usize,
+        value: f32,
+    },
+    #[error("dimension mismatch in {what}: expected {expected}, got {actual}")]
+    DimensionMismatch {
+        what: String,
+        expected: usize,
+        actual: usize,
+    },
+    #[error("invalid parameter `{name}`: {reason}")]
+    InvalidParameter { name: &'static str, reason: String },
+    #[error("unsupported input format for {path}: {reason}")]
+    UnsupportedFormat { path: PathBuf, reason: String },
+    #[error("malformed {kind} file {path}: {reason}")]
+    MalformedInput {
+        path: PathBuf,
+        kind: &'static str,
+        reason: String,
+    },
+    #[error("not a VLC index (bad magic bytes {found:?})")]
+    NotAnIndex { found: [u8; 8] },
+    #[error("index format version {found} is newer than this build supports (up to {supported}); upgrade vlc")]
+    UnsupportedVersion { found: u32, supported: u32 },
+    #[error(
+        "index file is truncated: {what} needs bytes {needed_end} but the file has {file_len}"
+    )]
+    Truncated {
+        what: String,
+        needed_end: u64,
+        file_len: u64,
+    },
+    #[error("index file is corrupt: {what} (at byte offset {offset})")]
+    Corrupt { what: String, offset: u64 },
+    #[error("checksum mismatch in section `{section}` at offset {offset}: stored {stored:#010x}, computed {computed:#010x}")]
+    ChecksumMismatch {
+        section: String,
+        offset: u64,
+        stored: u32,
+        computed: u32,
+    },
+    #[error("backend `{backend}` failed: {reason}")]
+    Backend { backend: String, reason: String },
+}
+
+/// Result alias used across the crate.
+pub type Result<T, E = VlcError> = std::result::Result<T, E>;
+
+impl VlcError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        VlcError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+    pub(crate) fn param(name: &'static str, reason: impl Into<String>) -> Self {
+        VlcError::InvalidParameter {
+            name,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,608 @@
+//! The index file: one fixed little-endian header, a section table, and 64-byte aligned
+//! sections each with a CRC-32, so an index can be opened as a zero-copy memory map.
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  magic "VLCINDEX"
+//!      8     4  format version (u32) = 1
+//!     12     4  header size (u32) = 64
+//!     16     4  dim (u32)
+//!     20     4  num_anchors (u32)
+//!     24     8  num_vectors (u64)
+//!     32     1  metric (0 = l2, 1 = cosine)
+//!     33     1  primary codec kind
+//!     34     1  refine codec kind (0xFF = none)
+//!     35     1  flags (0)
+//!     36     4  section count (u32, at most 16)
+//!     40     8  file size (u64)
+//!     48     4  CRC-32 of the section table
+//!     52     8  reserved (0)
+//!     60     4  CRC-32 of bytes 0..60
+//!     64  32·S  section table: tag [4], reserved u32, offset u64, length u64, CRC-32 u32, reserved u32
+//! ```
+//! Sections (all offsets multiples of 64): `ANCH` anchors f32 (num_anchors, dim); `LOFF` list
+//! offsets u64 (num_anchors + 1); `IDS_` ids u32 (num_vectors); `CPAR` primary codec
+//! parameters; `CODE` primary codes (num_vectors, code_size); `RPAR`/`RCOD` the refine tier;
+//! `META` build report (JSON).
+//!
+//! Every size read from a file is checked against the file length with checked arithmetic
+//! before anything is allocated or indexed.
+
+use crate::codec::{Codec, CodecKind, ResidualCodec};
+use crate::error::{Result, VlcError};
+use crate::index::{BuildReport, Index, Metric};
+use memmap2::Mmap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+pub const MAGIC: [u8; 8] = *b"VLCINDEX";
+pub const FORMAT_VERSION: u32 = 1;
+pub const HEADER_SIZE: usize = 64;
+const ENTRY_SIZE: usize = 32;
+const MAX_SECTIONS: usize = 16;
+const ALIGN: u64 = 64;
+const NO_REFINE: u8 = 0xFF;
+
+/// A typed array that is either owned or borrowed from a memory-mapped file.
+pub enum Section<T> {
+    Owned(Vec<T>),
+    Mapped {
+        map: Arc<Mmap>,
+        offset: usize,
+        len: usize,
+    },
+}
+
+impl<T: bytemuck::Pod> std::ops::Deref for Section<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Section::Owned(v) => v,
+            // Alignment and bounds were checked when the section was created (`view`).
+            Section::Mapped { map, offset, len } => {
+                bytemuck::cast_slice(&map[*offset..*offset + *len * std::mem::size_of::<T>()])
+            }
+        }
+    }
+}
+
+struct Entry {
+    tag: [u8; 4],
+    offset: u64,
+    length: u64,
+    crc: u32,
+}
+
+pub(crate) struct Layout {
+    pub total: u64,
+}
+
+fn align(x: u64) -> u64 {
+    x.div_ceil(ALIGN) * ALIGN
+}
+
+fn as_bytes<T: bytemuck::Pod>(s: &[T]) -> &[u8] {
+    bytemuck::cast_slice(s)
+}
+
+/// The sections of an index in file order, as byte slices.
+fn sections<'a>(
+    index: &'a Index,
+    params: &'a [u8],
+    refine_params: &'a [u8],
+    meta: &'a [u8],
+) -> Vec<([u8; 4], &'a [u8])> {
+    // Little-endian targets only (checked at compile time below), so typed slices are their
+    // on-disk bytes.
+    let mut s: Vec<([u8; 4], &[u8])> = vec![
+        (*b"ANCH", as_bytes(&index.anchors)),
+        (*b"LOFF", as_bytes(&index.list_offsets)),
+        (*b"IDS_", as_bytes(&index.ids)),
+        (*b"CPAR", params),
+        (*b"CODE", &index.codes),
+    ];
+    if let Some((_, codes)) = &index.refine {
+        s.push((*b"RPAR", refine_params));
+        s.push((*b"RCOD", codes));
+    }
+    s.push((*b"META", meta));
+    s
+}
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("the VLC index format is written by little-endian targets only");
+
+fn encode_params(index: &Index) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let mut p = Vec::new();
+    index.codec.write_params(&mut p);
+    let mut r = Vec::new();
+    if let Some((c, _)) = &index.refine {
+        c.write_params(&mut r);
+    }
+    let meta = serde_json::to_vec(&index.report).unwrap_or_default();
+    (p, r, meta)
+}
+
+pub(crate) fn layout(index: &Index) -> Layout {
+    let (p, r, m) = encode_params(index);
+    let secs = sections(index, &p, &r, &m);
+    let mut at = align((HEADER_SIZE + ENTRY_SIZE * secs.len()) as u64);
+    for (_, bytes) in &secs {
+        at = align(at + bytes.len() as u64);
+    }
+    Layout { total: at }
+}
+
+/// Serialise `index` to bytes (header, table, sections).
+pub fn to_bytes(index: &Index) -> Vec<u8> {
+    let (p, r, m) = encode_params(index);
+    let secs = sections(index, &p, &r, &m);
+    let mut entries = Vec::new();
+    let mut at = align((HEADER_SIZE + ENTRY_SIZE * secs.len()) as u64);
+    for (tag, bytes) in &secs {
+        entries.push(Entry {
+            tag: *tag,
+            offset: at,
+            length: bytes.len() as u64,
+            crc: crc32fast::hash(bytes),
+        });
+        at = align(at + bytes.len() as u64);
+    }
+    let total = at;
+    let mut table = Vec::with_capacity(entries.len() * ENTRY_SIZE);
+    for e in &entries {
+        table.extend(e.tag);
+        table.extend(0u32.to_le_bytes());
+        table.extend(e.offset.to_le_bytes());
+        table.extend(e.length.to_le_bytes());
+        table.extend(e.crc.to_le_bytes());
+        table.extend(0u32.to_le_bytes());
+    }
+    let mut out = Vec::with_capacity(total as usize);
+    out.extend(MAGIC);
+    out.extend(FORMAT_VERSION.to_le_bytes());
+    out.extend((HEADER_SIZE as u32).to_le_bytes());
+    out.extend((index.dim as u32).to_le_bytes());
+    out.extend((index.num_anchors() as u32).to_le_bytes());
+    out.extend((index.num_vectors as u64).to_le_bytes());
+    out.push(index.metric as u8);
+    out.push(index.codec.kind() as u8);
+    out.push(
+        index
+            .refine
+            .as_ref()
+            .map_or(NO_REFINE, |r| r.0.kind() as u8),
+    );
+    out.push(0);
+    out.extend((entries.len() as u32).to_le_bytes());
+    out.extend(total.to_le_bytes());
+    out.extend(crc32fast::hash(&table).to_le_bytes());
+    out.extend([0u8; 8]);
+    let crc = crc32fast::hash(&out[..60]);
+    out.extend(crc.to_le_bytes());
+    out.extend(&table);
+    for (e, (_, bytes)) in entries.iter().zip(&secs) {
+        out.resize(e.offset as usize, 0);
+        out.extend_from_slice(bytes);
+    }
+    out.resize(total as usize, 0);
+    out
+}
+
+/// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename,
+/// fsync of the directory. On any error the temporary file is removed and `path` is untouched.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| VlcError::param("path", format!("{} names no file", path.display())))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        if let Ok(d) = std::fs::File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        VlcError::io(path, e)
+    })
+}
+
+/// Validated header and section table of an index file.
+#[derive(Clone, Debug)]
+pub struct FileInfo {
+    pub version: u32,
+    pub dim: usize,
+    pub num_anchors: usize,
+    pub num_vectors: usize,
+    pub metric: Metric,
+    pub codec: CodecKind,
+    pub refine: Option<CodecKind>,
+    pub file_size: u64,
+    /// (tag, offset, length) of each section.
+    pub sections: Vec<(String, u64, u64)>,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+fn corrupt(what: impl Into<String>, offset: u64) -> VlcError {
+    VlcError::Corrupt {
+        what: what.into(),
+        offset,
+    }
+}
+
+/// Check header, table and every section checksum of `bytes`; returns the header facts and the
+/// byte range of each section by tag.
+fn parse(bytes: &[u8]) -> Result<(FileInfo, Vec<(/*tag*/ [u8; 4], usize, usize)>)> {
+    let file_len = bytes.len() as u64;
+    if bytes.len() < 8 {
+        let mut found = [0u8; 8];
+        found[..bytes.len()].copy_from_slice(bytes);
+        if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
+            return Err(VlcError::Truncated {
+                what: "header".into(),
+                needed_end: HEADER_SIZE as u64,
+                file_len,
+            });
+        }
+        return Err(VlcError::NotAnIndex { found });
+    }
+    if bytes[..8] != MAGIC {
+        return Err(VlcError::NotAnIndex {
+            found: bytes[..8].try_into().unwrap(),
+        });
+    }
+    if bytes.len() < HEADER_SIZE {
+        return Err(VlcError::Truncated {
+            what: "header".into(),
+            needed_end: HEADER_SIZE as u64,
+            file_len,
+        });
+    }
+    let h = &bytes[..HEADER_SIZE];
+    let stored = u32_at(h, 60);
+    let computed = crc32fast::hash(&h[..60]);
+    let version = u32_at(h, 8);
+    if stored != computed {
+        // A newer writer may lay the header out differently: report the version if it is newer.
+        if version > FORMAT_VERSION {
+            return Err(VlcError::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        return Err(VlcError::ChecksumMismatch {
+            section: "header".into(),
+            offset: 0,
+            stored,
+            computed,
+        });
+    }
+    if version > FORMAT_VERSION {
+        return Err(VlcError::UnsupportedVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if version == 0 {
+        return Err(corrupt("format version 0", 8));
+    }
+    if u32_at(h, 12) as usize != HEADER_SIZE {
+        return Err(corrupt(
+            format!("header size {} (expected {HEADER_SIZE})", u32_at(h, 12)),
+            12,
+        ));
+    }
+    let dim = u32_at(h, 16) as usize;
+    let num_anchors = u32_at(h, 20) as usize;
+    let num_vectors = u64_at(h, 24);
+    let metric =
+        Metric::from_u8(h[32]).ok_or_else(|| corrupt(format!("unknown metric {}", h[32]), 32))?;
+    let codec =
+        CodecKind::from_u8(h[33]).ok_or_else(|| corrupt(format!("unknown codec {}", h[33]), 33))?;
+    let refine = match h[34] {
+        NO_REFINE => None,
+        v => Some(
+            CodecKind::from_u8(v)
+                .ok_or_else(|| corrupt(format!("unknown refine codec {v}"), 34))?,
+        ),
+    };
+    let count = u32_at(h, 36) as usize;
+    if count > MAX_SECTIONS {
+        return Err(corrupt(
+            format!("{count} sections (at most {MAX_SECTIONS})"),
+            36,
+        ));
+    }
+    let file_size = u64_at(h, 40);
+    if file_size > file_len {
+        return Err(VlcError::Truncated {
+            what: "file (header records its size)".into(),
+            needed_end: file_size,
+            file_len,
+        });
+    }
+    if file_size < file_len {
+        return Err(corrupt(
+            format!(
+                "{} bytes after the recorded end of the index",
+                file_len - file_size
+            ),
+            file_size,
+        ));
+    }
+    if dim == 0 || num_anchors == 0 || num_vectors == 0 || num_vectors > u32::MAX as u64 + 1 {
+        return Err(corrupt(
+            format!("implausible counts: dim {dim}, anchors {num_anchors}, vectors {num_vectors}"),
+            16,
+        ));
+    }
+    let table_end = HEADER_SIZE + count * ENTRY_SIZE;
+    if table_end > bytes.len() {
+        return Err(VlcError::Truncated {
+            what: "section table".into(),
+            needed_end: table_end as u64,
+            file_len,
+        });
+    }
+    let table = &bytes[HEADER_SIZE..table_end];
+    let (stored, computed) = (u32_at(h, 48), crc32fast::hash(table));
+    if stored != computed {
+        return Err(VlcError::ChecksumMismatch {
+            section: "section table".into(),
+            offset: HEADER_SIZE as u64,
+            stored,
+            computed,
+        });
+    }
+    let mut ranges = Vec::with_capacity(count);
+    let mut infos = Vec::with_capacity(count);
+    for (i, e) in table.chunks_exact(ENTRY_SIZE).enumerate() {
+        let at = (HEADER_SIZE + i * ENTRY_SIZE) as u64;
+        let tag: [u8; 4] = e[..4].try_into().unwrap();
+        let name = String::from_utf8_lossy(&tag).into_owned();
+        let (offset, length, crc) = (u64_at(e, 8), u64_at(e, 16), u32_at(e, 24));
+        if offset % ALIGN != 0 || offset < table_end as u64 {
+            return Err(corrupt(
+                format!("section `{name}` offset {offset} is misaligned or overlaps the table"),
+                at,
+            ));
+        }
+        let end = offset
+            .checked_add(length)
+            .ok_or_else(|| corrupt(format!("section `{name}` length overflows"), at))?;
+        if end > file_len {
+            return Err(VlcError::Truncated {
+                what: format!("section `{name}`"),
+                needed_end: end,
+                file_len,
+            });
+        }
+        let body = &bytes[offset as usize..end as usize];
+        let computed = crc32fast::hash(body);
+        if computed != crc {
+            return Err(VlcError::ChecksumMismatch {
+                section: name,
+                offset,
+                stored: crc,
+                computed,
+            });
+        }
+        infos.push((name, offset, length));
+        ranges.push((tag, offset as usize, end as usize));
+    }
+    let info = FileInfo {
+        version,
+        dim,
+        num_anchors,
+        num_vectors: num_vectors as usize,
+        metric,
+        codec,
+        refine,
+        file_size,
+        sections: infos,
+    };
+    Ok((info, ranges))
+}
+
+/// Read and validate only the header and section table of a file (for `vlc info`).
+pub fn inspect(path: &Path) -> Result<FileInfo> {
+    let (_, map) = open_map(path)?;
+    Ok(parse(&map)?.0)
+}
+
+fn open_map(path: &Path) -> Result<(std::fs::File, Mmap)> {
+    let file = std::fs::File::open(path).map_err(|e| VlcError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| VlcError::io(path, e))?;
+    if meta.is_dir() {
+        return Err(VlcError::io(
+            path,
+            std::io::Error::other("is a directory, not an index file"),
+        ));
+    }
+    if meta.len() == 0 {
+        return Err(VlcError::Truncated {
+            what: "header".into(),
+            needed_end: HEADER_SIZE as u64,
+            file_len: 0,
+        });
+    }
+    // SAFETY: the map is read-only; VLC never writes index files in place (saves go through a
+    // temporary file and a rename), so the mapped bytes only change if another program
+    // modifies the file, which the documentation of `Index::view` warns against.
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| VlcError::io(path, e))?;
+    Ok((file, map))
+}
+
+/// Build an index from validated bytes; `make` turns a byte range into a section.
+fn assemble(
+    bytes: &[u8],
+    mut make_f32: impl FnMut(usize, usize) -> Result<Section<f32>>,
+    mut make_u64: impl FnMut(usize, usize) -> Result<Section<u64>>,
+    mut make_u32: impl FnMut(usize, usize) -> Result<Section<u32>>,
+    mut make_u8: impl FnMut(usize, usize) -> Result<Section<u8>>,
+) -> Result<Index> {
+    let (info, ranges) = parse(bytes)?;
+    let find = |tag: &[u8; 4]| ranges.iter().find(|r| &r.0 == tag).map(|r| (r.1, r.2));
+    let need = |tag: &[u8; 4], expected: Option<u64>| -> Result<(usize, usize)> {
+        let name = String::from_utf8_lossy(tag).into_owned();
+        let (lo, hi) = find(tag)
+            .ok_or_else(|| corrupt(format!("missing section `{name}`"), HEADER_SIZE as u64))?;
+        if let Some(e) = expected {
+            if (hi - lo) as u64 != e {
+                return Err(corrupt(
+                    format!("section `{name}` has {} bytes, header implies {e}", hi - lo),
+                    lo as u64,
+                ));
+            }
+        }
+        Ok((lo, hi))
+    };
+    let (dim, k, n) = (
+        info.dim as u64,
+        info.num_anchors as u64,
+        info.num_vectors as u64,
+    );
+    let mul = |a: u64, b: u64| {
+        a.checked_mul(b)
+            .ok_or_else(|| corrupt("sizes overflow", 16))
+    };
+    let anchors_r = need(b"ANCH", Some(mul(mul(k, dim)?, 4)?))?;
+    let loff_r = need(b"LOFF", Some(mul(k + 1, 8)?))?;
+    let ids_r = need(b"IDS_", Some(mul(n, 4)?))?;
+    let cpar_r = need(b"CPAR", None)?;
+    let code_r = need(
+        b"CODE",
+        Some(mul(n, info.codec.code_size(info.dim) as u64)?),
+    )?;
+    let codec = Codec::read_params(
+        info.codec,
+        info.dim,
+        info.num_anchors,
+        &bytes[cpar_r.0..cpar_r.1],
+    )?;
+    let refine = match info.refine {
+        Some(kind) => {
+            let rpar = need(b"RPAR", None)?;
+            let rcod = need(b"RCOD", Some(mul(n, kind.code_size(info.dim) as u64)?))?;
+            let c = Codec::read_params(kind, info.dim, info.num_anchors, &bytes[rpar.0..rpar.1])?;
+            Some((c, make_u8(rcod.0, rcod.1)?))
+        }
+        None => None,
+    };
+    let report: BuildReport = match find(b"META") {
+        Some((lo, hi)) => serde_json::from_slice(&bytes[lo..hi])
+            .map_err(|e| corrupt(format!("META section: {e}"), lo as u64))?,
+        None => BuildReport::default(),
+    };
+    let anchors = make_f32(anchors_r.0, anchors_r.1)?;
+    if let Some(p) = anchors.iter().position(|v| !v.is_finite()) {
+        return Err(corrupt(
+            format!("anchor {} has a non-finite value", p / info.dim),
+            anchors_r.0 as u64,
+        ));
+    }
+    let list_offsets = make_u64(loff_r.0, loff_r.1)?;
+    if list_offsets[0] != 0
+        || list_offsets[info.num_anchors] != n
+        || list_offsets.windows(2).any(|w| w[0] > w[1])
+    {
+        return Err(corrupt(
+            "list offsets are not increasing from 0 to the vector count",
+            loff_r.0 as u64,
+        ));
+    }
+    let ids = make_u32(ids_r.0, ids_r.1)?;
+    let codes = make_u8(code_r.0, code_r.1)?;
+    Ok(Index::from_parts(
+        info.dim,
+        info.metric,
+        info.num_vectors,
+        anchors,
+        list_offsets,
+        ids,
+        codec,
+        codes,
+        refine,
+        report,
+    ))
+}
+
+fn cast_owned<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
+    let mut v = vec![T::zeroed(); bytes.len() / std::mem::size_of::<T>()];
+    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(bytes);
+    v
+}
+
+impl Index {
+    /// Write the index to `path` atomically (temporary file, fsync, rename): an existing good
+    /// file is only ever replaced by a complete one.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        write_atomic(path.as_ref(), &to_bytes(self))
+    }
+
+    /// Read an index into memory, verifying every checksum.
+    pub fn load(path: impl AsRef<Path>) -> Result<Index> {
+        let (_, map) = open_map(path.as_ref())?;
+        Self::from_bytes(&map)
+    }
+
+    /// Parse an index from bytes (copied), verifying every checksum.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Index> {
+        assemble(
+            bytes,
+            |a, b| Ok(Section::Owned(cast_owned(&bytes[a..b]))),
+            |a, b| Ok(Section::Owned(cast_owned(&bytes[a..b]))),
+            |a, b| Ok(Section::Owned(cast_owned(&bytes[a..b]))),
+            |a, b| Ok(Section::Owned(bytes[a..b].to_vec())),
+        )
+    }
+
+    /// Open an index as a read-only memory map: anchors, ids and codes are used in place
+    /// (zero-copy), so opening costs one checksum pass and no copies. The file must not be
+    /// modified by other programs while the index is open.
+    pub fn view(path: impl AsRef<Path>) -> Result<Index> {
+        let (_, map) = open_map(path.as_ref())?;
+        let map = Arc::new(map);
+        fn mapped<T: bytemuck::Pod>(map: &Arc<Mmap>, a: usize, b: usize) -> Result<Section<T>> {
+            bytemuck::try_cast_slice::<u8, T>(&map[a..b])
+                .map_err(|e| corrupt(format!("section cannot be mapped: {e:?}"), a as u64))?;
+            Ok(Section::Mapped {
+                map: map.clone(),
+                offset: a,
+                len: (b - a) / std::mem::size_of::<T>(),
+            })
+        }
+        let bytes: &[u8] = &map;
+        assemble(
+            bytes,
+            |a, b| mapped(&map, a, b),
+            |a, b| mapped(&map, a, b),
+            |a, b| mapped(&map, a, b),
+            |a, b| mapped(&map, a, b),
+        )
+    }
+}

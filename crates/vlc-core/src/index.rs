@@ -1,0 +1,401 @@
+//! The index: anchors, inverted lists (ids and codes stored contiguously, grouped by anchor),
+//! a primary codec and an optional finer refine tier.
+
+use crate::backend::{group_by_anchor, Backend};
+use crate::codec::{Codec, CodecKind, CodecParams, ResidualCodec};
+use crate::error::{Result, VlcError};
+use crate::format::Section;
+use crate::train::{train_anchors, IterationStats, TrainParams, TrainReport};
+use crate::vectors::{normalize_rows, validate_vectors};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// Distance the index ranks by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    /// Squared Euclidean distance.
+    L2 = 0,
+    /// Cosine: vectors and queries are normalised to unit length on the way in, and distances
+    /// are squared L2 between unit vectors (`2 − 2·cos`).
+    Cosine = 1,
+}
+
+impl Metric {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Metric::L2),
+            1 => Some(Metric::Cosine),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::L2 => "l2",
+            Metric::Cosine => "cosine",
+        }
+    }
+}
+
+impl std::str::FromStr for Metric {
+    type Err = VlcError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "l2" | "euclidean" => Ok(Metric::L2),
+            "cosine" | "cos" => Ok(Metric::Cosine),
+            _ => Err(VlcError::param(
+                "metric",
+                format!("unknown metric `{s}` (expected l2 or cosine)"),
+            )),
+        }
+    }
+}
+
+/// Everything that decides how an index is built. `Default` gives the documented defaults:
+/// L2, 8-bit codes, no refine tier, automatic anchor count.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BuildParams {
+    pub metric: Metric,
+    /// Primary codec, scanned for every probed vector.
+    pub codec: CodecKind,
+    /// Optional finer codec stored beside the primary one, used to rerank the candidate pool.
+    pub refine: Option<CodecKind>,
+    pub train: TrainParams,
+    pub codec_params: CodecParams,
+    /// Rows used to fit codec parameters (default 65,536).
+    pub codec_training_points: usize,
+}
+
+impl Default for BuildParams {
+    fn default() -> Self {
+        BuildParams {
+            metric: Metric::L2,
+            codec: CodecKind::Sq8,
+            refine: None,
+            train: TrainParams::default(),
+            codec_params: CodecParams::default(),
+            codec_training_points: 65_536,
+        }
+    }
+}
+
+impl BuildParams {
+    /// Builder-style setters.
+    pub fn with_codec(mut self, codec: CodecKind) -> Self {
+        self.codec = codec;
+        self
+    }
+    pub fn with_refine(mut self, refine: Option<CodecKind>) -> Self {
+        self.refine = refine;
+        self
+    }
+    pub fn with_metric(mut self, metric: Metric) -> Self {
+        self.metric = metric;
+        self
+    }
+    pub fn with_num_anchors(mut self, num_anchors: usize) -> Self {
+        self.train.num_anchors = num_anchors;
+        self
+    }
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.train.seed = seed;
+        self.codec_params.seed = seed ^ 0x5eed;
+        self
+    }
+}
+
+/// Progress events of a build, for bars and logs.
+#[derive(Clone, Debug)]
+pub enum BuildEvent {
+    /// A new stage starts; `total` is its unit count when known.
+    Stage { name: &'static str, total: usize },
+    /// `done` units of the current stage are finished.
+    Advance { done: usize },
+    /// One anchor-training iteration finished.
+    Iteration(IterationStats),
+}
+
+/// What a build did and how long it took.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BuildReport {
+    pub params: Option<BuildParams>,
+    pub train: TrainReport,
+    /// Mean squared distance of all vectors to their anchor.
+    pub final_energy: f64,
+    pub train_seconds: f64,
+    pub assign_seconds: f64,
+    pub encode_seconds: f64,
+    pub total_seconds: f64,
+}
+
+/// A searchable VLC index. Built with [`Index::build`], stored with [`Index::save`], reopened
+/// with [`Index::load`] (copy into memory) or [`Index::view`] (zero-copy memory map).
+pub struct Index {
+    pub(crate) dim: usize,
+    pub(crate) metric: Metric,
+    pub(crate) num_vectors: usize,
+    /// Layout: (num_anchors, dim), row-major.
+    pub(crate) anchors: Section<f32>,
+    /// Squared norm of each anchor. Layout: (num_anchors,).
+    pub(crate) anchor_norms: Vec<f32>,
+    /// List `a` owns positions `list_offsets[a]..list_offsets[a+1]`. Layout: (num_anchors + 1,).
+    pub(crate) list_offsets: Section<u64>,
+    /// Caller ids in list order. Layout: (num_vectors,).
+    pub(crate) ids: Section<u32>,
+    pub(crate) codec: Codec,
+    /// Primary codes in list order. Layout: (num_vectors, codec.code_size()), row-major.
+    pub(crate) codes: Section<u8>,
+    /// Optional refine codec and its codes. Layout: (num_vectors, refine.code_size()).
+    pub(crate) refine: Option<(Codec, Section<u8>)>,
+    pub(crate) report: BuildReport,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("dim", &self.dim)
+            .field("metric", &self.metric)
+            .field("num_vectors", &self.num_vectors)
+            .field("num_anchors", &self.num_anchors())
+            .field("codec", &self.codec.kind())
+            .field("refine", &self.refine.as_ref().map(|r| r.0.kind()))
+            .finish()
+    }
+}
+
+impl Index {
+    /// Build an index over `data` (n, dim), row-major; vector `i` gets id `i`.
+    ///
+    /// ```
+    /// use vlc::{BuildParams, CodecKind, CpuBackend, Index, SearchParams};
+    /// // 2,000 random 16-d vectors.
+    /// let dim = 16;
+    /// let mut rng = vlc::Rng::new(1);
+    /// let data: Vec<f32> = (0..2000 * dim).map(|_| rng.normal() as f32).collect();
+    /// let params = BuildParams::default().with_codec(CodecKind::Sq8).with_num_anchors(32);
+    /// let (index, _report) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {})?;
+    /// let hits = index.search(&data[5 * dim..6 * dim], &SearchParams { k: 3, nprobe: 8, rerank: 0 })?;
+    /// assert_eq!(hits[0].id, 5);
+    /// # Ok::<(), vlc::VlcError>(())
+    /// ```
+    pub fn build(
+        data: &[f32],
+        dim: usize,
+        params: &BuildParams,
+        backend: &dyn Backend,
+        progress: &mut dyn FnMut(&BuildEvent),
+    ) -> Result<(Index, BuildReport)> {
+        let start = Instant::now();
+        validate_vectors(data, dim, "input vectors")?;
+        let n = data.len() / dim;
+        if n > u32::MAX as usize {
+            return Err(VlcError::param(
+                "input",
+                format!("{n} vectors exceed the 2^32 - 1 ids an index holds"),
+            ));
+        }
+        if params.codec_training_points == 0 {
+            return Err(VlcError::param(
+                "codec_training_points",
+                "must be at least 1",
+            ));
+        }
+        let normalized;
+        let data = if params.metric == Metric::Cosine {
+            normalized = normalize_rows(data, dim);
+            &normalized[..]
+        } else {
+            data
+        };
+
+        progress(&BuildEvent::Stage {
+            name: "train anchors",
+            total: params.train.max_iterations,
+        });
+        let (anchors, train_report) = train_anchors(backend, data, dim, &params.train, &mut |s| {
+            progress(&BuildEvent::Iteration(s.clone()))
+        })?;
+        let num_anchors = anchors.len() / dim;
+        let train_seconds = start.elapsed().as_secs_f64();
+
+        // Assign every vector, in chunks so progress can be shown.
+        let t_assign = Instant::now();
+        const CHUNK: usize = 65_536;
+        progress(&BuildEvent::Stage {
+            name: "assign",
+            total: n,
+        });
+        let mut assignment = Vec::with_capacity(n);
+        let mut energy_sum = 0f64;
+        for (c, chunk) in data.chunks(CHUNK * dim).enumerate() {
+            let near = backend.nearest_anchors(chunk, &anchors, dim, 1)?;
+            energy_sum += near.dists.iter().map(|&d| d as f64).sum::<f64>();
+            assignment.extend_from_slice(&near.ids);
+            progress(&BuildEvent::Advance {
+                done: ((c + 1) * CHUNK).min(n),
+            });
+        }
+        let assign_seconds = t_assign.elapsed().as_secs_f64();
+
+        // Group by anchor: positions in list order.
+        let t_encode = Instant::now();
+        let (offsets, order) = group_by_anchor(&assignment, num_anchors);
+        let list_assignment: Vec<u32> = order.iter().map(|&i| assignment[i as usize]).collect();
+
+        // Codec training sample: evenly spaced rows.
+        let stride = n.div_ceil(params.codec_training_points).max(1);
+        let sample: Vec<usize> = (0..n).step_by(stride).collect();
+        let mut sample_points = vec![0f32; sample.len() * dim];
+        sample_points
+            .par_chunks_mut(dim)
+            .zip(sample.par_iter())
+            .for_each(|(o, &i)| o.copy_from_slice(&data[i * dim..(i + 1) * dim]));
+        let sample_assignment: Vec<u32> = sample.iter().map(|&i| assignment[i]).collect();
+        let mut make_codec = |kind: CodecKind, salt: u64| -> Result<(Codec, Vec<u8>)> {
+            let mut cp = params.codec_params.clone();
+            cp.seed ^= salt;
+            let codec = Codec::train(kind, &cp, &sample_points, &anchors, &sample_assignment, dim)?;
+            let cs = codec.code_size();
+            let mut codes = vec![0u8; n * cs];
+            progress(&BuildEvent::Stage {
+                name: if salt == 0 {
+                    "encode"
+                } else {
+                    "encode refine tier"
+                },
+                total: n,
+            });
+            if cs > 0 {
+                let mut block = vec![0f32; CHUNK.min(n) * dim];
+                for (c, (out, pos)) in codes
+                    .chunks_mut(CHUNK * cs)
+                    .zip(order.chunks(CHUNK))
+                    .enumerate()
+                {
+                    let rows = pos.len();
+                    block[..rows * dim]
+                        .par_chunks_mut(dim)
+                        .zip(pos.par_iter())
+                        .for_each(|(o, &i)| {
+                            o.copy_from_slice(&data[i as usize * dim..(i as usize + 1) * dim])
+                        });
+                    let assign = &list_assignment[c * CHUNK..c * CHUNK + rows];
+                    codec.encode(&block[..rows * dim], &anchors, assign, out);
+                    progress(&BuildEvent::Advance {
+                        done: c * CHUNK + rows,
+                    });
+                }
+            }
+            Ok((codec, codes))
+        };
+        let (codec, codes) = make_codec(params.codec, 0)?;
+        let refine = match params.refine {
+            Some(kind) => {
+                let (c, codes) = make_codec(kind, 1)?;
+                Some((c, Section::Owned(codes)))
+            }
+            None => None,
+        };
+        let encode_seconds = t_encode.elapsed().as_secs_f64();
+
+        let report = BuildReport {
+            params: Some(params.clone()),
+            train: train_report,
+            final_energy: energy_sum / n as f64,
+            train_seconds,
+            assign_seconds,
+            encode_seconds,
+            total_seconds: start.elapsed().as_secs_f64(),
+        };
+        let index = Index::from_parts(
+            dim,
+            params.metric,
+            n,
+            Section::Owned(anchors),
+            Section::Owned(offsets.iter().map(|&o| o as u64).collect()),
+            Section::Owned(order),
+            codec,
+            Section::Owned(codes),
+            refine,
+            report.clone(),
+        );
+        Ok((index, report))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_parts(
+        dim: usize,
+        metric: Metric,
+        num_vectors: usize,
+        anchors: Section<f32>,
+        list_offsets: Section<u64>,
+        ids: Section<u32>,
+        codec: Codec,
+        codes: Section<u8>,
+        refine: Option<(Codec, Section<u8>)>,
+        report: BuildReport,
+    ) -> Index {
+        let anchor_norms = crate::linalg::row_norms_sq(&anchors, dim);
+        Index {
+            dim,
+            metric,
+            num_vectors,
+            anchors,
+            anchor_norms,
+            list_offsets,
+            ids,
+            codec,
+            codes,
+            refine,
+            report,
+        }
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+    pub fn len(&self) -> usize {
+        self.num_vectors
+    }
+    pub fn is_empty(&self) -> bool {
+        self.num_vectors == 0
+    }
+    pub fn num_anchors(&self) -> usize {
+        self.anchor_norms.len()
+    }
+    pub fn codec(&self) -> CodecKind {
+        self.codec.kind()
+    }
+    pub fn refine_codec(&self) -> Option<CodecKind> {
+        self.refine.as_ref().map(|r| r.0.kind())
+    }
+    /// The anchors. Layout: (num_anchors, dim), row-major.
+    pub fn anchors(&self) -> &[f32] {
+        &self.anchors
+    }
+    /// Number of vectors in each inverted list. Layout: (num_anchors,).
+    pub fn list_sizes(&self) -> Vec<usize> {
+        self.list_offsets
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+            .collect()
+    }
+    /// How the index was built (parameters, training history, timings).
+    pub fn build_report(&self) -> &BuildReport {
+        &self.report
+    }
+    /// Code bytes per vector: ids (4) + primary code + refine code. The file adds anchors,
+    /// list offsets and codec parameters; see [`Index::file_size`].
+    pub fn code_bytes_per_vector(&self) -> usize {
+        4 + self.codec.code_size() + self.refine.as_ref().map_or(0, |r| r.0.code_size())
+    }
+    /// The exact size in bytes of this index's file.
+    pub fn file_size(&self) -> u64 {
+        crate::format::layout(self).total
+    }
+}

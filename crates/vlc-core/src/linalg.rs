@@ -1,0 +1,168 @@
+//! Dense linear-algebra helpers on row-major `f32` buffers.
+
+use crate::rng::Rng;
+use rayon::prelude::*;
+
+/// Dot product of two equal-length vectors (8 independent accumulators so the compiler
+/// vectorises it).
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let mut acc = [0.0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        let (x, y) = (&a[c * 8..c * 8 + 8], &b[c * 8..c * 8 + 8]);
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for i in chunks * 8..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+/// Squared Euclidean distance of two equal-length vectors.
+#[inline]
+pub fn l2_sq(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let mut acc = [0.0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        let (x, y) = (&a[c * 8..c * 8 + 8], &b[c * 8..c * 8 + 8]);
+        for i in 0..8 {
+            let d = x[i] - y[i];
+            acc[i] += d * d;
+        }
+    }
+    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for i in chunks * 8..a.len() {
+        let d = a[i] - b[i];
+        s += d * d;
+    }
+    s
+}
+
+/// Squared norm of every row. `rows` layout: (n, dim), row-major. Returns n values.
+pub fn row_norms_sq(rows: &[f32], dim: usize) -> Vec<f32> {
+    rows.par_chunks(dim.max(1)).map(|r| dot(r, r)).collect()
+}
+
+/// `out = a · bᵀ` for `a` (m, k) and `b` (n, k), both row-major; `out` is (m, n), row-major.
+/// Single-threaded; callers parallelise over row blocks.
+pub fn gemm_nt(a: &[f32], m: usize, b: &[f32], n: usize, k: usize, out: &mut [f32]) {
+    assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        out[..m * n].fill(0.0);
+        return;
+    }
+    // SAFETY: the asserts above guarantee that every element addressed through the given
+    // dimensions and strides lies inside `a`, `b` and `out`; `out` is exclusively borrowed.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            k as isize,
+            1,
+            b.as_ptr(),
+            1,
+            k as isize,
+            0.0,
+            out.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+/// Rows per block so that a block's (rows, n) distance tile stays around 4 MiB.
+pub fn block_rows(n: usize) -> usize {
+    ((1 << 20) / n.max(1)).clamp(8, 4096)
+}
+
+/// A random orthogonal matrix (dim, dim), row-major: Gram-Schmidt (twice, for stability)
+/// over Gaussian rows drawn from `rng`, computed in f64.
+pub fn random_orthogonal(dim: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut m: Vec<f64> = (0..dim * dim).map(|_| rng.normal()).collect();
+    for i in 0..dim {
+        for _pass in 0..2 {
+            for j in 0..i {
+                let (head, tail) = m.split_at_mut(i * dim);
+                let rj = &head[j * dim..(j + 1) * dim];
+                let ri = &mut tail[..dim];
+                let p: f64 = ri.iter().zip(rj).map(|(a, b)| a * b).sum();
+                ri.iter_mut().zip(rj).for_each(|(a, b)| *a -= p * b);
+            }
+        }
+        let ri = &mut m[i * dim..(i + 1) * dim];
+        let norm = ri.iter().map(|a| a * a).sum::<f64>().sqrt();
+        ri.iter_mut().for_each(|a| *a /= norm);
+    }
+    m.into_iter().map(|v| v as f32).collect()
+}
+
+/// `out = rotation · v` for a (dim, dim) row-major matrix.
+pub fn mat_vec(rotation: &[f32], v: &[f32], out: &mut [f32]) {
+    let dim = v.len();
+    for (o, row) in out.iter_mut().zip(rotation.chunks_exact(dim)) {
+        *o = dot(row, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_and_l2_match_naive_for_odd_sizes() {
+        let mut rng = Rng::new(3);
+        for dim in [1usize, 7, 8, 65, 384] {
+            let a: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
+            let b: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
+            let nd: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+            let nl: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| ((*x - *y) as f64).powi(2))
+                .sum();
+            assert!((dot(&a, &b) as f64 - nd).abs() < 1e-4 * (1.0 + nd.abs()));
+            assert!((l2_sq(&a, &b) as f64 - nl).abs() < 1e-4 * (1.0 + nl));
+        }
+    }
+
+    #[test]
+    fn gemm_matches_naive() {
+        let mut rng = Rng::new(5);
+        let (m, n, k) = (13, 7, 65);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.normal() as f32).collect();
+        let b: Vec<f32> = (0..n * k).map(|_| rng.normal() as f32).collect();
+        let mut out = vec![0.0; m * n];
+        gemm_nt(&a, m, &b, n, k, &mut out);
+        for i in 0..m {
+            for j in 0..n {
+                let want = dot(&a[i * k..(i + 1) * k], &b[j * k..(j + 1) * k]);
+                assert!((out[i * n + j] - want).abs() < 1e-3);
+            }
+        }
+    }
+
+    #[test]
+    fn rotation_is_orthogonal() {
+        let dim = 33;
+        let r = random_orthogonal(dim, &mut Rng::new(9));
+        for i in 0..dim {
+            for j in 0..dim {
+                let p = dot(&r[i * dim..(i + 1) * dim], &r[j * dim..(j + 1) * dim]);
+                let want = if i == j { 1.0 } else { 0.0 };
+                assert!((p - want).abs() < 1e-5, "({i},{j}) = {p}");
+            }
+        }
+    }
+}

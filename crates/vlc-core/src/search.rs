@@ -1,0 +1,301 @@
+//! Query side: rank anchors, scan `nprobe` inverted lists with the primary codec, keep a
+//! candidate pool, rerank it with the refine tier when the index has one, return the top k.
+
+use crate::backend::Backend;
+use crate::codec::{QueryState, ResidualCodec};
+use crate::error::{Result, VlcError};
+use crate::index::{Index, Metric};
+use crate::vectors::validate_vectors;
+use rayon::prelude::*;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// Search knobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SearchParams {
+    /// Neighbours to return (1..=number of vectors).
+    pub k: usize,
+    /// Inverted lists to scan (1..=number of anchors).
+    pub nprobe: usize,
+    /// Candidate pool reranked by the refine tier; 0 = automatic (10·k). Ignored without one.
+    pub rerank: usize,
+}
+
+impl Default for SearchParams {
+    fn default() -> Self {
+        SearchParams {
+            k: 10,
+            nprobe: 16,
+            rerank: 0,
+        }
+    }
+}
+
+/// One result.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Neighbor {
+    pub id: u32,
+    /// Estimated squared L2 distance (between unit vectors for the cosine metric).
+    pub distance: f32,
+}
+
+/// Results of a batch. Rows with fewer than k hits (the probed lists held fewer vectors) are
+/// padded with id −1 and distance +∞.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchResults {
+    pub k: usize,
+    /// Layout: (num_queries, k), row-major.
+    pub ids: Vec<i64>,
+    /// Layout: (num_queries, k), row-major.
+    pub distances: Vec<f32>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    dist: f32,
+    position: u32,
+    anchor: u32,
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Candidate {}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Candidate {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.dist
+            .total_cmp(&o.dist)
+            .then(self.position.cmp(&o.position))
+    }
+}
+
+/// Per-thread scratch reused across queries.
+#[derive(Default)]
+struct Scratch {
+    primary: QueryState,
+    refine: QueryState,
+    dists: Vec<f32>,
+    pool: BinaryHeap<Candidate>,
+    anchor_dists: Vec<f32>,
+    order: Vec<u32>,
+}
+
+impl Index {
+    fn check_search(&self, params: &SearchParams) -> Result<()> {
+        if params.k == 0 || params.k > self.num_vectors {
+            return Err(VlcError::param(
+                "k",
+                format!(
+                    "must be in 1..={} (the number of indexed vectors), got {}",
+                    self.num_vectors, params.k
+                ),
+            ));
+        }
+        if params.nprobe == 0 || params.nprobe > self.num_anchors() {
+            return Err(VlcError::param(
+                "nprobe",
+                format!(
+                    "must be in 1..={} (the number of anchors), got {}",
+                    self.num_anchors(),
+                    params.nprobe
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn pool_size(&self, params: &SearchParams) -> usize {
+        if self.refine.is_some() {
+            let r = if params.rerank == 0 {
+                10 * params.k
+            } else {
+                params.rerank
+            };
+            r.max(params.k)
+        } else {
+            params.k
+        }
+    }
+
+    /// Search one query (dim,). Results nearest first; fewer than k when the probed lists hold
+    /// fewer vectors.
+    pub fn search(&self, query: &[f32], params: &SearchParams) -> Result<Vec<Neighbor>> {
+        self.check_search(params)?;
+        validate_vectors(query, self.dim, "query")?;
+        let mut scratch = Scratch::default();
+        let q = self.prepare(query);
+        self.rank_anchors_one(&q, params.nprobe, &mut scratch);
+        let probes: Vec<(u32, f32)> = scratch
+            .order
+            .iter()
+            .map(|&a| (a, scratch.anchor_dists[a as usize]))
+            .collect();
+        Ok(self.search_prepared(&q, &probes, params, &mut scratch))
+    }
+
+    /// Search a batch (num_queries, dim) on all threads of the current rayon pool; anchor
+    /// ranking runs through `backend` as one GEMM per block of queries.
+    pub fn search_batch(
+        &self,
+        queries: &[f32],
+        params: &SearchParams,
+        backend: &dyn Backend,
+    ) -> Result<SearchResults> {
+        self.check_search(params)?;
+        validate_vectors(queries, self.dim, "queries")?;
+        let dim = self.dim;
+        let nq = queries.len() / dim;
+        let k = params.k;
+        let mut ids = vec![-1i64; nq * k];
+        let mut distances = vec![f32::INFINITY; nq * k];
+        const BLOCK: usize = 4096;
+        for (b, block) in queries.chunks(BLOCK * dim).enumerate() {
+            let prepared: Vec<f32> = if self.metric == Metric::Cosine {
+                crate::vectors::normalize_rows(block, dim)
+            } else {
+                block.to_vec()
+            };
+            let near = backend.nearest_anchors(&prepared, &self.anchors, dim, params.nprobe)?;
+            let m = block.len() / dim;
+            let start = b * BLOCK;
+            ids[start * k..(start + m) * k]
+                .par_chunks_mut(k)
+                .zip(distances[start * k..(start + m) * k].par_chunks_mut(k))
+                .enumerate()
+                .for_each_init(Scratch::default, |scratch, (i, (ids, dists))| {
+                    let q = &prepared[i * dim..(i + 1) * dim];
+                    let probes: Vec<(u32, f32)> = (0..params.nprobe)
+                        .map(|j| {
+                            (
+                                near.ids[i * params.nprobe + j],
+                                near.dists[i * params.nprobe + j],
+                            )
+                        })
+                        .collect();
+                    for (slot, n) in self
+                        .search_prepared(q, &probes, params, scratch)
+                        .into_iter()
+                        .enumerate()
+                    {
+                        ids[slot] = n.id as i64;
+                        dists[slot] = n.distance;
+                    }
+                });
+        }
+        Ok(SearchResults { k, ids, distances })
+    }
+
+    fn prepare(&self, query: &[f32]) -> Vec<f32> {
+        if self.metric == Metric::Cosine {
+            crate::vectors::normalize_rows(query, self.dim)
+        } else {
+            query.to_vec()
+        }
+    }
+
+    /// Fill `scratch.order` with the `nprobe` nearest anchors and `scratch.anchor_dists` with
+    /// every anchor's squared distance.
+    fn rank_anchors_one(&self, q: &[f32], nprobe: usize, scratch: &mut Scratch) {
+        let dim = self.dim;
+        let qn = crate::linalg::dot(q, q);
+        scratch.anchor_dists.clear();
+        scratch.anchor_dists.extend(
+            self.anchors
+                .chunks_exact(dim)
+                .zip(&self.anchor_norms)
+                .map(|(c, cn)| (qn - 2.0 * crate::linalg::dot(q, c) + cn).max(0.0)),
+        );
+        let d = &scratch.anchor_dists;
+        scratch.order.clear();
+        scratch.order.extend(0..d.len() as u32);
+        let cmp = |a: &u32, b: &u32| d[*a as usize].total_cmp(&d[*b as usize]).then(a.cmp(b));
+        if nprobe < scratch.order.len() {
+            scratch.order.select_nth_unstable_by(nprobe - 1, cmp);
+            scratch.order.truncate(nprobe);
+        }
+        scratch.order.sort_unstable_by(cmp);
+    }
+
+    fn search_prepared(
+        &self,
+        q: &[f32],
+        probes: &[(u32, f32)],
+        params: &SearchParams,
+        scratch: &mut Scratch,
+    ) -> Vec<Neighbor> {
+        let pool_size = self.pool_size(params);
+        scratch.primary.query.clear();
+        scratch.primary.query.extend_from_slice(q);
+        self.codec.prepare_query(&mut scratch.primary);
+        scratch.pool.clear();
+        let cs = self.codec.code_size();
+        for &(anchor, anchor_dist) in probes {
+            let (lo, hi) = (
+                self.list_offsets[anchor as usize] as usize,
+                self.list_offsets[anchor as usize + 1] as usize,
+            );
+            if lo == hi {
+                continue;
+            }
+            scratch.dists.resize(hi - lo, 0.0);
+            self.codec.scan(
+                &mut scratch.primary,
+                anchor,
+                anchor_dist,
+                &self.codes[lo * cs..hi * cs],
+                &mut scratch.dists,
+            );
+            for (j, &d) in scratch.dists.iter().enumerate() {
+                let c = Candidate {
+                    dist: d,
+                    position: (lo + j) as u32,
+                    anchor,
+                };
+                if scratch.pool.len() < pool_size {
+                    scratch.pool.push(c);
+                } else if c < *scratch.pool.peek().unwrap() {
+                    scratch.pool.pop();
+                    scratch.pool.push(c);
+                }
+            }
+        }
+        let mut found: Vec<Candidate> = std::mem::take(&mut scratch.pool).into_vec();
+        if let Some((refine, codes)) = &self.refine {
+            scratch.refine.query.clear();
+            scratch.refine.query.extend_from_slice(q);
+            refine.prepare_query(&mut scratch.refine);
+            let rcs = refine.code_size();
+            let anchor_dist = |a: u32| probes.iter().find(|p| p.0 == a).map_or(0.0, |p| p.1);
+            for c in found.iter_mut() {
+                let p = c.position as usize;
+                let mut out = [0f32];
+                refine.scan(
+                    &mut scratch.refine,
+                    c.anchor,
+                    anchor_dist(c.anchor),
+                    &codes[p * rcs..(p + 1) * rcs],
+                    &mut out,
+                );
+                c.dist = out[0];
+            }
+        }
+        found.sort_unstable();
+        found.truncate(params.k);
+        let result = found
+            .iter()
+            .map(|c| Neighbor {
+                id: self.ids[c.position as usize],
+                distance: c.dist.max(0.0),
+            })
+            .collect();
+        scratch.pool = BinaryHeap::from(found);
+        result
+    }
+}

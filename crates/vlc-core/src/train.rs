@@ -1,0 +1,622 @@
+//! Anchor training: VLC's annealed k-means.
+//!
+//! 1. k-means++ seeding on a sample.
+//! 2. Per iteration: nearest-anchor assignment (GEMM form, via the backend); per-anchor robust
+//!    statistics (a trimmed mean: the `trim_fraction` of members farthest from their anchor are
+//!    left out); a temperature-scaled update `c += η·max(T, T_min)·(mean − c)`; cooling
+//!    `T ← T·cooling`.
+//! 3. Every `maintenance_interval` iterations: near-duplicate anchors are merged and overloaded
+//!    anchors split (2-means along their farthest member); empty anchors are re-seeded the same
+//!    way after every iteration, so no anchor stays dead.
+//! 4. Energy (mean squared distance to the nearest anchor) is tracked on the training points and
+//!    on a held-out fraction; training stops when the held-out energy improves by less than
+//!    `energy_tolerance` (relative) and fewer than `churn_tolerance` of points change anchor.
+//!
+//! Everything is deterministic for a given seed, whatever the thread count.
+
+use crate::backend::{group_by_anchor, Backend};
+use crate::error::{Result, VlcError};
+use crate::linalg::l2_sq;
+use crate::rng::Rng;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Training knobs. `Default` gives the documented defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TrainParams {
+    /// Number of anchors (inverted lists). 0 = automatic: about 4·√n, rounded to a power of
+    /// two, at least 1 and at most n / 4 (and never above n).
+    pub num_anchors: usize,
+    /// Upper bound on iterations (default 20).
+    pub max_iterations: usize,
+    /// Iterations always run before convergence may stop training (default 4).
+    pub min_iterations: usize,
+    /// Seed for sampling, seeding and maintenance (default 42).
+    pub seed: u64,
+    /// Training sample cap: at most this many points per anchor are used (default 64); the
+    /// rest are only assigned afterwards.
+    pub max_points_per_anchor: usize,
+    /// k-means++ runs on at most this many points per anchor (default 16).
+    pub seeding_points_per_anchor: usize,
+    /// Fraction of each anchor's members, the farthest ones, left out of its mean (default 0.05).
+    pub trim_fraction: f32,
+    /// Base step of the update (default 1.0 = a full move to the robust mean).
+    pub learning_rate: f32,
+    /// Starting temperature (default 1.0).
+    pub initial_temperature: f32,
+    /// Multiplied into the temperature after each iteration (default 0.9).
+    pub cooling: f32,
+    /// The temperature never scales the step below this (default 0.5).
+    pub min_temperature: f32,
+    /// Merge / split every this many iterations; 0 disables maintenance (default 5).
+    pub maintenance_interval: usize,
+    /// Anchors closer than this fraction of the median nearest-anchor distance are merged
+    /// (default 0.1).
+    pub merge_threshold: f32,
+    /// Anchors with more than this multiple of the mean list size are split (default 3.0).
+    pub split_threshold: f32,
+    /// Fraction of the training sample held out to check convergence (default 0.05).
+    pub holdout_fraction: f32,
+    /// Relative held-out energy improvement under which training may stop (default 1e-3).
+    pub energy_tolerance: f64,
+    /// Fraction of points changing anchor under which training may stop (default 0.01).
+    pub churn_tolerance: f64,
+}
+
+impl Default for TrainParams {
+    fn default() -> Self {
+        TrainParams {
+            num_anchors: 0,
+            max_iterations: 20,
+            min_iterations: 4,
+            seed: 42,
+            max_points_per_anchor: 64,
+            seeding_points_per_anchor: 16,
+            trim_fraction: 0.05,
+            learning_rate: 1.0,
+            initial_temperature: 1.0,
+            cooling: 0.9,
+            min_temperature: 0.5,
+            maintenance_interval: 5,
+            merge_threshold: 0.1,
+            split_threshold: 3.0,
+            holdout_fraction: 0.05,
+            energy_tolerance: 1e-3,
+            churn_tolerance: 0.01,
+        }
+    }
+}
+
+/// The automatic anchor count for `n` vectors: about 4·√n, a power of two, within [1, n/4].
+pub fn auto_num_anchors(n: usize) -> usize {
+    let target = 4.0 * (n as f64).sqrt();
+    let pow = (target.log2().round().max(0.0)) as u32;
+    let k = 1usize << pow.min(40);
+    k.min((n / 4).max(1)).max(1)
+}
+
+impl TrainParams {
+    /// Check ranges; `n` is the number of input vectors.
+    pub fn validate(&self, n: usize) -> Result<()> {
+        let k = self.num_anchors;
+        if k > n {
+            return Err(VlcError::param(
+                "num_anchors",
+                format!("{k} anchors need at least {k} vectors, got {n}"),
+            ));
+        }
+        if self.max_iterations == 0 {
+            return Err(VlcError::param("max_iterations", "must be at least 1"));
+        }
+        let unit = |name: &'static str, v: f32, lo: f32, hi: f32| {
+            if !(v >= lo && v <= hi) {
+                Err(VlcError::param(
+                    name,
+                    format!("must be in [{lo}, {hi}], got {v}"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        unit("trim_fraction", self.trim_fraction, 0.0, 0.5)?;
+        unit("learning_rate", self.learning_rate, 1e-3, 1.0)?;
+        unit("cooling", self.cooling, 1e-3, 1.0)?;
+        unit("min_temperature", self.min_temperature, 0.0, 1.0)?;
+        unit("initial_temperature", self.initial_temperature, 1e-3, 1.0)?;
+        unit("holdout_fraction", self.holdout_fraction, 0.0, 0.5)?;
+        unit("merge_threshold", self.merge_threshold, 0.0, 1.0)?;
+        if !(self.split_threshold > 1.0) {
+            return Err(VlcError::param("split_threshold", "must be greater than 1"));
+        }
+        if self.max_points_per_anchor == 0 || self.seeding_points_per_anchor == 0 {
+            return Err(VlcError::param(
+                "max_points_per_anchor",
+                "sample sizes must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What one iteration did, for progress reporting.
+#[derive(Clone, Debug, Serialize)]
+pub struct IterationStats {
+    pub iteration: usize,
+    pub max_iterations: usize,
+    /// Mean squared distance of training points to their nearest anchor (before the update).
+    pub energy: f64,
+    /// The same on the held-out points after the update (training energy if none held out).
+    pub holdout_energy: f64,
+    /// Fraction of training points whose nearest anchor changed.
+    pub churn: f64,
+    pub temperature: f32,
+    pub step: f32,
+    pub merged: usize,
+    pub split: usize,
+    pub reseeded: usize,
+}
+
+/// Summary of a training run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TrainReport {
+    pub num_anchors: usize,
+    pub training_points: usize,
+    pub holdout_points: usize,
+    pub iterations: usize,
+    pub converged: bool,
+    pub energy_history: Vec<f64>,
+    pub holdout_energy_history: Vec<f64>,
+    pub churn_history: Vec<f64>,
+    pub merges: usize,
+    pub splits: usize,
+    pub reseeds: usize,
+}
+
+/// Train `params.num_anchors` anchors (or the automatic count) on `data` (n, dim), row-major.
+/// Returns the anchors, layout (num_anchors, dim), row-major, and a report.
+pub fn train_anchors(
+    backend: &dyn Backend,
+    data: &[f32],
+    dim: usize,
+    params: &TrainParams,
+    on_iteration: &mut dyn FnMut(&IterationStats),
+) -> Result<(Vec<f32>, TrainReport)> {
+    if dim == 0 {
+        return Err(VlcError::param("dim", "must be at least 1"));
+    }
+    let n = data.len() / dim;
+    if n == 0 {
+        return Err(VlcError::EmptyInput {
+            what: "training vectors".into(),
+        });
+    }
+    params.validate(n)?;
+    let k = if params.num_anchors == 0 {
+        auto_num_anchors(n)
+    } else {
+        params.num_anchors
+    };
+    let mut rng = Rng::new(params.seed);
+
+    // Training sample in random order; the first `holdout` rows are held out.
+    let cap = k.saturating_mul(params.max_points_per_anchor).max(k);
+    let mut order = rng.sample_indices(n, cap.min(n));
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    let mut holdout = (order.len() as f64 * params.holdout_fraction as f64) as usize;
+    if order.len() - holdout < k || holdout < 16 {
+        holdout = 0;
+    }
+    let gather = |idx: &[usize]| -> Vec<f32> {
+        let mut out = vec![0f32; idx.len() * dim];
+        out.par_chunks_mut(dim)
+            .zip(idx.par_iter())
+            .for_each(|(o, &i)| o.copy_from_slice(&data[i * dim..(i + 1) * dim]));
+        out
+    };
+    let held = gather(&order[..holdout]);
+    let train = gather(&order[holdout..]);
+    let num_train = train.len() / dim;
+
+    let seed_count = k
+        .saturating_mul(params.seeding_points_per_anchor)
+        .clamp(k, num_train);
+    let mut anchors = kmeans_plus_plus(&train[..seed_count * dim], dim, k, &mut rng.fork(1));
+
+    let mut report = TrainReport {
+        num_anchors: k,
+        training_points: num_train,
+        holdout_points: holdout,
+        ..Default::default()
+    };
+    let mut previous: Option<Vec<u32>> = None;
+    let mut previous_holdout = f64::INFINITY;
+    let mut temperature = params.initial_temperature;
+    let mut maintenance_rng = rng.fork(2);
+    for t in 0..params.max_iterations {
+        let nearest = backend.nearest_anchors(&train, &anchors, dim, 1)?;
+        let (assignment, dists) = (&nearest.ids, &nearest.dists);
+        let energy = dists.iter().map(|&d| d as f64).sum::<f64>() / num_train as f64;
+        let churn = previous.as_ref().map_or(1.0, |p| {
+            p.iter().zip(assignment).filter(|(a, b)| a != b).count() as f64 / num_train as f64
+        });
+
+        let thresholds = trimmed_thresholds(assignment, dists, k, params.trim_fraction);
+        let sums = backend.accumulate(&train, dim, assignment, dists, &thresholds)?;
+        let step = params.learning_rate * temperature.max(params.min_temperature);
+        backend.update(&mut anchors, dim, &sums, step)?;
+
+        let mut members = Members::new(assignment, k);
+        let mut stats = IterationStats {
+            iteration: t + 1,
+            max_iterations: params.max_iterations,
+            energy,
+            holdout_energy: energy,
+            churn,
+            temperature,
+            step,
+            merged: 0,
+            split: 0,
+            reseeded: 0,
+        };
+        let maintain = params.maintenance_interval > 0
+            && (t + 1) % params.maintenance_interval == 0
+            && t + 1 < params.max_iterations;
+        if maintain {
+            let free = merge_close_anchors(
+                backend,
+                &mut anchors,
+                dim,
+                &mut members,
+                params.merge_threshold,
+            )?;
+            stats.merged = free.len();
+            stats.split = split_overloaded(
+                &train,
+                dim,
+                &mut anchors,
+                &mut members,
+                free,
+                params.split_threshold,
+                &mut maintenance_rng,
+            );
+        }
+        stats.reseeded = reseed_empty(
+            &train,
+            dim,
+            &mut anchors,
+            &mut members,
+            &mut maintenance_rng,
+        );
+
+        if holdout > 0 {
+            let h = backend.nearest_anchors(&held, &anchors, dim, 1)?;
+            stats.holdout_energy = h.dists.iter().map(|&d| d as f64).sum::<f64>() / holdout as f64;
+        }
+        report.energy_history.push(energy);
+        report.holdout_energy_history.push(stats.holdout_energy);
+        report.churn_history.push(churn);
+        report.merges += stats.merged;
+        report.splits += stats.split;
+        report.reseeds += stats.reseeded;
+        report.iterations = t + 1;
+        on_iteration(&stats);
+
+        let improvement =
+            (previous_holdout - stats.holdout_energy) / previous_holdout.max(f64::MIN_POSITIVE);
+        let quiet = !maintain && stats.reseeded == 0;
+        if t + 1 >= params.min_iterations
+            && quiet
+            && improvement.abs() < params.energy_tolerance
+            && churn < params.churn_tolerance
+        {
+            report.converged = true;
+            break;
+        }
+        previous_holdout = stats.holdout_energy;
+        previous = Some(nearest.ids);
+        temperature *= params.cooling;
+    }
+    Ok((anchors, report))
+}
+
+/// k-means++ (D² sampling) on `points` (m, dim). Returns (k, dim) anchors.
+fn kmeans_plus_plus(points: &[f32], dim: usize, k: usize, rng: &mut Rng) -> Vec<f32> {
+    let m = points.len() / dim;
+    let row = |i: usize| &points[i * dim..(i + 1) * dim];
+    let mut anchors = Vec::with_capacity(k * dim);
+    let mut chosen = vec![false; m];
+    let first = rng.below(m);
+    anchors.extend_from_slice(row(first));
+    chosen[first] = true;
+    let mut best: Vec<f32> = (0..m)
+        .into_par_iter()
+        .map(|i| l2_sq(row(i), row(first)))
+        .collect();
+    while anchors.len() < k * dim {
+        let total: f64 = best.iter().map(|&d| d as f64).sum();
+        let pick = if total > 0.0 {
+            let target = rng.next_f64() * total;
+            let mut acc = 0.0;
+            let mut pick = m - 1;
+            for (i, &d) in best.iter().enumerate() {
+                acc += d as f64;
+                if acc > target && d > 0.0 {
+                    pick = i;
+                    break;
+                }
+            }
+            pick
+        } else {
+            // All remaining points coincide with anchors: take any point not yet chosen.
+            let start = rng.below(m);
+            (0..m)
+                .map(|o| (start + o) % m)
+                .find(|&i| !chosen[i])
+                .unwrap_or(start)
+        };
+        chosen[pick] = true;
+        let c = row(pick).to_vec();
+        best.par_iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = b.min(l2_sq(row(i), &c)));
+        anchors.extend_from_slice(&c);
+    }
+    anchors
+}
+
+/// Per-anchor distance threshold keeping the nearest ⌈(1 − trim)·count⌉ members.
+fn trimmed_thresholds(assignment: &[u32], dists: &[f32], k: usize, trim: f32) -> Vec<f32> {
+    let (offsets, members) = group_by_anchor(assignment, k);
+    (0..k)
+        .into_par_iter()
+        .map(|a| {
+            let mem = &members[offsets[a]..offsets[a + 1]];
+            if mem.is_empty() {
+                return f32::INFINITY;
+            }
+            let keep =
+                ((mem.len() as f64 * (1.0 - trim as f64)).ceil() as usize).clamp(1, mem.len());
+            if keep == mem.len() {
+                return f32::INFINITY;
+            }
+            let mut d: Vec<f32> = mem.iter().map(|&i| dists[i as usize]).collect();
+            let (_, &mut v, _) = d.select_nth_unstable_by(keep - 1, f32::total_cmp);
+            v
+        })
+        .collect()
+}
+
+/// Member lists per anchor, kept up to date through merges and splits of one iteration.
+struct Members {
+    lists: Vec<Vec<u32>>,
+}
+
+impl Members {
+    fn new(assignment: &[u32], k: usize) -> Self {
+        let (offsets, members) = group_by_anchor(assignment, k);
+        Members {
+            lists: (0..k)
+                .map(|a| members[offsets[a]..offsets[a + 1]].to_vec())
+                .collect(),
+        }
+    }
+}
+
+/// Merge pairs of anchors closer than `threshold` × the median nearest-anchor distance. The
+/// smaller list joins the larger (weighted mean); returns the freed anchor slots.
+fn merge_close_anchors(
+    backend: &dyn Backend,
+    anchors: &mut [f32],
+    dim: usize,
+    members: &mut Members,
+    threshold: f32,
+) -> Result<Vec<usize>> {
+    let k = anchors.len() / dim;
+    if k < 3 || threshold <= 0.0 {
+        return Ok(Vec::new());
+    }
+    let nn = backend.nearest_anchors(anchors, anchors, dim, 2)?;
+    let mut pairs: Vec<(f32, usize, usize)> = (0..k)
+        .map(|a| {
+            let (i0, i1) = (nn.ids[2 * a] as usize, nn.ids[2 * a + 1] as usize);
+            if i0 != a {
+                (nn.dists[2 * a], a, i0)
+            } else {
+                (nn.dists[2 * a + 1], a, i1)
+            }
+        })
+        .collect();
+    let mut nn_dists: Vec<f32> = pairs.iter().map(|p| p.0).collect();
+    let mid = k / 2;
+    let (_, &mut median, _) = nn_dists.select_nth_unstable_by(mid, f32::total_cmp);
+    let limit = threshold * threshold * median;
+    pairs.retain(|p| p.0 < limit);
+    pairs.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let mut touched = vec![false; k];
+    let mut freed = Vec::new();
+    for (_, a, b) in pairs {
+        if touched[a] || touched[b] {
+            continue;
+        }
+        touched[a] = true;
+        touched[b] = true;
+        let (keep, gone) = if members.lists[a].len() >= members.lists[b].len() {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let (wk, wg) = (
+            members.lists[keep].len() as f32,
+            members.lists[gone].len() as f32,
+        );
+        let total = (wk + wg).max(1.0);
+        for d in 0..dim {
+            let merged = if wk + wg > 0.0 {
+                (anchors[keep * dim + d] * wk + anchors[gone * dim + d] * wg) / total
+            } else {
+                anchors[keep * dim + d]
+            };
+            anchors[keep * dim + d] = merged;
+        }
+        let moved = std::mem::take(&mut members.lists[gone]);
+        members.lists[keep].extend(moved);
+        freed.push(gone);
+    }
+    Ok(freed)
+}
+
+/// Split anchor `big` in two (2-means step seeded by its farthest member), writing the second
+/// half into slot `free`. Returns false when `big` cannot be split (fewer than 2 distinct points).
+fn split_anchor(
+    points: &[f32],
+    dim: usize,
+    anchors: &mut [f32],
+    members: &mut Members,
+    big: usize,
+    free: usize,
+) -> bool {
+    let list = std::mem::take(&mut members.lists[big]);
+    if list.len() < 2 {
+        members.lists[big] = list;
+        return false;
+    }
+    let row = |i: u32| &points[i as usize * dim..(i as usize + 1) * dim];
+    let center = anchors[big * dim..(big + 1) * dim].to_vec();
+    let far = *list
+        .iter()
+        .max_by(|&&x, &&y| {
+            l2_sq(row(x), &center)
+                .total_cmp(&l2_sq(row(y), &center))
+                .then(y.cmp(&x))
+        })
+        .unwrap();
+    let axis: Vec<f32> = row(far).iter().zip(&center).map(|(p, c)| p - c).collect();
+    let (mut plus, mut minus) = (Vec::new(), Vec::new());
+    for &i in &list {
+        let proj: f32 = row(i)
+            .iter()
+            .zip(&center)
+            .zip(&axis)
+            .map(|((x, c), a)| (x - c) * a)
+            .sum();
+        if proj > 0.0 {
+            plus.push(i);
+        } else {
+            minus.push(i);
+        }
+    }
+    if plus.is_empty() || minus.is_empty() {
+        members.lists[big] = list;
+        return false;
+    }
+    let mean = |ids: &[u32]| -> Vec<f32> {
+        let mut m = vec![0f64; dim];
+        for &i in ids {
+            m.iter_mut().zip(row(i)).for_each(|(a, &x)| *a += x as f64);
+        }
+        m.into_iter()
+            .map(|v| (v / ids.len() as f64) as f32)
+            .collect()
+    };
+    anchors[big * dim..(big + 1) * dim].copy_from_slice(&mean(&minus));
+    anchors[free * dim..(free + 1) * dim].copy_from_slice(&mean(&plus));
+    members.lists[big] = minus;
+    members.lists[free] = plus;
+    true
+}
+
+/// Index of the largest list (ties to the smaller id).
+fn largest(members: &Members) -> usize {
+    (0..members.lists.len())
+        .max_by(|&a, &b| {
+            members.lists[a]
+                .len()
+                .cmp(&members.lists[b].len())
+                .then(b.cmp(&a))
+        })
+        .unwrap_or(0)
+}
+
+/// Split overloaded anchors into the freed slots (retiring tiny anchors to make room), then
+/// split the largest anchors into any slot still free. Returns the number of splits.
+fn split_overloaded(
+    points: &[f32],
+    dim: usize,
+    anchors: &mut [f32],
+    members: &mut Members,
+    mut free: Vec<usize>,
+    threshold: f32,
+    rng: &mut Rng,
+) -> usize {
+    let k = members.lists.len();
+    let total: usize = members.lists.iter().map(Vec::len).sum();
+    let mean = total as f32 / k as f32;
+    let mut overloaded: Vec<usize> = (0..k)
+        .filter(|&a| members.lists[a].len() as f32 > threshold * mean)
+        .collect();
+    overloaded.sort_by(|&a, &b| {
+        members.lists[b]
+            .len()
+            .cmp(&members.lists[a].len())
+            .then(a.cmp(&b))
+    });
+    if overloaded.len() > free.len() {
+        // Retire the smallest anchors (under a tenth of the mean) to make room.
+        let mut small: Vec<usize> = (0..k)
+            .filter(|a| !free.contains(a) && (members.lists[*a].len() as f32) < 0.1 * mean)
+            .collect();
+        small.sort_by(|&a, &b| {
+            members.lists[a]
+                .len()
+                .cmp(&members.lists[b].len())
+                .then(a.cmp(&b))
+        });
+        for a in small.into_iter().take(overloaded.len() - free.len()) {
+            let orphans = std::mem::take(&mut members.lists[a]);
+            // Orphans go to the largest list for bookkeeping; the next assignment places them.
+            let l = largest(members);
+            members.lists[l].extend(orphans);
+            free.push(a);
+        }
+    }
+    let mut splits = 0;
+    for big in overloaded {
+        let Some(slot) = free.pop() else { break };
+        if split_anchor(points, dim, anchors, members, big, slot) {
+            splits += 1;
+        } else {
+            free.push(slot);
+        }
+    }
+    for slot in free {
+        let big = largest(members);
+        if split_anchor(points, dim, anchors, members, big, slot) {
+            splits += 1;
+        } else {
+            let p = rng.below(points.len() / dim);
+            anchors[slot * dim..(slot + 1) * dim].copy_from_slice(&points[p * dim..(p + 1) * dim]);
+        }
+    }
+    splits
+}
+
+/// Re-seed anchors that own no points by splitting the largest lists. Returns how many.
+fn reseed_empty(
+    points: &[f32],
+    dim: usize,
+    anchors: &mut [f32],
+    members: &mut Members,
+    rng: &mut Rng,
+) -> usize {
+    let empty: Vec<usize> = (0..members.lists.len())
+        .filter(|&a| members.lists[a].is_empty())
+        .collect();
+    let count = empty.len();
+    if count > 0 {
+        split_overloaded(points, dim, anchors, members, empty, f32::INFINITY, rng);
+    }
+    count
+}
