@@ -37,6 +37,7 @@ pub mod io;
 pub mod linalg;
 pub mod rng;
 pub mod search;
+pub mod synthetic;
 pub mod train;
 pub mod vectors;
 

@@ -1,0 +1,342 @@
+//! `vlc` end to end on small generated data, and every bad-input case of the CLI.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use std::path::{Path, PathBuf};
+use vlc::io::{npy_bytes, NpyType};
+use vlc::synthetic::{clustered, queries_near};
+
+const DIM: usize = 24;
+
+fn vlc() -> Command {
+    Command::cargo_bin("vlc").unwrap()
+}
+
+fn write_f32(path: &Path, rows: usize, cols: usize, data: &[f32]) {
+    let body: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(path, npy_bytes(NpyType::F32, rows, cols, &body)).unwrap();
+}
+
+struct Set {
+    dir: tempfile::TempDir,
+}
+
+impl Set {
+    fn new() -> Set {
+        let dir = tempfile::tempdir().unwrap();
+        let data = clustered(2000, DIM, 16, 0.5, 1);
+        let queries = queries_near(&data, DIM, 50, 0.2, 2);
+        write_f32(&dir.path().join("base.npy"), 2000, DIM, &data);
+        write_f32(&dir.path().join("queries.npy"), 50, DIM, &queries);
+        let gt: Vec<u8> = vlc::exact_knn(&data, &queries, DIM, 100)
+            .unwrap()
+            .iter()
+            .flat_map(|&i| (i as i32).to_le_bytes())
+            .collect();
+        std::fs::write(
+            dir.path().join("gt.npy"),
+            npy_bytes(NpyType::I32, 50, 100, &gt),
+        )
+        .unwrap();
+        Set { dir }
+    }
+    fn p(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+#[test]
+fn build_eval_search_info_end_to_end() {
+    let s = Set::new();
+    vlc()
+        .args([
+            "build",
+            "--codec",
+            "rabitq1",
+            "--refine",
+            "sq8",
+            "--anchors",
+            "32",
+            "-q",
+        ])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("i.vlc"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("bytes/vector").and(predicate::str::contains("32 (")));
+    let out = vlc()
+        .args(["eval", "--nprobe", "4,32", "--json"])
+        .arg(s.p("i.vlc"))
+        .arg("--queries")
+        .arg(s.p("queries.npy"))
+        .arg("--groundtruth")
+        .arg(s.p("gt.npy"))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let results = j["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    let r10 = results[1]["recall@10"].as_f64().unwrap();
+    assert!(r10 > 0.9, "recall@10 at full probe {r10}");
+    assert!(results[1]["recall@100"].as_f64().is_some());
+    assert!(j["bytes_per_vector"].as_f64().unwrap() < (DIM * 4 * 2) as f64);
+
+    vlc()
+        .arg("search")
+        .arg(s.p("i.vlc"))
+        .arg(s.p("queries.npy"))
+        .args(["-k", "5", "--nprobe", "8", "-o"])
+        .arg(s.p("hits.npy"))
+        .assert()
+        .success();
+    let ids = std::fs::read(s.p("hits.npy")).unwrap();
+    assert!(ids.starts_with(b"\x93NUMPY"));
+    assert_eq!(ids.len(), 128 + 50 * 5 * 8);
+    assert!(s.p("hits.distances.npy").exists());
+    let out = vlc()
+        .arg("search")
+        .arg(s.p("i.vlc"))
+        .arg(s.p("queries.npy"))
+        .args(["-k", "3", "--view"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let rows: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 50);
+
+    vlc()
+        .arg("info")
+        .arg(s.p("i.vlc"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("rabitq1").and(predicate::str::contains("CODE")));
+    let out = vlc()
+        .arg("info")
+        .arg("--json")
+        .arg(s.p("i.vlc"))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(j["vectors"], 2000);
+    assert_eq!(j["refine"], "sq8");
+}
+
+#[test]
+fn build_json_and_cosine() {
+    let s = Set::new();
+    let out = vlc()
+        .args(["build", "--json", "--metric", "cosine", "--codec", "sq4"])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("c.vlc"))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(j["metric"], "cosine");
+    assert!(j["compression_vs_f32"].as_f64().unwrap() > 1.0);
+    vlc()
+        .arg("info")
+        .arg(s.p("c.vlc"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("normalised"));
+}
+
+#[test]
+fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
+    let s = Set::new();
+    vlc()
+        .args(["build", "-q", "--anchors", "16"])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("good.vlc"))
+        .assert()
+        .success();
+    let good = std::fs::read(s.p("good.vlc")).unwrap();
+
+    // NaN in row 7.
+    let mut data = clustered(100, DIM, 4, 0.5, 1);
+    data[7 * DIM + 3] = f32::NAN;
+    write_f32(&s.p("nan.npy"), 100, DIM, &data);
+    vlc()
+        .arg("build")
+        .arg(s.p("nan.npy"))
+        .arg("-o")
+        .arg(s.p("good.vlc"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("row 7, column 3"));
+    // Empty input.
+    write_f32(&s.p("empty.npy"), 0, DIM, &[]);
+    vlc()
+        .arg("build")
+        .arg(s.p("empty.npy"))
+        .arg("-o")
+        .arg(s.p("good.vlc"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("empty"));
+    // Wrong dimension (explicit --dim and queries of another width).
+    vlc()
+        .arg("build")
+        .arg(s.p("base.npy"))
+        .args(["--dim", "25", "-o"])
+        .arg(s.p("good.vlc"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("expected 25, got 24"));
+    write_f32(&s.p("q7.npy"), 2, 7, &[0.5; 14]);
+    vlc()
+        .arg("search")
+        .arg(s.p("good.vlc"))
+        .arg(s.p("q7.npy"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("expected 24, got 7"));
+    // Truncated raw file.
+    std::fs::write(s.p("raw.f32"), [0u8; 30]).unwrap();
+    vlc()
+        .arg("build")
+        .arg(s.p("raw.f32"))
+        .args(["--dim", "4", "-o"])
+        .arg(s.p("good.vlc"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("multiple"));
+    // Too many anchors, zero anchors.
+    vlc()
+        .arg("build")
+        .arg(s.p("base.npy"))
+        .args(["--anchors", "5000", "-o"])
+        .arg(s.p("good.vlc"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("5000 anchors"));
+    vlc()
+        .arg("build")
+        .arg(s.p("base.npy"))
+        .args(["--anchors", "0", "-o"])
+        .arg(s.p("good.vlc"))
+        .assert()
+        .failure();
+    // k = 0, k > n, nprobe out of range.
+    vlc()
+        .arg("search")
+        .arg(s.p("good.vlc"))
+        .arg(s.p("queries.npy"))
+        .args(["-k", "0"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("`k`"));
+    vlc()
+        .arg("search")
+        .arg(s.p("good.vlc"))
+        .arg(s.p("queries.npy"))
+        .args(["-k", "2001"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("1..=2000"));
+    vlc()
+        .arg("search")
+        .arg(s.p("good.vlc"))
+        .arg(s.p("queries.npy"))
+        .args(["--nprobe", "17"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("nprobe"));
+    vlc()
+        .arg("eval")
+        .arg(s.p("good.vlc"))
+        .arg("--queries")
+        .arg(s.p("queries.npy"))
+        .arg("--groundtruth")
+        .arg(s.p("gt.npy"))
+        .args(["--nprobe", "0"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("nprobe 0"));
+    // Unreadable paths, foreign and truncated index files.
+    vlc()
+        .arg("build")
+        .arg(s.p("missing.npy"))
+        .arg("-o")
+        .arg(s.p("good.vlc"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("missing.npy"));
+    vlc()
+        .arg("info")
+        .arg(s.p("base.npy"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("not a VLC index"));
+    std::fs::write(s.p("cut.vlc"), &good[..good.len() / 2]).unwrap();
+    vlc()
+        .arg("info")
+        .arg(s.p("cut.vlc"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("truncated"));
+    vlc()
+        .arg("build")
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("no/such/dir/x.vlc"))
+        .assert()
+        .failure();
+    // The good index is untouched and no temporary files are left behind.
+    assert_eq!(std::fs::read(s.p("good.vlc")).unwrap(), good);
+    let stray: Vec<_> = std::fs::read_dir(s.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(stray.is_empty());
+}
+
+#[test]
+fn demo_runs_on_the_built_in_sample() {
+    let out = vlc()
+        .args(["demo", "--json", "--examples", "2"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(j["vectors"], 5000);
+    let best = j["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["recall@10"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(best > 0.8, "demo recall@10 {best}");
+    assert_eq!(j["examples"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn help_explains_commands() {
+    vlc()
+        .arg("--help")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("build").and(predicate::str::contains("demo")));
+    vlc()
+        .args(["build", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("--codec").and(predicate::str::contains("anchor-only")));
+}

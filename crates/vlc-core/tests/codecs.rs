@@ -1,0 +1,199 @@
+//! Codecs: scan estimates agree with decoded residuals, parameters round-trip, sizes hold.
+
+use vlc::codec::{Codec, CodecKind, CodecParams, QueryState, ResidualCodec};
+use vlc::linalg::l2_sq;
+use vlc::synthetic::clustered;
+use vlc::{Backend, CpuBackend};
+
+struct Fixture {
+    dim: usize,
+    data: Vec<f32>,
+    anchors: Vec<f32>,
+    assignment: Vec<u32>,
+}
+
+fn fixture(dim: usize) -> Fixture {
+    let n = 600;
+    let data = clustered(n, dim, 8, 0.4, dim as u64);
+    let anchors: Vec<f32> = data[..8 * dim].to_vec();
+    let assignment = CpuBackend
+        .nearest_anchors(&data, &anchors, dim, 1)
+        .unwrap()
+        .ids;
+    Fixture {
+        dim,
+        data,
+        anchors,
+        assignment,
+    }
+}
+
+fn encode(f: &Fixture, codec: &Codec) -> Vec<u8> {
+    let mut codes = vec![0u8; f.assignment.len() * codec.code_size()];
+    codec.encode(&f.data, &f.anchors, &f.assignment, &mut codes);
+    codes
+}
+
+fn estimates(f: &Fixture, codec: &Codec, codes: &[u8], query: &[f32]) -> Vec<f32> {
+    let mut state = QueryState {
+        query: query.to_vec(),
+        ..Default::default()
+    };
+    codec.prepare_query(&mut state);
+    let cs = codec.code_size();
+    (0..f.assignment.len())
+        .map(|i| {
+            let a = f.assignment[i];
+            let qa = l2_sq(
+                query,
+                &f.anchors[a as usize * f.dim..(a as usize + 1) * f.dim],
+            );
+            let mut out = [0f32];
+            codec.scan(&mut state, a, qa, &codes[i * cs..(i + 1) * cs], &mut out);
+            out[0]
+        })
+        .collect()
+}
+
+#[test]
+fn scalar_estimates_equal_distance_to_decoded_vector() {
+    for &dim in &[1usize, 7, 65, 384] {
+        let f = fixture(dim);
+        for kind in [CodecKind::Sq8, CodecKind::Sq4] {
+            for jacobian in [false, true] {
+                let p = CodecParams { jacobian, seed: 1 };
+                let codec =
+                    Codec::train(kind, &p, &f.data, &f.anchors, &f.assignment, dim).unwrap();
+                assert_eq!(codec.code_size(), kind.code_size(dim));
+                let codes = encode(&f, &codec);
+                let query = &f.data[dim * 3..dim * 4];
+                let est = estimates(&f, &codec, &codes, query);
+                let mut rhat = vec![0f32; dim];
+                let mut worst = 0f64;
+                let mut mean_truth = 0f64;
+                for i in 0..f.assignment.len() {
+                    let a = f.assignment[i] as usize;
+                    codec.decode(
+                        &codes[i * codec.code_size()..(i + 1) * codec.code_size()],
+                        a as u32,
+                        &mut rhat,
+                    );
+                    let recon: Vec<f32> = rhat
+                        .iter()
+                        .zip(&f.anchors[a * dim..(a + 1) * dim])
+                        .map(|(r, c)| r + c)
+                        .collect();
+                    let want = l2_sq(query, &recon) as f64;
+                    assert!(
+                        (est[i] as f64 - want).abs() < 1e-3 * (1.0 + want),
+                        "{kind} dim {dim}: {} vs {want}",
+                        est[i]
+                    );
+                    let truth = l2_sq(query, &f.data[i * dim..(i + 1) * dim]) as f64;
+                    worst = worst.max((want.sqrt() - truth.sqrt()).abs());
+                    mean_truth += truth / f.assignment.len() as f64;
+                }
+                // 8-bit codes: every distance within 1% of the typical distance.
+                if kind == CodecKind::Sq8 {
+                    assert!(
+                        worst < 0.01 * mean_truth.sqrt(),
+                        "sq8 dim {dim}: distance off by {worst}, typical {}",
+                        mean_truth.sqrt()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rabitq_estimate_is_unbiased_and_ranks_well() {
+    for &dim in &[7usize, 65, 384] {
+        let f = fixture(dim);
+        let codec = Codec::train(
+            CodecKind::RaBitQ1,
+            &CodecParams::default(),
+            &f.data,
+            &f.anchors,
+            &f.assignment,
+            dim,
+        )
+        .unwrap();
+        assert_eq!(codec.code_size(), dim.div_ceil(8) + 8);
+        let codes = encode(&f, &codec);
+        let mut bias = 0f64;
+        let mut count = 0usize;
+        for q in 0..5 {
+            let query = &f.data[(100 + q) * dim..(101 + q) * dim];
+            let est = estimates(&f, &codec, &codes, query);
+            for i in 0..f.assignment.len() {
+                let truth = l2_sq(query, &f.data[i * dim..(i + 1) * dim]) as f64;
+                bias += est[i] as f64 - truth;
+                count += 1;
+            }
+            // The point itself must rank near the top of its own estimate list.
+            let me = est[100 + q];
+            let better = est.iter().filter(|&&e| e < me).count();
+            assert!(
+                better < f.assignment.len() / 10,
+                "dim {dim}: self ranks {better}"
+            );
+        }
+        let mean_truth: f64 = (0..f.assignment.len())
+            .map(|i| l2_sq(&f.data[..dim], &f.data[i * dim..(i + 1) * dim]) as f64)
+            .sum::<f64>()
+            / f.assignment.len() as f64;
+        assert!(
+            (bias / count as f64).abs() < 0.1 * mean_truth,
+            "dim {dim}: mean bias {} vs mean distance {mean_truth}",
+            bias / count as f64
+        );
+    }
+}
+
+#[test]
+fn params_round_trip_and_reject_garbage() {
+    let f = fixture(65);
+    for kind in CodecKind::ALL {
+        let codec = Codec::train(
+            kind,
+            &CodecParams::default(),
+            &f.data,
+            &f.anchors,
+            &f.assignment,
+            65,
+        )
+        .unwrap();
+        let mut bytes = Vec::new();
+        codec.write_params(&mut bytes);
+        let back = Codec::read_params(kind, 65, 8, &bytes).unwrap();
+        assert_eq!(encode(&f, &codec), encode(&f, &back), "{kind}");
+        if !bytes.is_empty() {
+            assert!(Codec::read_params(kind, 65, 8, &bytes[..bytes.len() - 1]).is_err());
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert!(Codec::read_params(kind, 65, 8, &longer).is_err());
+        }
+    }
+    assert!(Codec::train(
+        CodecKind::RaBitQ1,
+        &CodecParams {
+            jacobian: true,
+            seed: 1
+        },
+        &f.data,
+        &f.anchors,
+        &f.assignment,
+        65
+    )
+    .is_err());
+}
+
+#[test]
+fn codec_names_parse() {
+    for kind in CodecKind::ALL {
+        assert_eq!(kind.name().parse::<CodecKind>().unwrap(), kind);
+        assert_eq!(CodecKind::from_u8(kind as u8), Some(kind));
+    }
+    assert!("pq8".parse::<CodecKind>().is_err());
+}

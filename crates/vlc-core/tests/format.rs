@@ -1,0 +1,183 @@
+//! Index file: round trip (load and view), rejection of every truncation, of bit flips in the
+//! header and section table, of foreign and newer files; atomic saves.
+
+use proptest::prelude::*;
+use std::sync::OnceLock;
+use vlc::format::{to_bytes, HEADER_SIZE};
+use vlc::synthetic::{clustered, queries_near};
+use vlc::{BuildParams, CodecKind, CpuBackend, Index, SearchParams, VlcError};
+
+const DIM: usize = 12;
+
+fn small_index(codec: CodecKind, refine: Option<CodecKind>) -> Index {
+    let data = clustered(300, DIM, 6, 0.3, 4);
+    let params = BuildParams::default()
+        .with_codec(codec)
+        .with_refine(refine)
+        .with_num_anchors(8);
+    Index::build(&data, DIM, &params, &CpuBackend, &mut |_| {})
+        .unwrap()
+        .0
+}
+
+fn bytes() -> &'static [u8] {
+    static B: OnceLock<Vec<u8>> = OnceLock::new();
+    B.get_or_init(|| to_bytes(&small_index(CodecKind::RaBitQ1, Some(CodecKind::Sq8))))
+}
+
+#[test]
+fn load_and_view_round_trip_every_codec() {
+    let dir = tempfile::tempdir().unwrap();
+    let queries = queries_near(&clustered(300, DIM, 6, 0.3, 4), DIM, 20, 0.05, 9);
+    for codec in CodecKind::ALL {
+        for refine in [None, Some(CodecKind::Sq8), Some(CodecKind::Sq4)] {
+            let index = small_index(codec, refine);
+            let path = dir.path().join(format!("{codec}-{refine:?}.vlc"));
+            index.save(&path).unwrap();
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), index.file_size());
+            let params = SearchParams {
+                k: 5,
+                nprobe: 3,
+                rerank: 20,
+            };
+            let want = index.search_batch(&queries, &params, &CpuBackend).unwrap();
+            for reopened in [Index::load(&path).unwrap(), Index::view(&path).unwrap()] {
+                assert_eq!(reopened.len(), 300);
+                assert_eq!(reopened.codec(), codec);
+                assert_eq!(reopened.refine_codec(), refine);
+                assert_eq!(reopened.anchors(), index.anchors());
+                assert_eq!(
+                    reopened
+                        .search_batch(&queries, &params, &CpuBackend)
+                        .unwrap(),
+                    want
+                );
+            }
+            // Bytes are a pure function of the index.
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                to_bytes(&Index::load(&path).unwrap())
+            );
+        }
+    }
+}
+
+#[test]
+fn every_truncation_is_rejected() {
+    let b = bytes();
+    for len in 0..b.len() {
+        let err = Index::from_bytes(&b[..len]).expect_err("truncated file accepted");
+        assert!(
+            matches!(
+                err,
+                VlcError::Truncated { .. }
+                    | VlcError::ChecksumMismatch { .. }
+                    | VlcError::NotAnIndex { .. }
+            ),
+            "length {len}: unexpected {err}"
+        );
+    }
+    // One byte too many is rejected as well.
+    let mut longer = b.to_vec();
+    longer.push(0);
+    assert!(Index::from_bytes(&longer).is_err());
+}
+
+#[test]
+fn foreign_and_newer_files_are_rejected() {
+    let err =
+        Index::from_bytes(b"\x93NUMPY\x01\x00 this is a numpy file, not an index, padded out...")
+            .unwrap_err();
+    assert!(matches!(err, VlcError::NotAnIndex { .. }), "{err}");
+    let mut newer = bytes().to_vec();
+    newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32fast::hash(&newer[..60]);
+    newer[60..64].copy_from_slice(&crc.to_le_bytes());
+    let err = Index::from_bytes(&newer).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VlcError::UnsupportedVersion {
+                found: 2,
+                supported: 1
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("newer"));
+}
+
+#[test]
+fn section_payload_flip_names_the_section() {
+    let b = bytes();
+    let table = &b[HEADER_SIZE..];
+    let entry = table.chunks_exact(32).find(|e| &e[..4] == b"CODE").unwrap();
+    let offset = u64::from_le_bytes(entry[8..16].try_into().unwrap()) as usize;
+    let mut bad = b.to_vec();
+    bad[offset + 3] ^= 1;
+    match Index::from_bytes(&bad).unwrap_err() {
+        VlcError::ChecksumMismatch { section, .. } => assert_eq!(section, "CODE"),
+        e => panic!("unexpected {e}"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn bit_flips_in_header_and_table_are_rejected(pos in 0usize..(HEADER_SIZE + 8 * 32), bit in 0u8..8) {
+        let b = bytes();
+        let count = u32::from_le_bytes(b[36..40].try_into().unwrap()) as usize;
+        let pos = pos % (HEADER_SIZE + count * 32);
+        let mut bad = b.to_vec();
+        bad[pos] ^= 1 << bit;
+        prop_assert!(Index::from_bytes(&bad).is_err(), "flip at byte {} bit {} accepted", pos, bit);
+    }
+
+    #[test]
+    fn random_bytes_never_panic(garbage in proptest::collection::vec(any::<u8>(), 0..400), keep_header in any::<bool>()) {
+        let mut v = garbage;
+        if keep_header && v.len() >= 8 {
+            v[..8].copy_from_slice(b"VLCINDEX");
+        }
+        let _ = Index::from_bytes(&v);
+    }
+}
+
+#[test]
+fn failed_save_leaves_the_old_index_and_no_temp_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("good.vlc");
+    let index = small_index(CodecKind::Sq8, None);
+    index.save(&path).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    // Saving into a directory that does not exist fails cleanly.
+    let missing = dir.path().join("no-such-dir").join("x.vlc");
+    assert!(matches!(index.save(&missing), Err(VlcError::Io { .. })));
+    // Saving over a directory fails and leaves it alone.
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    assert!(index.save(&sub).is_err());
+    assert!(sub.is_dir());
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "stray files: {names:?}");
+}
+
+#[test]
+fn unreadable_paths_are_io_errors() {
+    assert!(matches!(
+        Index::load("/definitely/not/here.vlc"),
+        Err(VlcError::Io { .. })
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    assert!(matches!(Index::view(dir.path()), Err(VlcError::Io { .. })));
+    let empty = dir.path().join("empty.vlc");
+    std::fs::write(&empty, b"").unwrap();
+    assert!(matches!(
+        Index::load(&empty),
+        Err(VlcError::Truncated { .. })
+    ));
+}

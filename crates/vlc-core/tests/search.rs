@@ -1,0 +1,258 @@
+//! Search: recall on clustered data (fails if ids were random), parameter and query checks,
+//! batch = single, cosine metric.
+
+use vlc::eval::recall_at;
+use vlc::synthetic::{clustered, queries_near};
+use vlc::{exact_knn, BuildParams, CodecKind, CpuBackend, Index, Metric, SearchParams, VlcError};
+
+fn truth(data: &[f32], queries: &[f32], dim: usize, k: usize) -> Vec<i64> {
+    exact_knn(data, queries, dim, k)
+        .unwrap()
+        .into_iter()
+        .map(i64::from)
+        .collect()
+}
+
+#[test]
+fn recall_on_clustered_data_per_codec() {
+    let dim = 48;
+    let data = clustered(8000, dim, 60, 0.6, 21);
+    let queries = queries_near(&data, dim, 200, 0.3, 22);
+    let gt = truth(&data, &queries, dim, 10);
+    // (codec, refine, minimum recall@10 at nprobe 16 of 64 anchors)
+    let cases = [
+        (CodecKind::Sq8, None, 0.90),
+        (CodecKind::Sq4, None, 0.75),
+        (CodecKind::RaBitQ1, None, 0.45),
+        (CodecKind::RaBitQ1, Some(CodecKind::Sq8), 0.90),
+        (CodecKind::AnchorOnly, None, 0.0),
+    ];
+    let mut anchor_only = 0.0;
+    for (codec, refine, floor) in cases {
+        let params = BuildParams::default()
+            .with_codec(codec)
+            .with_refine(refine)
+            .with_num_anchors(64);
+        let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+        let res = index
+            .search_batch(
+                &queries,
+                &SearchParams {
+                    k: 10,
+                    nprobe: 16,
+                    rerank: 100,
+                },
+                &CpuBackend,
+            )
+            .unwrap();
+        let r = recall_at(&res.ids, 10, &gt, 10, 10);
+        assert!(r >= floor, "{codec} + {refine:?}: recall@10 {r} < {floor}");
+        if codec == CodecKind::AnchorOnly {
+            anchor_only = r;
+        }
+        // Random ids would score about k/n = 0.00125.
+        assert!(codec == CodecKind::AnchorOnly || r > 0.3);
+    }
+    assert!(
+        anchor_only < 0.9,
+        "anchor-only cannot rank within a list: {anchor_only}"
+    );
+}
+
+#[test]
+fn more_probes_never_lower_sq8_recall_much_and_full_probe_is_near_exact() {
+    let dim = 16;
+    let data = clustered(3000, dim, 20, 0.5, 5);
+    let queries = queries_near(&data, dim, 100, 0.2, 6);
+    let gt = truth(&data, &queries, dim, 10);
+    let (index, _) = Index::build(
+        &data,
+        dim,
+        &BuildParams::default().with_num_anchors(32),
+        &CpuBackend,
+        &mut |_| {},
+    )
+    .unwrap();
+    let r = |nprobe| {
+        let res = index
+            .search_batch(
+                &queries,
+                &SearchParams {
+                    k: 10,
+                    nprobe,
+                    rerank: 0,
+                },
+                &CpuBackend,
+            )
+            .unwrap();
+        recall_at(&res.ids, 10, &gt, 10, 10)
+    };
+    let (r1, r32) = (r(1), r(32));
+    assert!(r32 >= r1);
+    assert!(r32 > 0.97, "probing every list with 8-bit codes: {r32}");
+}
+
+#[test]
+fn batch_matches_single_query_search() {
+    let dim = 20;
+    let data = clustered(1500, dim, 10, 0.5, 8);
+    let queries = queries_near(&data, dim, 30, 0.2, 9);
+    let params = BuildParams::default()
+        .with_codec(CodecKind::RaBitQ1)
+        .with_refine(Some(CodecKind::Sq4))
+        .with_num_anchors(16);
+    let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    let sp = SearchParams {
+        k: 7,
+        nprobe: 4,
+        rerank: 30,
+    };
+    let batch = index.search_batch(&queries, &sp, &CpuBackend).unwrap();
+    for q in 0..30 {
+        let single = index.search(&queries[q * dim..(q + 1) * dim], &sp).unwrap();
+        let ids: Vec<i64> = single.iter().map(|n| n.id as i64).collect();
+        assert_eq!(&batch.ids[q * 7..q * 7 + ids.len()], &ids[..], "query {q}");
+    }
+}
+
+#[test]
+fn invalid_search_parameters_and_queries_are_errors() {
+    let dim = 8;
+    let data = clustered(200, dim, 4, 0.5, 1);
+    let (index, _) = Index::build(
+        &data,
+        dim,
+        &BuildParams::default().with_num_anchors(8),
+        &CpuBackend,
+        &mut |_| {},
+    )
+    .unwrap();
+    let q = &data[..dim];
+    let err = |p: SearchParams| index.search(q, &p).unwrap_err();
+    assert!(matches!(
+        err(SearchParams {
+            k: 0,
+            nprobe: 1,
+            rerank: 0
+        }),
+        VlcError::InvalidParameter { name: "k", .. }
+    ));
+    assert!(matches!(
+        err(SearchParams {
+            k: 201,
+            nprobe: 1,
+            rerank: 0
+        }),
+        VlcError::InvalidParameter { name: "k", .. }
+    ));
+    assert!(matches!(
+        err(SearchParams {
+            k: 1,
+            nprobe: 0,
+            rerank: 0
+        }),
+        VlcError::InvalidParameter { name: "nprobe", .. }
+    ));
+    assert!(matches!(
+        err(SearchParams {
+            k: 1,
+            nprobe: 9,
+            rerank: 0
+        }),
+        VlcError::InvalidParameter { name: "nprobe", .. }
+    ));
+    let ok = SearchParams {
+        k: 3,
+        nprobe: 2,
+        rerank: 0,
+    };
+    assert!(matches!(
+        index.search(&[1.0; 7], &ok),
+        Err(VlcError::DimensionMismatch { .. })
+    ));
+    let mut nan = q.to_vec();
+    nan[5] = f32::NAN;
+    match index.search(&nan, &ok).unwrap_err() {
+        VlcError::NonFinite {
+            row: 0, column: 5, ..
+        } => {}
+        e => panic!("unexpected {e}"),
+    }
+    // Fewer hits than k in the probed lists: padded with -1.
+    let res = index
+        .search_batch(
+            q,
+            &SearchParams {
+                k: 200,
+                nprobe: 1,
+                rerank: 0,
+            },
+            &CpuBackend,
+        )
+        .unwrap();
+    assert!(res.ids.contains(&-1));
+}
+
+#[test]
+fn build_rejects_bad_input() {
+    let dim = 4;
+    let mut data = clustered(50, dim, 2, 0.5, 1);
+    data[13 * dim + 2] = f32::INFINITY;
+    match Index::build(
+        &data,
+        dim,
+        &BuildParams::default(),
+        &CpuBackend,
+        &mut |_| {},
+    )
+    .unwrap_err()
+    {
+        VlcError::NonFinite {
+            row: 13, column: 2, ..
+        } => {}
+        e => panic!("unexpected {e}"),
+    }
+    assert!(matches!(
+        Index::build(&[], dim, &BuildParams::default(), &CpuBackend, &mut |_| {}),
+        Err(VlcError::EmptyInput { .. })
+    ));
+    assert!(matches!(
+        Index::build(
+            &[0.0; 9],
+            dim,
+            &BuildParams::default(),
+            &CpuBackend,
+            &mut |_| {}
+        ),
+        Err(VlcError::DimensionMismatch { .. })
+    ));
+    let ok = clustered(50, dim, 2, 0.5, 1);
+    let too_many = BuildParams::default().with_num_anchors(51);
+    assert!(matches!(
+        Index::build(&ok, dim, &too_many, &CpuBackend, &mut |_| {}),
+        Err(VlcError::InvalidParameter { .. })
+    ));
+}
+
+#[test]
+fn cosine_metric_normalises_and_finds_scaled_copies() {
+    let dim = 16;
+    let data = clustered(1000, dim, 10, 0.5, 3);
+    let params = BuildParams::default()
+        .with_metric(Metric::Cosine)
+        .with_num_anchors(16);
+    let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    let q: Vec<f32> = data[42 * dim..43 * dim].iter().map(|v| v * 7.5).collect();
+    let hits = index
+        .search(
+            &q,
+            &SearchParams {
+                k: 1,
+                nprobe: 4,
+                rerank: 0,
+            },
+        )
+        .unwrap();
+    assert_eq!(hits[0].id, 42);
+    assert!(hits[0].distance < 0.01);
+}
