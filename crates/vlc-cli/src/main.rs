@@ -2,6 +2,7 @@
 
 mod commands;
 mod output;
+mod plot;
 mod progress;
 
 use clap::{Parser, Subcommand};

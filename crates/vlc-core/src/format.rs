@@ -12,7 +12,7 @@
 //!     32     1  metric (0 = l2, 1 = cosine)
 //!     33     1  primary codec kind
 //!     34     1  refine codec kind (0xFF = none)
-//!     35     1  flags (0)
+//!     35     1  flags: bit 0 = anchors stored as f16 (other bits 0)
 //!     36     4  section count (u32, at most 16)
 //!     40     8  file size (u64)
 //!     48     4  CRC-32 of the section table
@@ -20,7 +20,7 @@
 //!     60     4  CRC-32 of bytes 0..60
 //!     64  32·S  section table: tag [4], reserved u32, offset u64, length u64, CRC-32 u32, reserved u32
 //! ```
-//! Sections (all offsets multiples of 64): `ANCH` anchors f32 (num_anchors, dim); `LOFF` list
+//! Sections (all offsets multiples of 64): `ANCH` anchors f16 or f32 (num_anchors, dim); `LOFF` list
 //! offsets u64 (num_anchors + 1); `IDS_` ids u32 (num_vectors); `CPAR` primary codec
 //! parameters; `CODE` primary codes (num_vectors, code_size); `RPAR`/`RCOD` the refine tier;
 //! `META` build report (JSON).
@@ -87,16 +87,17 @@ fn as_bytes<T: bytemuck::Pod>(s: &[T]) -> &[u8] {
 }
 
 /// The sections of an index in file order, as byte slices.
-fn sections<'a>(
-    index: &'a Index,
-    params: &'a [u8],
-    refine_params: &'a [u8],
-    meta: &'a [u8],
-) -> Vec<([u8; 4], &'a [u8])> {
+fn sections<'a>(index: &'a Index, e: &'a Encoded) -> Vec<([u8; 4], &'a [u8])> {
+    let (anchors, params, refine_params, meta) = (
+        &e.anchors[..],
+        &e.params[..],
+        &e.refine_params[..],
+        &e.meta[..],
+    );
     // Little-endian targets only (checked at compile time below), so typed slices are their
     // on-disk bytes.
     let mut s: Vec<([u8; 4], &[u8])> = vec![
-        (*b"ANCH", as_bytes(&index.anchors)),
+        (*b"ANCH", anchors),
         (*b"LOFF", as_bytes(&index.list_offsets)),
         (*b"IDS_", as_bytes(&index.ids)),
         (*b"CPAR", params),
@@ -113,20 +114,49 @@ fn sections<'a>(
 #[cfg(not(target_endian = "little"))]
 compile_error!("the VLC index format is written by little-endian targets only");
 
-fn encode_params(index: &Index) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
-    let mut p = Vec::new();
-    index.codec.write_params(&mut p);
-    let mut r = Vec::new();
+/// The serialised small sections of an index.
+struct Encoded {
+    anchors_f16: bool,
+    anchors: Vec<u8>,
+    params: Vec<u8>,
+    refine_params: Vec<u8>,
+    meta: Vec<u8>,
+}
+
+fn encode_params(index: &Index) -> Encoded {
+    let mut params = Vec::new();
+    index.codec.write_params(&mut params);
+    let mut refine_params = Vec::new();
     if let Some((c, _)) = &index.refine {
-        c.write_params(&mut r);
+        c.write_params(&mut refine_params);
     }
     let meta = serde_json::to_vec(&index.report).unwrap_or_default();
-    (p, r, meta)
+    // Anchors that f16 represents exactly (as `Index::build` leaves them) are stored as f16.
+    let anchors_f16 = index
+        .anchors
+        .iter()
+        .all(|&v| half::f16::from_f32(v).to_f32() == v);
+    let anchors = if anchors_f16 {
+        index
+            .anchors
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect()
+    } else {
+        as_bytes(&index.anchors).to_vec()
+    };
+    Encoded {
+        anchors_f16,
+        anchors,
+        params,
+        refine_params,
+        meta,
+    }
 }
 
 pub(crate) fn layout(index: &Index) -> Layout {
-    let (p, r, m) = encode_params(index);
-    let secs = sections(index, &p, &r, &m);
+    let encoded = encode_params(index);
+    let secs = sections(index, &encoded);
     let mut at = align((HEADER_SIZE + ENTRY_SIZE * secs.len()) as u64);
     for (_, bytes) in &secs {
         at = align(at + bytes.len() as u64);
@@ -136,8 +166,8 @@ pub(crate) fn layout(index: &Index) -> Layout {
 
 /// Serialise `index` to bytes (header, table, sections).
 pub fn to_bytes(index: &Index) -> Vec<u8> {
-    let (p, r, m) = encode_params(index);
-    let secs = sections(index, &p, &r, &m);
+    let encoded = encode_params(index);
+    let secs = sections(index, &encoded);
     let mut entries = Vec::new();
     let mut at = align((HEADER_SIZE + ENTRY_SIZE * secs.len()) as u64);
     for (tag, bytes) in &secs {
@@ -174,7 +204,7 @@ pub fn to_bytes(index: &Index) -> Vec<u8> {
             .as_ref()
             .map_or(NO_REFINE, |r| r.0.kind() as u8),
     );
-    out.push(0);
+    out.push(encoded.anchors_f16 as u8);
     out.extend((entries.len() as u32).to_le_bytes());
     out.extend(total.to_le_bytes());
     out.extend(crc32fast::hash(&table).to_le_bytes());
@@ -236,6 +266,8 @@ pub struct FileInfo {
     pub codec: CodecKind,
     pub refine: Option<CodecKind>,
     pub file_size: u64,
+    /// Anchors stored at f16 precision.
+    pub anchors_f16: bool,
     /// (tag, offset, length) of each section.
     pub sections: Vec<(String, u64, u64)>,
 }
@@ -330,6 +362,10 @@ fn parse(bytes: &[u8]) -> Result<(FileInfo, Vec<(/*tag*/ [u8; 4], usize, usize)>
                 .ok_or_else(|| corrupt(format!("unknown refine codec {v}"), 34))?,
         ),
     };
+    if h[35] > 1 {
+        return Err(corrupt(format!("unknown flags {:#04x}", h[35]), 35));
+    }
+    let anchors_f16 = h[35] & 1 == 1;
     let count = u32_at(h, 36) as usize;
     if count > MAX_SECTIONS {
         return Err(corrupt(
@@ -423,6 +459,7 @@ fn parse(bytes: &[u8]) -> Result<(FileInfo, Vec<(/*tag*/ [u8; 4], usize, usize)>
         codec,
         refine,
         file_size,
+        anchors_f16,
         sections: infos,
     };
     Ok((info, ranges))
@@ -490,7 +527,8 @@ fn assemble(
         a.checked_mul(b)
             .ok_or_else(|| corrupt("sizes overflow", 16))
     };
-    let anchors_r = need(b"ANCH", Some(mul(mul(k, dim)?, 4)?))?;
+    let anchor_bytes = if info.anchors_f16 { 2 } else { 4 };
+    let anchors_r = need(b"ANCH", Some(mul(mul(k, dim)?, anchor_bytes)?))?;
     let loff_r = need(b"LOFF", Some(mul(k + 1, 8)?))?;
     let ids_r = need(b"IDS_", Some(mul(n, 4)?))?;
     let cpar_r = need(b"CPAR", None)?;
@@ -518,7 +556,16 @@ fn assemble(
             .map_err(|e| corrupt(format!("META section: {e}"), lo as u64))?,
         None => BuildReport::default(),
     };
-    let anchors = make_f32(anchors_r.0, anchors_r.1)?;
+    let anchors = if info.anchors_f16 {
+        let raw = &bytes[anchors_r.0..anchors_r.1];
+        Section::Owned(
+            raw.chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+        )
+    } else {
+        make_f32(anchors_r.0, anchors_r.1)?
+    };
     if let Some(p) = anchors.iter().position(|v| !v.is_finite()) {
         return Err(corrupt(
             format!("anchor {} has a non-finite value", p / info.dim),

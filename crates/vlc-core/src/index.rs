@@ -218,6 +218,17 @@ impl Index {
             progress(&BuildEvent::Iteration(s.clone()))
         })?;
         let num_anchors = anchors.len() / dim;
+        // Anchors are kept at f16 precision (half the file space) unless a value is out of f16's
+        // range; vectors are encoded against the rounded anchors, so nothing is lost downstream.
+        let anchors_f16 = anchors.iter().all(|v| v.abs() < 60_000.0);
+        let anchors: Vec<f32> = if anchors_f16 {
+            anchors
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_f32())
+                .collect()
+        } else {
+            anchors
+        };
         let train_seconds = start.elapsed().as_secs_f64();
 
         // Assign every vector, in chunks so progress can be shown.

@@ -36,6 +36,7 @@ pub mod index;
 pub mod io;
 pub mod linalg;
 pub mod rng;
+pub mod rotation;
 pub mod search;
 pub mod synthetic;
 pub mod train;

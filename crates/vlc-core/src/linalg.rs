@@ -1,6 +1,5 @@
 //! Dense linear-algebra helpers on row-major `f32` buffers.
 
-use crate::rng::Rng;
 use rayon::prelude::*;
 
 /// Dot product of two equal-length vectors (8 independent accumulators so the compiler
@@ -87,38 +86,10 @@ pub fn block_rows(n: usize) -> usize {
     ((1 << 20) / n.max(1)).clamp(8, 4096)
 }
 
-/// A random orthogonal matrix (dim, dim), row-major: Gram-Schmidt (twice, for stability)
-/// over Gaussian rows drawn from `rng`, computed in f64.
-pub fn random_orthogonal(dim: usize, rng: &mut Rng) -> Vec<f32> {
-    let mut m: Vec<f64> = (0..dim * dim).map(|_| rng.normal()).collect();
-    for i in 0..dim {
-        for _pass in 0..2 {
-            for j in 0..i {
-                let (head, tail) = m.split_at_mut(i * dim);
-                let rj = &head[j * dim..(j + 1) * dim];
-                let ri = &mut tail[..dim];
-                let p: f64 = ri.iter().zip(rj).map(|(a, b)| a * b).sum();
-                ri.iter_mut().zip(rj).for_each(|(a, b)| *a -= p * b);
-            }
-        }
-        let ri = &mut m[i * dim..(i + 1) * dim];
-        let norm = ri.iter().map(|a| a * a).sum::<f64>().sqrt();
-        ri.iter_mut().for_each(|a| *a /= norm);
-    }
-    m.into_iter().map(|v| v as f32).collect()
-}
-
-/// `out = rotation · v` for a (dim, dim) row-major matrix.
-pub fn mat_vec(rotation: &[f32], v: &[f32], out: &mut [f32]) {
-    let dim = v.len();
-    for (o, row) in out.iter_mut().zip(rotation.chunks_exact(dim)) {
-        *o = dot(row, v);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::Rng;
 
     #[test]
     fn dot_and_l2_match_naive_for_odd_sizes() {
@@ -149,19 +120,6 @@ mod tests {
             for j in 0..n {
                 let want = dot(&a[i * k..(i + 1) * k], &b[j * k..(j + 1) * k]);
                 assert!((out[i * n + j] - want).abs() < 1e-3);
-            }
-        }
-    }
-
-    #[test]
-    fn rotation_is_orthogonal() {
-        let dim = 33;
-        let r = random_orthogonal(dim, &mut Rng::new(9));
-        for i in 0..dim {
-            for j in 0..dim {
-                let p = dot(&r[i * dim..(i + 1) * dim], &r[j * dim..(j + 1) * dim]);
-                let want = if i == j { 1.0 } else { 0.0 };
-                assert!((p - want).abs() < 1e-5, "({i},{j}) = {p}");
             }
         }
     }

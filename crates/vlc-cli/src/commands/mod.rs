@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+mod bench;
 mod build;
 mod demo;
 mod eval;
@@ -19,6 +20,8 @@ pub enum Command {
     Eval(eval::Args),
     /// Show what is inside an index file.
     Info(info::Args),
+    /// Sweep codecs x nprobe on a dataset, compare with peers (e.g. FAISS), write tables and plots.
+    Bench(bench::Args),
     /// Build, evaluate and query an index over a built-in sample of 5,000 real sentence
     /// embeddings (Debian package descriptions, all-MiniLM-L6-v2, 384-d).
     Demo(demo::Args),
@@ -31,5 +34,6 @@ pub fn run(command: Command) -> Result<()> {
         Command::Eval(a) => eval::run(a),
         Command::Info(a) => info::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }

@@ -1,6 +1,6 @@
 //! 1-bit residual codes with per-vector correction factors (RaBitQ-style).
 //!
-//! A random orthogonal rotation `P` spreads the residual over all dimensions; a code keeps the
+//! A random orthogonal rotation `P` ([`FastRotation`], regenerated from the stored seed) spreads the residual over all dimensions; a code keeps the
 //! sign of each rotated coordinate. With `o = P r / ‖r‖` and `x̄ = sign(o)/√D`, the estimate
 //! `⟨r, y⟩ ≈ ‖r‖ ⟨x̄, P y⟩ / ⟨x̄, o⟩` is unbiased. Writing `y = q − c` and storing
 //! `f2 = −2‖r‖/⟨x̄, o⟩` and `f1 = ‖r‖² − f2 ⟨x̄, P c⟩` per vector gives
@@ -10,52 +10,35 @@
 //! Code layout (code_size = ⌈D/8⌉ + 8 bytes): sign bits (dimension d at byte d/8, bit d%8),
 //! then `f32` f1, then `f32` f2.
 
-use super::{put_f32s, read_f32, CodecKind, ParamReader, QueryState, ResidualCodec};
-use crate::error::{Result, VlcError};
-use crate::linalg::{gemm_nt, mat_vec, random_orthogonal};
-use crate::rng::Rng;
+use super::{read_f32, CodecKind, ParamReader, QueryState, ResidualCodec};
+use crate::error::Result;
+use crate::rotation::FastRotation;
 use rayon::prelude::*;
 
-/// Rows encoded per GEMM block.
+/// Rows encoded per parallel task.
 const ENCODE_BLOCK: usize = 1024;
 
 #[derive(Clone, Debug)]
 pub struct RaBitQ {
     dim: usize,
     seed: u64,
-    /// The rotation. Layout: (dim, dim), row-major; `(P r)_i = rotation[i, :] · r`.
-    rotation: Vec<f32>,
+    rotation: FastRotation,
 }
 
 impl RaBitQ {
     pub(crate) fn train(dim: usize, seed: u64) -> Self {
-        let rotation = random_orthogonal(dim, &mut Rng::new(seed ^ 0x0b17_c0de));
         RaBitQ {
             dim,
             seed,
-            rotation,
+            rotation: FastRotation::new(dim, seed ^ 0x0b17_c0de),
         }
     }
 
     pub(crate) fn read_params(dim: usize, bytes: &[u8]) -> Result<Self> {
         let mut r = ParamReader::new(bytes, "rabitq codec");
         let seed = r.u64()?;
-        let rotation = r.f32s(
-            dim.checked_mul(dim)
-                .ok_or_else(|| VlcError::param("dim", "too large"))?,
-        )?;
         r.finish()?;
-        if rotation.iter().any(|v| !v.is_finite()) {
-            return Err(VlcError::Corrupt {
-                what: "rabitq rotation is not finite".into(),
-                offset: 8,
-            });
-        }
-        Ok(RaBitQ {
-            dim,
-            seed,
-            rotation,
-        })
+        Ok(Self::train(dim, seed))
     }
 
     fn bytes(&self) -> usize {
@@ -73,35 +56,23 @@ impl ResidualCodec for RaBitQ {
 
     fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {
         let (dim, cs, nb) = (self.dim, self.code_size(), self.bytes());
-        let num_anchors = anchors.len() / dim;
-        let mut rotated_anchors = vec![0f32; num_anchors * dim];
-        gemm_nt(
-            anchors,
-            num_anchors,
-            &self.rotation,
-            dim,
-            dim,
-            &mut rotated_anchors,
-        );
+        let mut rotated_anchors = anchors.to_vec();
+        rotated_anchors
+            .par_chunks_mut(dim)
+            .for_each(|a| self.rotation.apply(a));
         let inv_sqrt_d = 1.0 / (dim as f32).sqrt();
         out.par_chunks_mut(ENCODE_BLOCK * cs)
             .enumerate()
             .for_each(|(b, out)| {
                 let start = b * ENCODE_BLOCK;
-                let m = out.len() / cs;
-                let mut residuals = vec![0f32; m * dim];
-                for i in 0..m {
-                    let a = assignment[start + i] as usize;
-                    let x = &points[(start + i) * dim..(start + i + 1) * dim];
-                    for (d, r) in residuals[i * dim..(i + 1) * dim].iter_mut().enumerate() {
-                        *r = x[d] - anchors[a * dim + d];
-                    }
-                }
-                let mut rotated = vec![0f32; m * dim];
-                gemm_nt(&residuals, m, &self.rotation, dim, dim, &mut rotated);
+                let mut rr = vec![0f32; dim];
                 for (i, code) in out.chunks_exact_mut(cs).enumerate() {
                     let a = assignment[start + i] as usize;
-                    let rr = &rotated[i * dim..(i + 1) * dim];
+                    let x = &points[(start + i) * dim..(start + i + 1) * dim];
+                    for (d, r) in rr.iter_mut().enumerate() {
+                        *r = x[d] - anchors[a * dim + d];
+                    }
+                    self.rotation.apply(&mut rr);
                     let pc = &rotated_anchors[a * dim..(a + 1) * dim];
                     code[..nb].fill(0);
                     let (mut norm_sq, mut abs_sum, mut xbar_pc) = (0f32, 0f32, 0f32);
@@ -131,19 +102,15 @@ impl ResidualCodec for RaBitQ {
 
     /// The reconstruction consistent with the estimator: `(−f2/2) Pᵀ x̄`.
     fn decode(&self, code: &[u8], _anchor_id: u32, out: &mut [f32]) {
-        let dim = self.dim;
-        let scale = -0.5 * read_f32(code, self.bytes() + 4) / (dim as f32).sqrt();
-        out.fill(0.0);
-        for i in 0..dim {
-            let s = if code[i / 8] >> (i % 8) & 1 == 1 {
+        let scale = -0.5 * read_f32(code, self.bytes() + 4) / (self.dim as f32).sqrt();
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = if code[i / 8] >> (i % 8) & 1 == 1 {
                 scale
             } else {
                 -scale
             };
-            for (o, p) in out.iter_mut().zip(&self.rotation[i * dim..(i + 1) * dim]) {
-                *o += s * p;
-            }
         }
+        self.rotation.apply_inverse(out);
     }
 
     /// `table`: (⌈D/8⌉, 256), entry `[g][m]` = (2/√D) Σ_{bit j of m} (P q)[8g + j];
@@ -151,7 +118,8 @@ impl ResidualCodec for RaBitQ {
     fn prepare_query(&self, state: &mut QueryState) {
         let (dim, nb) = (self.dim, self.bytes());
         let mut rq = vec![0f32; nb * 8];
-        mat_vec(&self.rotation, &state.query, &mut rq[..dim]);
+        rq[..dim].copy_from_slice(&state.query);
+        self.rotation.apply(&mut rq[..dim]);
         let inv_sqrt_d = 1.0 / (dim as f32).sqrt();
         state.constant = -rq.iter().sum::<f32>() * inv_sqrt_d;
         state.table.clear();
@@ -193,6 +161,5 @@ impl ResidualCodec for RaBitQ {
 
     fn write_params(&self, out: &mut Vec<u8>) {
         out.extend(self.seed.to_le_bytes());
-        put_f32s(out, &self.rotation);
     }
 }

@@ -1,0 +1,378 @@
+use super::build::parse_refine;
+use super::eval::sweep;
+use crate::output::write_atomic;
+use crate::plot::{svg, Series};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use vlc::{BuildParams, CodecKind, CpuBackend, Index, Metric};
+
+/// Sweep codecs × nprobe (× rerank depth) on a dataset and compare with peers.
+///
+/// Writes to --out: results.jsonl (one point per line, VLC and --peers), results.md (tables and
+/// the Pareto check against every peer point), recall_qps.svg and recall_bytes.svg. Indexes are
+/// built with all threads; searches run on --search-threads threads (default 1: single core).
+/// Peer points come from bench/faiss_bench.py (same JSON schema).
+#[derive(clap::Args)]
+pub struct Args {
+    /// Dataset directory with base.npy, query.npy (or queries.npy) and groundtruth.npy.
+    pub dataset: Option<PathBuf>,
+    #[arg(long)]
+    pub base: Option<PathBuf>,
+    #[arg(long)]
+    pub queries: Option<PathBuf>,
+    #[arg(long)]
+    pub groundtruth: Option<PathBuf>,
+    /// Index configurations, `codec` or `codec+refine`, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "rabitq1+sq8,rabitq1+sq4,rabitq1,sq4,sq8,anchor-only"
+    )]
+    pub configs: Vec<String>,
+    /// nprobe values (values above the anchor count are skipped).
+    #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128, 256])]
+    pub nprobe: Vec<usize>,
+    /// Rerank depths for configurations with a refine tier (0 = 10·k).
+    #[arg(long, value_delimiter = ',', default_values_t = [0usize])]
+    pub rerank: Vec<usize>,
+    /// Anchors (default: automatic).
+    #[arg(long)]
+    pub anchors: Option<usize>,
+    #[arg(long, default_value = "l2")]
+    pub metric: Metric,
+    /// Threads for searching (timed).
+    #[arg(long, default_value_t = 1)]
+    pub search_threads: usize,
+    /// JSON-lines files of peer points (e.g. from bench/faiss_bench.py).
+    #[arg(long)]
+    pub peers: Vec<PathBuf>,
+    /// Output directory.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Keep the built indexes in the output directory.
+    #[arg(long)]
+    pub keep_indexes: bool,
+}
+
+/// One measured configuration at one search setting.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct Point {
+    pub system: String,
+    pub config: String,
+    pub nprobe: usize,
+    #[serde(default)]
+    pub rerank: usize,
+    pub bytes_per_vector: f64,
+    #[serde(rename = "recall@1")]
+    pub recall_1: f64,
+    #[serde(rename = "recall@10")]
+    pub recall_10: f64,
+    #[serde(rename = "recall@100", default)]
+    pub recall_100: Option<f64>,
+    pub qps: f64,
+    pub threads: usize,
+    #[serde(default)]
+    pub build_seconds: f64,
+}
+
+fn pick(
+    dir: &Option<PathBuf>,
+    explicit: &Option<PathBuf>,
+    names: &[&str],
+    what: &str,
+) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.clone());
+    }
+    let Some(d) = dir else {
+        bail!("give a dataset directory or --{what}")
+    };
+    names
+        .iter()
+        .map(|n| d.join(n))
+        .find(|p| p.exists())
+        .with_context(|| format!("{} has none of {names:?}", d.display()))
+}
+
+fn parse_config(spec: &str) -> Result<(CodecKind, Option<CodecKind>)> {
+    let mut parts = spec.split('+');
+    let codec: CodecKind = parts.next().unwrap_or("").parse()?;
+    let refine = parse_refine(parts.next().unwrap_or("none"))?;
+    if parts.next().is_some() {
+        bail!("config `{spec}`: expected codec or codec+refine");
+    }
+    Ok((codec, refine))
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let base_path = pick(&a.dataset, &a.base, &["base.npy", "base.fvecs"], "base")?;
+    let query_path = pick(
+        &a.dataset,
+        &a.queries,
+        &["query.npy", "queries.npy", "query.fvecs"],
+        "queries",
+    )?;
+    let gt_path = pick(
+        &a.dataset,
+        &a.groundtruth,
+        &["groundtruth.npy", "groundtruth.ivecs"],
+        "groundtruth",
+    )?;
+    let configs: Vec<(String, CodecKind, Option<CodecKind>)> = a
+        .configs
+        .iter()
+        .map(|s| parse_config(s).map(|(c, r)| (s.clone(), c, r)))
+        .collect::<Result<_>>()?;
+    if a.search_threads == 0 {
+        bail!("--search-threads must be at least 1");
+    }
+    let base = vlc::io::read_vectors(&base_path, None)
+        .with_context(|| format!("reading {}", base_path.display()))?;
+    let queries = vlc::io::read_vectors(&query_path, Some(base.cols))
+        .with_context(|| format!("reading {}", query_path.display()))?;
+    let truth =
+        vlc::io::read_ids(&gt_path).with_context(|| format!("reading {}", gt_path.display()))?;
+    if truth.rows != queries.rows {
+        bail!(
+            "ground truth has {} rows for {} queries",
+            truth.rows,
+            queries.rows
+        );
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(a.search_threads)
+        .build()?;
+    let mut points: Vec<Point> = Vec::new();
+    eprintln!(
+        "{} vectors x {}, {} queries; searching on {} thread(s)",
+        base.rows, base.cols, queries.rows, a.search_threads
+    );
+    for (name, codec, refine) in &configs {
+        let mut params = BuildParams::default()
+            .with_codec(*codec)
+            .with_refine(*refine)
+            .with_metric(a.metric);
+        params.train.num_anchors = a.anchors.unwrap_or(0);
+        let t = Instant::now();
+        let (index, _) = Index::build(&base.data, base.cols, &params, &CpuBackend, &mut |_| {})
+            .with_context(|| format!("building {name}"))?;
+        let build_seconds = t.elapsed().as_secs_f64();
+        let bytes = index.file_size() as f64 / index.len() as f64;
+        if a.keep_indexes {
+            index.save(a.out.join(format!("{name}.vlc")))?;
+        }
+        let nprobes: Vec<usize> = a
+            .nprobe
+            .iter()
+            .copied()
+            .filter(|&p| p >= 1 && p <= index.num_anchors())
+            .collect();
+        let reranks: Vec<usize> = if refine.is_some() {
+            a.rerank.clone()
+        } else {
+            vec![0]
+        };
+        for &rerank in &reranks {
+            let results = pool.install(|| {
+                sweep(
+                    &index,
+                    &queries.data,
+                    &truth.data,
+                    truth.cols,
+                    &nprobes,
+                    rerank,
+                )
+            })?;
+            for r in results {
+                eprintln!("  {name:<16} nprobe {:>4} rerank {:>4}: recall@10 {:.4}  {:>8.0} QPS  {bytes:.1} B/vector", r.nprobe, rerank, r.recall_10, r.qps);
+                points.push(Point {
+                    system: "vlc".into(),
+                    config: name.clone(),
+                    nprobe: r.nprobe,
+                    rerank,
+                    bytes_per_vector: bytes,
+                    recall_1: r.recall_1,
+                    recall_10: r.recall_10,
+                    recall_100: r.recall_100,
+                    qps: r.qps,
+                    threads: a.search_threads,
+                    build_seconds,
+                });
+            }
+        }
+    }
+    for p in &a.peers {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            points.push(
+                serde_json::from_str(line)
+                    .with_context(|| format!("{} line {}", p.display(), i + 1))?,
+            );
+        }
+    }
+    write_outputs(
+        &a.out,
+        &points,
+        &format!(
+            "{} ({} x {}, {} queries)",
+            base_path.display(),
+            base.rows,
+            base.cols,
+            queries.rows
+        ),
+    )
+}
+
+/// Best recall@10 of a configuration over nprobe <= 128, with the QPS there.
+fn best(points: &[&Point]) -> (f64, f64) {
+    points
+        .iter()
+        .filter(|p| p.nprobe <= 128)
+        .map(|p| (p.recall_10, p.qps))
+        .fold((0.0, 0.0), |a, b| {
+            if b.0 > a.0 || (b.0 == a.0 && b.1 > a.1) {
+                b
+            } else {
+                a
+            }
+        })
+}
+
+pub fn write_outputs(out: &Path, points: &[Point], title: &str) -> Result<()> {
+    let jsonl: String = points
+        .iter()
+        .map(|p| serde_json::to_string(p).unwrap() + "\n")
+        .collect();
+    write_atomic(&out.join("results.jsonl"), jsonl.as_bytes())?;
+    let mut groups: BTreeMap<(String, String), Vec<&Point>> = BTreeMap::new();
+    for p in points {
+        groups
+            .entry((p.system.clone(), p.config.clone()))
+            .or_default()
+            .push(p);
+    }
+    let mut md = format!("# Benchmark: {title}\n\nSearch threads: {}. Bytes per vector: VLC = index file / vectors; peers as their script reports.\n\n", points.first().map_or(1, |p| p.threads));
+    md += "## Best recall@10 per configuration (nprobe <= 128)\n\n| system | config | bytes/vector | best recall@10 | QPS there |\n|---|---|---|---|---|\n";
+    let mut summary: Vec<_> = groups
+        .iter()
+        .map(|((s, c), ps)| (s, c, ps[0].bytes_per_vector, best(ps)))
+        .collect();
+    summary.sort_by(|a, b| a.2.total_cmp(&b.2));
+    for (s, c, b, (r, q)) in &summary {
+        md += &format!("| {s} | {c} | {b:.1} | {r:.4} | {q:.0} |\n");
+    }
+    // Pareto: each peer point must be matched by a VLC point with no more bytes, no less recall
+    // and no fewer QPS.
+    let vlc_points: Vec<&Point> = points.iter().filter(|p| p.system == "vlc").collect();
+    let peers: Vec<&Point> = points.iter().filter(|p| p.system != "vlc").collect();
+    if !peers.is_empty() {
+        let beaten: Vec<bool> = peers
+            .iter()
+            .map(|f| {
+                vlc_points.iter().any(|v| {
+                    v.bytes_per_vector <= f.bytes_per_vector
+                        && v.recall_10 >= f.recall_10
+                        && v.qps >= f.qps
+                })
+            })
+            .collect();
+        md += &format!(
+            "\n## Pareto check\n\n{} of {} peer points are matched or beaten by a VLC point (no more bytes, no less recall@10, no fewer QPS).\n",
+            beaten.iter().filter(|b| **b).count(),
+            peers.len()
+        );
+        let missing: Vec<_> = peers
+            .iter()
+            .zip(&beaten)
+            .filter(|(_, b)| !**b)
+            .map(|(p, _)| p)
+            .collect();
+        if !missing.is_empty() {
+            md += "\nNot matched:\n\n| system | config | nprobe | bytes/vector | recall@10 | QPS |\n|---|---|---|---|---|---|\n";
+            for p in missing {
+                md += &format!(
+                    "| {} | {} | {} | {:.1} | {:.4} | {:.0} |\n",
+                    p.system, p.config, p.nprobe, p.bytes_per_vector, p.recall_10, p.qps
+                );
+            }
+        }
+    }
+    md += "\n## All points\n\n| system | config | nprobe | rerank | bytes/vector | recall@1 | recall@10 | recall@100 | QPS |\n|---|---|---|---|---|---|---|---|---|\n";
+    for p in points {
+        md += &format!(
+            "| {} | {} | {} | {} | {:.1} | {:.4} | {:.4} | {} | {:.0} |\n",
+            p.system,
+            p.config,
+            p.nprobe,
+            p.rerank,
+            p.bytes_per_vector,
+            p.recall_1,
+            p.recall_10,
+            p.recall_100.map_or("-".into(), |r| format!("{r:.4}")),
+            p.qps
+        );
+    }
+    write_atomic(&out.join("results.md"), md.as_bytes())?;
+
+    let series_qps: Vec<Series> = groups
+        .iter()
+        .map(|((s, c), ps)| {
+            let mut pts: Vec<(f64, f64)> = ps.iter().map(|p| (p.qps, p.recall_10)).collect();
+            pts.sort_by(|a, b| a.1.total_cmp(&b.1));
+            Series {
+                name: format!("{s} {c}"),
+                points: pts,
+                dashed: s != "vlc",
+            }
+        })
+        .collect();
+    write_atomic(
+        &out.join("recall_qps.svg"),
+        svg(
+            &format!("recall@10 vs QPS: {title}"),
+            "queries per second (log scale)",
+            "recall@10",
+            &series_qps,
+            true,
+        )
+        .as_bytes(),
+    )?;
+    let mut by_system: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for (s, _, b, (r, _)) in &summary {
+        by_system.entry(s.to_string()).or_default().push((*b, *r));
+    }
+    let series_bytes: Vec<Series> = by_system
+        .into_iter()
+        .map(|(s, pts)| Series {
+            dashed: s != "vlc",
+            name: s,
+            points: pts,
+        })
+        .collect();
+    write_atomic(
+        &out.join("recall_bytes.svg"),
+        svg(
+            &format!("best recall@10 (nprobe <= 128) vs bytes/vector: {title}"),
+            "bytes per vector (log scale)",
+            "recall@10",
+            &series_bytes,
+            true,
+        )
+        .as_bytes(),
+    )?;
+    println!("{md}");
+    eprintln!(
+        "wrote {}/results.jsonl, results.md, recall_qps.svg, recall_bytes.svg",
+        out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! A fast random orthogonal transform, regenerated from a seed (nothing to store).
+//!
+//! `ROUNDS` rounds of: multiply by a random ±1 diagonal, then apply the normalised
+//! Walsh-Hadamard transform to a power-of-two block of the vector (the first `p` coordinates in
+//! even rounds, the last `p` in odd rounds, `p` the largest power of two ≤ dim). Each step is
+//! orthogonal, so the product is; for dim a power of two the blocks cover the whole vector.
+//! Cost O(dim log dim) per vector instead of O(dim²) for a dense matrix.
+
+use crate::rng::Rng;
+
+const ROUNDS: usize = 4;
+
+#[derive(Clone, Debug)]
+pub struct FastRotation {
+    dim: usize,
+    block: usize,
+    /// Sign flips. Layout: (ROUNDS, dim), row-major, each ±1.
+    signs: Vec<f32>,
+}
+
+fn fwht(v: &mut [f32]) {
+    let n = v.len();
+    let mut h = 1;
+    while h < n {
+        for i in (0..n).step_by(2 * h) {
+            for j in i..i + h {
+                let (a, b) = (v[j], v[j + h]);
+                v[j] = a + b;
+                v[j + h] = a - b;
+            }
+        }
+        h *= 2;
+    }
+    let scale = 1.0 / (n as f32).sqrt();
+    v.iter_mut().for_each(|x| *x *= scale);
+}
+
+impl FastRotation {
+    pub fn new(dim: usize, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let signs = (0..ROUNDS * dim)
+            .map(|_| if rng.next_u64() & 1 == 1 { 1.0 } else { -1.0 })
+            .collect();
+        let block = if dim == 0 {
+            0
+        } else {
+            1 << (usize::BITS - 1 - dim.leading_zeros())
+        };
+        FastRotation { dim, block, signs }
+    }
+
+    /// Rotate `v` (dim,) in place.
+    pub fn apply(&self, v: &mut [f32]) {
+        debug_assert_eq!(v.len(), self.dim);
+        for r in 0..ROUNDS {
+            v.iter_mut()
+                .zip(&self.signs[r * self.dim..(r + 1) * self.dim])
+                .for_each(|(x, s)| *x *= s);
+            if r % 2 == 0 {
+                fwht(&mut v[..self.block]);
+            } else {
+                fwht(&mut v[self.dim - self.block..]);
+            }
+        }
+    }
+
+    /// Undo [`apply`](Self::apply) (the transpose).
+    pub fn apply_inverse(&self, v: &mut [f32]) {
+        for r in (0..ROUNDS).rev() {
+            if r % 2 == 0 {
+                fwht(&mut v[..self.block]);
+            } else {
+                fwht(&mut v[self.dim - self.block..]);
+            }
+            v.iter_mut()
+                .zip(&self.signs[r * self.dim..(r + 1) * self.dim])
+                .for_each(|(x, s)| *x *= s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn preserves_norms_and_inner_products_and_inverts() {
+        for dim in [1usize, 7, 65, 384, 512] {
+            let rot = FastRotation::new(dim, 3);
+            let mut r = Rng::new(dim as u64);
+            let a: Vec<f32> = (0..dim).map(|_| r.normal() as f32).collect();
+            let b: Vec<f32> = (0..dim).map(|_| r.normal() as f32).collect();
+            let (mut ra, mut rb) = (a.clone(), b.clone());
+            rot.apply(&mut ra);
+            rot.apply(&mut rb);
+            let dot =
+                |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(p, q)| (p * q) as f64).sum::<f64>();
+            assert!(
+                (dot(&a, &b) - dot(&ra, &rb)).abs() < 1e-3 * (1.0 + dot(&a, &a)),
+                "dim {dim}"
+            );
+            assert!(
+                (dot(&a, &a) - dot(&ra, &ra)).abs() < 1e-3 * dot(&a, &a),
+                "dim {dim}"
+            );
+            rot.apply_inverse(&mut ra);
+            assert!(
+                a.iter().zip(&ra).all(|(x, y)| (x - y).abs() < 1e-4),
+                "dim {dim}"
+            );
+        }
+    }
+}
