@@ -4,6 +4,7 @@
 use crate::backend::{group_by_anchor, Backend};
 use crate::codec::{Codec, CodecKind, CodecParams, ResidualCodec};
 use crate::error::{Result, VlcError};
+use crate::fastscan::FastScan;
 use crate::format::Section;
 use crate::train::{train_anchors, IterationStats, TrainParams, TrainReport};
 use crate::vectors::{normalize_rows, validate_vectors};
@@ -149,6 +150,8 @@ pub struct Index {
     pub(crate) codes: Section<u8>,
     /// Optional refine codec and its codes. Layout: (num_vectors, refine.code_size()).
     pub(crate) refine: Option<(Codec, Section<u8>)>,
+    /// Fast-scan copy of 1-bit primary codes (built in memory; not part of the file).
+    pub(crate) fastscan: Option<FastScan>,
     pub(crate) report: BuildReport,
 }
 
@@ -349,6 +352,10 @@ impl Index {
         report: BuildReport,
     ) -> Index {
         let anchor_norms = crate::linalg::row_norms_sq(&anchors, dim);
+        let fastscan = match codec {
+            Codec::RaBitQ(_) => Some(FastScan::build(&list_offsets, &codes, dim)),
+            _ => None,
+        };
         Index {
             dim,
             metric,
@@ -360,6 +367,7 @@ impl Index {
             codec,
             codes,
             refine,
+            fastscan,
             report,
         }
     }

@@ -2,8 +2,9 @@
 //! candidate pool, rerank it with the refine tier when the index has one, return the top k.
 
 use crate::backend::Backend;
-use crate::codec::{QueryState, ResidualCodec};
+use crate::codec::{Codec, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
+use crate::fastscan::QueryLut;
 use crate::index::{Index, Metric};
 use crate::vectors::validate_vectors;
 use rayon::prelude::*;
@@ -55,6 +56,8 @@ struct Candidate {
     dist: f32,
     position: u32,
     anchor: u32,
+    /// ‖q − anchor‖², for the second stage.
+    anchor_dist: f32,
 }
 
 impl PartialEq for Candidate {
@@ -85,6 +88,8 @@ struct Scratch {
     pool: BinaryHeap<Candidate>,
     anchor_dists: Vec<f32>,
     order: Vec<u32>,
+    rotated: Vec<f32>,
+    lut: QueryLut,
 }
 
 impl Index {
@@ -111,8 +116,10 @@ impl Index {
         Ok(())
     }
 
+    /// Candidates kept for the second stage (refine tier, or exact 1-bit rescoring after a
+    /// fast scan): `rerank`, or 10·k when 0; just k without a second stage.
     fn pool_size(&self, params: &SearchParams) -> usize {
-        if self.refine.is_some() {
+        if self.refine.is_some() || self.fastscan.is_some() {
             let r = if params.rerank == 0 {
                 10 * params.k
             } else {
@@ -234,6 +241,10 @@ impl Index {
         scratch.primary.query.clear();
         scratch.primary.query.extend_from_slice(q);
         self.codec.prepare_query(&mut scratch.primary);
+        if let (Some(fs), Codec::RaBitQ(rabitq)) = (&self.fastscan, &self.codec) {
+            rabitq.rotate_query(q, &mut scratch.rotated);
+            fs.prepare(&scratch.rotated, &mut scratch.lut);
+        }
         scratch.pool.clear();
         let cs = self.codec.code_size();
         for &(anchor, anchor_dist) in probes {
@@ -244,19 +255,31 @@ impl Index {
             if lo == hi {
                 continue;
             }
-            scratch.dists.resize(hi - lo, 0.0);
-            self.codec.scan(
-                &mut scratch.primary,
-                anchor,
-                anchor_dist,
-                &self.codes[lo * cs..hi * cs],
-                &mut scratch.dists,
-            );
-            for (j, &d) in scratch.dists.iter().enumerate() {
+            match &self.fastscan {
+                Some(fs) => {
+                    scratch.dists.resize(fs.padded_len(anchor), 0.0);
+                    fs.scan(&scratch.lut, anchor, anchor_dist, &mut scratch.dists);
+                }
+                None => {
+                    scratch.dists.resize(hi - lo, 0.0);
+                    self.codec.scan(
+                        &mut scratch.primary,
+                        anchor,
+                        anchor_dist,
+                        &self.codes[lo * cs..hi * cs],
+                        &mut scratch.dists,
+                    );
+                }
+            }
+            for (j, &d) in scratch.dists[..hi - lo].iter().enumerate() {
+                if scratch.pool.len() == pool_size && d >= scratch.pool.peek().unwrap().dist {
+                    continue;
+                }
                 let c = Candidate {
                     dist: d,
                     position: (lo + j) as u32,
                     anchor,
+                    anchor_dist,
                 };
                 if scratch.pool.len() < pool_size {
                     scratch.pool.push(c);
@@ -267,19 +290,28 @@ impl Index {
             }
         }
         let mut found: Vec<Candidate> = std::mem::take(&mut scratch.pool).into_vec();
-        if let Some((refine, codes)) = &self.refine {
-            scratch.refine.query.clear();
-            scratch.refine.query.extend_from_slice(q);
-            refine.prepare_query(&mut scratch.refine);
-            let rcs = refine.code_size();
-            let anchor_dist = |a: u32| probes.iter().find(|p| p.0 == a).map_or(0.0, |p| p.1);
+        // Second stage: the refine tier, or the exact 1-bit estimator after a fast scan.
+        let rescore: Option<(&Codec, &[u8], &mut QueryState)> = match &self.refine {
+            Some((refine, codes)) => {
+                scratch.refine.query.clear();
+                scratch.refine.query.extend_from_slice(q);
+                refine.prepare_query(&mut scratch.refine);
+                Some((refine, codes, &mut scratch.refine))
+            }
+            None if self.fastscan.is_some() => {
+                Some((&self.codec, &self.codes, &mut scratch.primary))
+            }
+            None => None,
+        };
+        if let Some((codec, codes, state)) = rescore {
+            let rcs = codec.code_size();
             for c in found.iter_mut() {
                 let p = c.position as usize;
                 let mut out = [0f32];
-                refine.scan(
-                    &mut scratch.refine,
+                codec.scan(
+                    state,
                     c.anchor,
-                    anchor_dist(c.anchor),
+                    c.anchor_dist,
                     &codes[p * rcs..(p + 1) * rcs],
                     &mut out,
                 );

@@ -41,6 +41,14 @@ impl RaBitQ {
         Ok(Self::train(dim, seed))
     }
 
+    /// `P q`, zero-padded to ⌈D/8⌉·8 entries (for the fast-scan tables).
+    pub fn rotate_query(&self, query: &[f32], out: &mut Vec<f32>) {
+        out.clear();
+        out.extend_from_slice(query);
+        self.rotation.apply(out);
+        out.resize(self.bytes() * 8, 0.0);
+    }
+
     fn bytes(&self) -> usize {
         self.dim.div_ceil(8)
     }

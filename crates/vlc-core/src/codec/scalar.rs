@@ -190,28 +190,11 @@ impl ScalarQuantizer {
     #[inline]
     fn weighted_levels(&self, weights: &[f32], code: &[u8]) -> f32 {
         if self.bits == 8 {
-            dot_u8(weights, &code[..self.dim])
+            crate::simd::dot_u8(weights, &code[..self.dim])
         } else {
             dot_u4(weights, &code[..self.packed_len()])
         }
     }
-}
-
-/// Σ w[i]·codes[i] with 8 accumulators.
-#[inline]
-fn dot_u8(weights: &[f32], codes: &[u8]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let chunks = weights.len() / 8;
-    for c in 0..chunks {
-        for i in 0..8 {
-            acc[i] += weights[c * 8 + i] * codes[c * 8 + i] as f32;
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for i in chunks * 8..weights.len() {
-        s += weights[i] * codes[i] as f32;
-    }
-    s
 }
 
 /// Σ over nibbles: w[2j]·low(codes[j]) + w[2j+1]·high(codes[j]).

@@ -1,0 +1,236 @@
+//! Fast-scan layout for 1-bit (RaBitQ) codes: 32 vectors per block, sign bits transposed so
+//! that one 32-byte load holds the same code byte (8 dimensions = two 4-bit groups) of 32
+//! vectors. A query's inner-product table is quantised to `u8` per 4-bit group, so a block is
+//! scored with two byte shuffles per code byte (AVX2 `pshufb`) and 16-bit accumulation.
+//!
+//! The quantised estimate only selects candidates: search rescores the candidate pool with the
+//! exact f32 estimator (or the refine tier), so this approximation does not reach the results.
+//!
+//! Built in memory from the list-ordered codes of the index file (the file format does not
+//! depend on it).
+
+use crate::codec::read_f32;
+use crate::simd::{level, SimdLevel};
+use rayon::prelude::*;
+
+pub const BLOCK: usize = 32;
+/// Code bytes summed in 16-bit lanes before widening (254 · 256 < 65536).
+const PAIRS_PER_FLUSH: usize = 256;
+
+pub struct FastScan {
+    /// Code bytes per vector (⌈dim/8⌉), i.e. pairs of 4-bit groups.
+    pairs: usize,
+    dim: usize,
+    /// List `a` owns blocks `block_offsets[a]..block_offsets[a+1]`. Layout: (num_anchors + 1,).
+    block_offsets: Vec<usize>,
+    /// Layout: (total_blocks, pairs, 32) bytes: `[blk][p][j]` = code byte p of slot j.
+    codes: Vec<u8>,
+    /// Per-slot factors f1, f2 (see `codec::rabitq`). Layout: (total_blocks · 32,).
+    f1: Vec<f32>,
+    f2: Vec<f32>,
+}
+
+/// A query's quantised lookup table.
+#[derive(Default, Clone)]
+pub struct QueryLut {
+    /// Layout: (pairs, 2, 16): for pair p, 16 entries of group 2p then 16 of group 2p+1.
+    lut: Vec<u8>,
+    delta: f32,
+    bias: f32,
+    /// Σ (P q) / √D.
+    offset: f32,
+    scale: f32,
+}
+
+impl FastScan {
+    /// Transpose list-ordered RaBitQ codes (`code_size` = pairs + 8) into blocks.
+    pub fn build(list_offsets: &[u64], codes: &[u8], dim: usize) -> FastScan {
+        let pairs = dim.div_ceil(8);
+        let cs = pairs + 8;
+        let mut block_offsets = vec![0usize; list_offsets.len()];
+        for a in 0..list_offsets.len() - 1 {
+            let len = (list_offsets[a + 1] - list_offsets[a]) as usize;
+            block_offsets[a + 1] = block_offsets[a] + len.div_ceil(BLOCK);
+        }
+        let total = *block_offsets.last().unwrap();
+        let mut out = vec![0u8; total * pairs * BLOCK];
+        let mut f1 = vec![0f32; total * BLOCK];
+        let mut f2 = vec![0f32; total * BLOCK];
+        // Block → (list, first position) map, then fill blocks in parallel.
+        let mut starts = Vec::with_capacity(total);
+        for a in 0..list_offsets.len() - 1 {
+            let (lo, hi) = (list_offsets[a] as usize, list_offsets[a + 1] as usize);
+            for b in 0..(hi - lo).div_ceil(BLOCK) {
+                starts.push((lo + b * BLOCK, hi));
+            }
+        }
+        out.par_chunks_mut(pairs * BLOCK)
+            .zip(f1.par_chunks_mut(BLOCK).zip(f2.par_chunks_mut(BLOCK)))
+            .zip(starts.par_iter())
+            .for_each(|((blk, (f1, f2)), &(start, end))| {
+                for j in 0..BLOCK.min(end - start) {
+                    let code = &codes[(start + j) * cs..(start + j + 1) * cs];
+                    for p in 0..pairs {
+                        blk[p * BLOCK + j] = code[p];
+                    }
+                    f1[j] = read_f32(code, pairs);
+                    f2[j] = read_f32(code, pairs + 4);
+                }
+            });
+        FastScan {
+            pairs,
+            dim,
+            block_offsets,
+            codes: out,
+            f1,
+            f2,
+        }
+    }
+
+    /// Quantise the table of a rotated query `rq` (padded to pairs·8 with zeros).
+    pub fn prepare(&self, rq: &[f32], out: &mut QueryLut) {
+        let groups = self.pairs * 2;
+        out.lut.clear();
+        out.lut.resize(groups * 16, 0);
+        let mut delta = 0f32;
+        for g in 0..groups {
+            delta = delta.max(rq[4 * g..4 * g + 4].iter().map(|v| v.abs()).sum());
+        }
+        let delta = if delta > 0.0 { delta / 127.0 } else { 1.0 };
+        let mut bias = 0f32;
+        for g in 0..groups {
+            let w = &rq[4 * g..4 * g + 4];
+            let min: f32 = w.iter().filter(|v| **v < 0.0).sum();
+            bias += min;
+            for m in 0..16usize {
+                let t: f32 = (0..4).filter(|i| m >> i & 1 == 1).map(|i| w[i]).sum();
+                out.lut[g * 16 + m] = ((t - min) / delta).round().clamp(0.0, 127.0) as u8;
+            }
+        }
+        let inv_sqrt_d = 1.0 / (self.dim as f32).sqrt();
+        out.delta = delta;
+        out.bias = bias;
+        out.offset = rq.iter().sum::<f32>() * inv_sqrt_d;
+        out.scale = 2.0 * inv_sqrt_d;
+    }
+
+    /// Number of vectors in list `a` rounded up to whole blocks.
+    pub fn padded_len(&self, anchor: u32) -> usize {
+        (self.block_offsets[anchor as usize + 1] - self.block_offsets[anchor as usize]) * BLOCK
+    }
+
+    /// Estimated squared distances for every slot of list `anchor` (padding slots included;
+    /// `out` has `padded_len` entries).
+    pub fn scan(&self, lut: &QueryLut, anchor: u32, query_anchor_dist: f32, out: &mut [f32]) {
+        let (b0, b1) = (
+            self.block_offsets[anchor as usize],
+            self.block_offsets[anchor as usize + 1],
+        );
+        let mut sums = [0u32; BLOCK];
+        for (i, blk) in (b0..b1).enumerate() {
+            let codes = &self.codes[blk * self.pairs * BLOCK..(blk + 1) * self.pairs * BLOCK];
+            block_sums(codes, &lut.lut, &mut sums);
+            let (f1, f2) = (
+                &self.f1[blk * BLOCK..(blk + 1) * BLOCK],
+                &self.f2[blk * BLOCK..(blk + 1) * BLOCK],
+            );
+            for j in 0..BLOCK {
+                let ip = lut.scale * (lut.delta * sums[j] as f32 + lut.bias) - lut.offset;
+                out[i * BLOCK + j] = query_anchor_dist + f1[j] + f2[j] * ip;
+            }
+        }
+    }
+}
+
+/// Σ over code bytes p of lut[p][low nibble] + lut[p][high nibble], for the 32 slots of a block.
+pub fn block_sums(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
+    #[cfg(target_arch = "x86_64")]
+    if level() == SimdLevel::Avx2 {
+        // SAFETY: AVX2 was detected at run time.
+        unsafe { block_sums_avx2(codes, lut, out) };
+        return;
+    }
+    block_sums_scalar(codes, lut, out);
+}
+
+/// Scalar reference of [`block_sums`].
+pub fn block_sums_scalar(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
+    let pairs = codes.len() / BLOCK;
+    out.fill(0);
+    for p in 0..pairs {
+        let (lo, hi) = (&lut[p * 32..p * 32 + 16], &lut[p * 32 + 16..p * 32 + 32]);
+        for j in 0..BLOCK {
+            let b = codes[p * BLOCK + j];
+            out[j] += lo[(b & 15) as usize] as u32 + hi[(b >> 4) as usize] as u32;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn block_sums_avx2(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
+    use std::arch::x86_64::*;
+    let pairs = codes.len() / BLOCK;
+    assert!(lut.len() >= pairs * 32);
+    let mask = _mm256_set1_epi8(0x0f);
+    let zero = _mm256_setzero_si256();
+    out.fill(0);
+    let mut start = 0;
+    while start < pairs {
+        let end = (start + PAIRS_PER_FLUSH).min(pairs);
+        let (mut acc_a, mut acc_b) = (zero, zero);
+        for p in start..end {
+            // SAFETY: p < pairs, so codes[p*32..p*32+32] and lut[p*32..p*32+32] are in bounds
+            // (checked by the assert and by `pairs = codes.len() / 32`).
+            let (v, tlo, thi) = unsafe {
+                (
+                    _mm256_loadu_si256(codes.as_ptr().add(p * BLOCK) as *const __m256i),
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                        lut.as_ptr().add(p * 32) as *const __m128i
+                    )),
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                        lut.as_ptr().add(p * 32 + 16) as *const __m128i
+                    )),
+                )
+            };
+            let lo = _mm256_and_si256(v, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+            let r = _mm256_add_epi8(_mm256_shuffle_epi8(tlo, lo), _mm256_shuffle_epi8(thi, hi));
+            acc_a = _mm256_add_epi16(acc_a, _mm256_unpacklo_epi8(r, zero));
+            acc_b = _mm256_add_epi16(acc_b, _mm256_unpackhi_epi8(r, zero));
+        }
+        let (mut a, mut b) = ([0u16; 16], [0u16; 16]);
+        // SAFETY: each array holds exactly 32 bytes.
+        unsafe {
+            _mm256_storeu_si256(a.as_mut_ptr() as *mut __m256i, acc_a);
+            _mm256_storeu_si256(b.as_mut_ptr() as *mut __m256i, acc_b);
+        }
+        // unpacklo takes bytes 0..8 of each 128-bit lane, unpackhi bytes 8..16.
+        for i in 0..8 {
+            out[i] += a[i] as u32;
+            out[16 + i] += a[8 + i] as u32;
+            out[8 + i] += b[i] as u32;
+            out[24 + i] += b[8 + i] as u32;
+        }
+        start = end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    #[test]
+    fn simd_block_sums_match_scalar_for_all_sizes() {
+        let mut r = Rng::new(2);
+        for pairs in [1usize, 2, 7, 48, 300] {
+            let codes: Vec<u8> = (0..pairs * BLOCK).map(|_| r.below(256) as u8).collect();
+            let lut: Vec<u8> = (0..pairs * 32).map(|_| r.below(128) as u8).collect();
+            let (mut a, mut b) = ([0u32; BLOCK], [0u32; BLOCK]);
+            block_sums(&codes, &lut, &mut a);
+            block_sums_scalar(&codes, &lut, &mut b);
+            assert_eq!(a, b, "pairs {pairs}");
+        }
+    }
+}
