@@ -1,5 +1,6 @@
 //! `vlc`: build, search, evaluate and inspect VLC indexes.
 
+mod backend;
 mod commands;
 mod output;
 mod plot;

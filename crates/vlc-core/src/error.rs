@@ -72,7 +72,7 @@ impl VlcError {
             source,
         }
     }
-    pub(crate) fn param(name: &'static str, reason: impl Into<String>) -> Self {
+    pub fn param(name: &'static str, reason: impl Into<String>) -> Self {
         VlcError::InvalidParameter {
             name,
             reason: reason.into(),

@@ -29,6 +29,7 @@
 
 pub mod backend;
 pub mod codec;
+pub mod conformance;
 pub mod error;
 pub mod eval;
 pub mod fastscan;

@@ -219,11 +219,18 @@ pub fn train_anchors(
     let held = gather(&order[..holdout]);
     let train = gather(&order[holdout..]);
     let num_train = train.len() / dim;
+    let _pinned = (backend.pin(&train)?, backend.pin(&held)?);
 
     let seed_count = k
         .saturating_mul(params.seeding_points_per_anchor)
         .clamp(k, num_train);
-    let mut anchors = kmeans_plus_plus(&train[..seed_count * dim], dim, k, &mut rng.fork(1));
+    let mut anchors = kmeans_plus_plus(
+        backend,
+        &train[..seed_count * dim],
+        dim,
+        k,
+        &mut rng.fork(1),
+    )?;
 
     let mut report = TrainReport {
         num_anchors: k,
@@ -248,7 +255,6 @@ pub fn train_anchors(
         let step = params.learning_rate * temperature.max(params.min_temperature);
         backend.update(&mut anchors, dim, &sums, step)?;
 
-        let mut members = Members::new(assignment, k);
         let mut stats = IterationStats {
             iteration: t + 1,
             max_iterations: params.max_iterations,
@@ -264,6 +270,13 @@ pub fn train_anchors(
         let maintain = params.maintenance_interval > 0
             && (t + 1) % params.maintenance_interval == 0
             && t + 1 < params.max_iterations;
+        // Member lists are only needed to merge, split or re-seed.
+        let any_empty = sums.members.contains(&0);
+        let mut members = if maintain || any_empty {
+            Members::new(assignment, k)
+        } else {
+            Members { lists: Vec::new() }
+        };
         if maintain {
             let free = merge_close_anchors(
                 backend,
@@ -283,13 +296,15 @@ pub fn train_anchors(
                 &mut maintenance_rng,
             );
         }
-        stats.reseeded = reseed_empty(
-            &train,
-            dim,
-            &mut anchors,
-            &mut members,
-            &mut maintenance_rng,
-        );
+        if any_empty || maintain {
+            stats.reseeded = reseed_empty(
+                &train,
+                dim,
+                &mut anchors,
+                &mut members,
+                &mut maintenance_rng,
+            );
+        }
 
         if holdout > 0 {
             let h = backend.nearest_anchors(&held, &anchors, dim, 1)?;
@@ -322,49 +337,74 @@ pub fn train_anchors(
     Ok((anchors, report))
 }
 
-/// k-means++ (D² sampling) on `points` (m, dim). Returns (k, dim) anchors.
-fn kmeans_plus_plus(points: &[f32], dim: usize, k: usize, rng: &mut Rng) -> Vec<f32> {
+/// k-means++ seeding (D² sampling) on `points` (m, dim), in rounds: each round draws a batch of
+/// new centres with probability ∝ D² (the squared distance to the nearest centre so far), then
+/// updates D² with one backend call. Batches grow with the number of centres (at most k/16),
+/// so there are O(16 + log k) rounds instead of k. Returns (k, dim) anchors.
+fn kmeans_plus_plus(
+    backend: &dyn Backend,
+    points: &[f32],
+    dim: usize,
+    k: usize,
+    rng: &mut Rng,
+) -> Result<Vec<f32>> {
     let m = points.len() / dim;
+    let _pinned = backend.pin(points)?;
     let row = |i: usize| &points[i * dim..(i + 1) * dim];
     let mut anchors = Vec::with_capacity(k * dim);
     let mut chosen = vec![false; m];
     let first = rng.below(m);
     anchors.extend_from_slice(row(first));
     chosen[first] = true;
-    let mut best: Vec<f32> = (0..m)
-        .into_par_iter()
-        .map(|i| l2_sq(row(i), row(first)))
-        .collect();
-    while anchors.len() < k * dim {
-        let total: f64 = best.iter().map(|&d| d as f64).sum();
-        let pick = if total > 0.0 {
-            let target = rng.next_f64() * total;
-            let mut acc = 0.0;
-            let mut pick = m - 1;
-            for (i, &d) in best.iter().enumerate() {
-                acc += d as f64;
-                if acc > target && d > 0.0 {
-                    pick = i;
-                    break;
+    let mut best = backend.nearest_anchors(points, row(first), dim, 1)?.dists;
+    let max_batch = (k / 16).max(1);
+    let mut count = 1;
+    while count < k {
+        let batch = count.min(max_batch).min(k - count);
+        let mut picks = Vec::with_capacity(batch);
+        let mut weights: Vec<f64> = best
+            .iter()
+            .zip(&chosen)
+            .map(|(&d, &c)| if c { 0.0 } else { d as f64 })
+            .collect();
+        for _ in 0..batch {
+            let total: f64 = weights.iter().sum();
+            let pick = if total > 0.0 {
+                let target = rng.next_f64() * total;
+                let mut acc = 0.0;
+                let mut pick = None;
+                for (i, &w) in weights.iter().enumerate() {
+                    acc += w;
+                    if acc > target && w > 0.0 {
+                        pick = Some(i);
+                        break;
+                    }
                 }
-            }
-            pick
-        } else {
-            // All remaining points coincide with anchors: take any point not yet chosen.
-            let start = rng.below(m);
-            (0..m)
-                .map(|o| (start + o) % m)
-                .find(|&i| !chosen[i])
-                .unwrap_or(start)
-        };
-        chosen[pick] = true;
-        let c = row(pick).to_vec();
-        best.par_iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = b.min(l2_sq(row(i), &c)));
-        anchors.extend_from_slice(&c);
+                pick.unwrap_or_else(|| weights.iter().rposition(|&w| w > 0.0).unwrap())
+            } else {
+                // Every remaining point coincides with a centre: take any point not yet chosen.
+                let start = rng.below(m);
+                (0..m)
+                    .map(|o| (start + o) % m)
+                    .find(|&i| !chosen[i])
+                    .unwrap_or(start)
+            };
+            chosen[pick] = true;
+            weights[pick] = 0.0;
+            picks.push(pick);
+        }
+        let mut centres = Vec::with_capacity(batch * dim);
+        for &p in &picks {
+            centres.extend_from_slice(row(p));
+        }
+        let near = backend.nearest_anchors(points, &centres, dim, 1)?;
+        best.iter_mut()
+            .zip(&near.dists)
+            .for_each(|(b, &d)| *b = b.min(d));
+        anchors.extend_from_slice(&centres);
+        count += batch;
     }
-    anchors
+    Ok(anchors)
 }
 
 /// Per-anchor distance threshold keeping the nearest ⌈(1 − trim)·count⌉ members.

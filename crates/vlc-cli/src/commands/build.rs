@@ -2,7 +2,7 @@ use crate::output::human_bytes;
 use crate::progress::BuildProgress;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
-use vlc::{BuildParams, CodecKind, CpuBackend, Index, Metric};
+use vlc::{BuildParams, CodecKind, Index, Metric};
 
 /// Build an index.
 ///
@@ -51,6 +51,9 @@ pub struct Args {
     /// Merge/split maintenance every this many iterations (0 = never).
     #[arg(long, default_value_t = 5)]
     pub maintenance_interval: usize,
+    /// Compute backend for training and assignment: auto (a GPU when one works), cpu, cuda.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: crate::backend::BackendChoice,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -93,10 +96,12 @@ pub fn run(a: Args) -> Result<()> {
         .with_context(|| format!("reading {}", a.input.display()))?;
     let read_seconds = start.elapsed().as_secs_f64();
     let mut progress = BuildProgress::new(!a.quiet && !a.json);
-    let (index, report) = Index::build(&data.data, data.cols, &params, &CpuBackend, &mut |e| {
-        progress.handle(e)
-    })
-    .context("building the index")?;
+    let backend = crate::backend::open(a.backend, a.quiet || a.json)?;
+    let (index, report) =
+        Index::build(&data.data, data.cols, &params, backend.as_ref(), &mut |e| {
+            progress.handle(e)
+        })
+        .context("building the index")?;
     progress.finish();
     index
         .save(&a.output)
@@ -111,7 +116,7 @@ pub fn run(a: Args) -> Result<()> {
             "metric": index.metric().name(), "codec": index.codec().name(),
             "refine": index.refine_codec().map(|c| c.name()),
             "file_bytes": file_size, "bytes_per_vector": bpv, "compression_vs_f32": ratio,
-            "read_seconds": read_seconds, "build_seconds": report.total_seconds,
+            "backend": backend.name(), "read_seconds": read_seconds, "build_seconds": report.total_seconds,
             "train_seconds": report.train_seconds, "assign_seconds": report.assign_seconds,
             "encode_seconds": report.encode_seconds, "iterations": report.train.iterations,
             "converged": report.train.converged, "final_energy": report.final_energy,

@@ -6,6 +6,8 @@ mod demo;
 mod eval;
 mod info;
 mod search;
+mod test_cuda;
+mod train_bench;
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -20,6 +22,10 @@ pub enum Command {
     Eval(eval::Args),
     /// Show what is inside an index file.
     Info(info::Args),
+    /// Compare anchor training on CUDA and the CPU on synthetic data (times, energy, speedup).
+    TestCuda(test_cuda::Args),
+    /// Time anchor training alone on one backend (used by bench/gpu_bench.py).
+    TrainBench(train_bench::Args),
     /// Sweep codecs x nprobe on a dataset, compare with peers (e.g. FAISS), write tables and plots.
     Bench(bench::Args),
     /// Build, evaluate and query an index over a built-in sample of 5,000 real sentence
@@ -35,5 +41,7 @@ pub fn run(command: Command) -> Result<()> {
         Command::Info(a) => info::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::TestCuda(a) => test_cuda::run(a),
+        Command::TrainBench(a) => train_bench::run(a),
     }
 }

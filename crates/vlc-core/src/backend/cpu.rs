@@ -1,6 +1,6 @@
 //! The reference backend: multi-threaded (rayon) CPU code.
 
-use super::{group_by_anchor, AnchorSums, Backend, Nearest};
+use super::{group_by_anchor, rows_of, AnchorSums, Backend, Nearest};
 use crate::error::{Result, VlcError};
 use crate::linalg::{block_rows, gemm_nt, row_norms_sq};
 use rayon::prelude::*;
@@ -8,20 +8,6 @@ use rayon::prelude::*;
 /// CPU implementation of [`Backend`]; deterministic regardless of thread count.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
-
-fn check_shape(what: &str, len: usize, dim: usize) -> Result<usize> {
-    if dim == 0 {
-        return Err(VlcError::param("dim", "must be at least 1"));
-    }
-    if len % dim != 0 {
-        return Err(VlcError::DimensionMismatch {
-            what: format!("{what} buffer length {len}"),
-            expected: dim,
-            actual: len % dim,
-        });
-    }
-    Ok(len / dim)
-}
 
 /// Keeps the `m` smallest (distance, id) pairs of one row, ties to the smaller id.
 fn select_smallest(row: &[f32], m: usize, ids: &mut [u32], dists: &mut [f32]) {
@@ -62,8 +48,8 @@ impl Backend for CpuBackend {
         dim: usize,
         per_point: usize,
     ) -> Result<Nearest> {
-        let num_points = check_shape("points", points.len(), dim)?;
-        let num_anchors = check_shape("anchors", anchors.len(), dim)?;
+        let num_points = rows_of("points", points.len(), dim)?;
+        let num_anchors = rows_of("anchors", anchors.len(), dim)?;
         if num_anchors == 0 {
             return Err(VlcError::EmptyInput {
                 what: "anchors".into(),
@@ -116,7 +102,7 @@ impl Backend for CpuBackend {
         dists: &[f32],
         thresholds: &[f32],
     ) -> Result<AnchorSums> {
-        let num_points = check_shape("points", points.len(), dim)?;
+        let num_points = rows_of("points", points.len(), dim)?;
         let num_anchors = thresholds.len();
         if assignment.len() != num_points || dists.len() != num_points {
             return Err(VlcError::DimensionMismatch {
@@ -157,7 +143,7 @@ impl Backend for CpuBackend {
     }
 
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()> {
-        let num_anchors = check_shape("anchors", anchors.len(), dim)?;
+        let num_anchors = rows_of("anchors", anchors.len(), dim)?;
         if sums.kept.len() != num_anchors || sums.sums.len() != num_anchors * dim {
             return Err(VlcError::DimensionMismatch {
                 what: "anchor sums".into(),

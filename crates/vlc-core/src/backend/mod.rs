@@ -33,10 +33,45 @@ pub struct AnchorSums {
     pub members: Vec<u32>,
 }
 
+/// Keeps a buffer resident on a device for as long as it lives (see [`Backend::pin`]). It
+/// borrows the host buffer, so the buffer can be neither changed nor freed meanwhile.
+pub struct PinGuard<'a> {
+    release: Option<Box<dyn FnOnce() + 'a>>,
+}
+
+impl<'a> PinGuard<'a> {
+    /// A guard that runs `release` when dropped.
+    pub fn new(release: impl FnOnce() + 'a) -> Self {
+        PinGuard {
+            release: Some(Box::new(release)),
+        }
+    }
+    /// A guard that does nothing (backends whose memory is the host's).
+    pub fn none() -> Self {
+        PinGuard { release: None }
+    }
+}
+
+impl Drop for PinGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(f) = self.release.take() {
+            f();
+        }
+    }
+}
+
 /// The batched primitives every backend provides.
 pub trait Backend: Send + Sync {
     /// Short name for messages (`cpu`, `cuda`, `wgpu`).
     fn name(&self) -> &'static str;
+
+    /// Make later calls that pass exactly this buffer (same address and length) use a copy
+    /// kept on the device until the guard drops, instead of uploading it each time. The
+    /// training loop pins its sample. Host-memory backends return [`PinGuard::none`].
+    fn pin<'a>(&'a self, points: &'a [f32]) -> Result<PinGuard<'a>> {
+        let _ = points;
+        Ok(PinGuard::none())
+    }
 
     /// For each point, the `per_point` nearest anchors by squared L2, nearest first, computed in
     /// GEMM form `‖x‖² − 2x·c + ‖c‖²` (clamped at 0). Ties resolve to the smaller anchor id.
@@ -70,6 +105,21 @@ pub trait Backend: Send + Sync {
     ///
     /// `anchors`: (num_anchors, dim), row-major, updated in place.
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()>;
+}
+
+/// Number of rows of a (rows, dim) buffer of `len` values, or a typed error.
+pub fn rows_of(what: &str, len: usize, dim: usize) -> Result<usize> {
+    if dim == 0 {
+        return Err(crate::VlcError::param("dim", "must be at least 1"));
+    }
+    if len % dim != 0 {
+        return Err(crate::VlcError::DimensionMismatch {
+            what: format!("{what} buffer length {len}"),
+            expected: dim,
+            actual: len % dim,
+        });
+    }
+    Ok(len / dim)
 }
 
 /// Indices of points grouped by anchor (a CSR layout), in increasing point order within each

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""VLC's GPU anchor training against PyTorch k-means, same data, same run (device machine).
+
+Usage: python3 bench/gpu_bench.py --vlc PATH_TO_vlc [--n 1000000] [--dim 384] [--anchors 4096]
+       [--iterations 20] [--cpu-reference] [--out results.jsonl]
+
+Makes clustered float32 data (seeded), saves it as .npy, then times:
+  * `vlc train-bench --backend cuda` (the whole training loop, data resident on the GPU),
+  * PyTorch k-means (Lloyd, random init, chunked assignment) in FP32 and in TF32,
+  * optionally `vlc train-bench --backend cpu` as the FP32 reference for the final energy.
+Final energies are all measured the same way (mean squared distance to the nearest anchor).
+"""
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--vlc", required=True)
+ap.add_argument("--n", type=int, default=1_000_000)
+ap.add_argument("--dim", type=int, default=384)
+ap.add_argument("--anchors", type=int, default=4096)
+ap.add_argument("--iterations", type=int, default=20)
+ap.add_argument("--cpu-reference", action="store_true")
+ap.add_argument("--out", default=None)
+a = ap.parse_args()
+
+rng = np.random.default_rng(0)
+centres = rng.standard_normal((a.anchors, a.dim), dtype=np.float32)
+labels = rng.integers(0, a.anchors, a.n)
+x = centres[labels] + 0.5 * rng.standard_normal((a.n, a.dim), dtype=np.float32)
+path = tempfile.mktemp(suffix=".npy")
+np.save(path, x)
+results = []
+
+
+def vlc(backend):
+    out = subprocess.run([a.vlc, "train-bench", path, "--backend", backend, "--anchors", str(a.anchors),
+                          "--iterations", str(a.iterations), "--json"], check=True, capture_output=True, text=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r["system"] = f"vlc-{backend}"
+    return r
+
+
+def energy(xt, c):
+    best = []
+    cn = (c * c).sum(1)
+    for s in range(0, xt.shape[0], 262144):
+        xs = xt[s:s + 262144]
+        d = (xs * xs).sum(1, keepdim=True) - 2 * xs @ c.T + cn
+        best.append(d.min(1).values.clamp_min(0))
+    return torch.cat(best).double().mean().item()
+
+
+def torch_kmeans(tf32):
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    xt = torch.from_numpy(x).cuda()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    c = xt[torch.randperm(a.n, device="cuda", generator=g)[:a.anchors]].clone()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(a.iterations):
+        cn = (c * c).sum(1)
+        assign = torch.empty(a.n, dtype=torch.long, device="cuda")
+        for s in range(0, a.n, 262144):
+            xs = xt[s:s + 262144]
+            assign[s:s + 262144] = (cn - 2 * xs @ c.T).argmin(1)
+        sums = torch.zeros_like(c).index_add_(0, assign, xt)
+        counts = torch.bincount(assign, minlength=a.anchors).clamp_min(1).unsqueeze(1)
+        c = sums / counts
+    torch.cuda.synchronize()
+    secs = time.perf_counter() - t
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return {"system": f"torch-{'tf32' if tf32 else 'fp32'}", "seconds": secs, "final_energy": energy(xt, c)}
+
+
+torch_kmeans(True)  # warm-up: CUDA context, cuBLAS handles
+vlc("cuda")  # warm-up: kernel compilation into the disk cache
+for run in [lambda: vlc("cuda"), lambda: torch_kmeans(False), lambda: torch_kmeans(True)] + ([lambda: vlc("cpu")] if a.cpu_reference else []):
+    r = run()
+    r.update({"n": a.n, "dim": a.dim, "anchors": a.anchors, "iterations": a.iterations, "gpu": torch.cuda.get_device_name()})
+    results.append(r)
+    print(f"{r['system']:<10} {r['seconds']:8.3f} s  energy {r['final_energy']:.6f}", flush=True)
+if a.out:
+    with open(a.out, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in results)

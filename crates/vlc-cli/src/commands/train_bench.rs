@@ -1,0 +1,75 @@
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::time::Instant;
+use vlc::train::{train_anchors, TrainParams};
+
+/// Time anchor training alone (a fixed number of iterations over every input vector) on a
+/// backend: the GPU-vs-PyTorch comparison of bench/gpu_bench.py runs this.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Input vectors (.npy, .fvecs, ...).
+    pub input: PathBuf,
+    #[arg(long, default_value_t = 4096)]
+    pub anchors: usize,
+    /// Iterations (all of them run: convergence does not stop early).
+    #[arg(long, default_value_t = 20)]
+    pub iterations: usize,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: crate::backend::BackendChoice,
+    /// Train on a sample of at most this many points per anchor instead of every point.
+    #[arg(long)]
+    pub max_points_per_anchor: Option<usize>,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let data = vlc::io::read_vectors(&a.input, None)
+        .with_context(|| format!("reading {}", a.input.display()))?;
+    let backend = crate::backend::open(a.backend, a.json)?;
+    let n = data.rows;
+    let params = TrainParams {
+        num_anchors: a.anchors,
+        max_iterations: a.iterations,
+        min_iterations: a.iterations,
+        seed: a.seed,
+        max_points_per_anchor: a
+            .max_points_per_anchor
+            .unwrap_or(n.div_ceil(a.anchors.max(1))),
+        holdout_fraction: 0.0,
+        ..TrainParams::default()
+    };
+    let t = Instant::now();
+    let (anchors, report) = train_anchors(
+        backend.as_ref(),
+        &data.data,
+        data.cols,
+        &params,
+        &mut |_| {},
+    )?;
+    let seconds = t.elapsed().as_secs_f64();
+    // Final energy over every vector, always measured by the CPU reference (exact FP32).
+    let near = vlc::CpuBackend.nearest_anchors(&data.data, &anchors, data.cols, 1)?;
+    let energy = near.dists.iter().map(|&d| d as f64).sum::<f64>() / n as f64;
+    let j = serde_json::json!({
+        "backend": backend.name(), "vectors": n, "dim": data.cols, "anchors": a.anchors, "iterations": report.iterations,
+        "training_points": report.training_points, "seconds": seconds, "final_energy": energy,
+        "energy_history": report.energy_history,
+    });
+    if a.json {
+        println!("{}", serde_json::to_string(&j)?);
+    } else {
+        println!(
+            "{}: {n} x {}, {} anchors, {} iterations in {seconds:.3} s; final energy {energy:.6}",
+            backend.name(),
+            data.cols,
+            a.anchors,
+            report.iterations
+        );
+    }
+    Ok(())
+}
+
+use vlc::Backend as _;

@@ -1,0 +1,161 @@
+//! Backend conformance suite: every primitive against a naive reference, on odd shapes
+//! (dims 1, 7, 65, 384). Written once; [`conformance_suite!`](crate::conformance_suite) stamps
+//! one test per check for a backend, and a backend whose device is absent skips with a
+//! message. The CPU instance lives in `tests/conformance.rs`, the CUDA one in the CUDA crate.
+
+use crate::backend::{AnchorSums, Backend};
+use crate::Rng;
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng::new(seed);
+    (0..n).map(|_| r.normal() as f32).collect()
+}
+
+fn naive_dist(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| ((*x - *y) as f64).powi(2))
+        .sum()
+}
+
+/// Nearest anchors (1, 3 and 8 per point) against brute force.
+pub fn check_nearest(backend: &dyn Backend) {
+    for &dim in &[1usize, 7, 65, 384] {
+        for &(n, k, m) in &[
+            (1usize, 1usize, 1usize),
+            (37, 5, 3),
+            (513, 33, 1),
+            (200, 64, 8),
+        ] {
+            let points = random(n * dim, (dim * 1000 + n) as u64);
+            let anchors = random(k * dim, (dim * 7 + k) as u64);
+            let got = backend.nearest_anchors(&points, &anchors, dim, m).unwrap();
+            assert_eq!(got.ids.len(), n * m);
+            for i in 0..n {
+                let p = &points[i * dim..(i + 1) * dim];
+                let mut want: Vec<(f64, u32)> = (0..k)
+                    .map(|a| (naive_dist(p, &anchors[a * dim..(a + 1) * dim]), a as u32))
+                    .collect();
+                want.sort_by(|x, y| x.0.partial_cmp(&y.0).unwrap().then(x.1.cmp(&y.1)));
+                for j in 0..m {
+                    let (gid, gd) = (got.ids[i * m + j], got.dists[i * m + j] as f64);
+                    let tol = 1e-3 * (1.0 + want[j].0);
+                    // The id must be the reference's, unless the two are tied within rounding.
+                    assert!(
+                        (gd - want[j].0).abs() <= tol,
+                        "dim {dim} n {n} k {k}: dist {gd} vs {}",
+                        want[j].0
+                    );
+                    let true_d =
+                        naive_dist(p, &anchors[gid as usize * dim..(gid as usize + 1) * dim]);
+                    assert!(
+                        (true_d - want[j].0).abs() <= tol,
+                        "dim {dim}: id {gid} is not the {j}-th nearest"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Trimmed accumulation and the update against a naive reference (one anchor left empty).
+pub fn check_accumulate_and_update(backend: &dyn Backend) {
+    for &dim in &[1usize, 7, 65, 384] {
+        let (n, k) = (301usize, 9usize);
+        let points = random(n * dim, dim as u64);
+        let mut r = Rng::new(dim as u64 + 1);
+        let assignment: Vec<u32> = (0..n).map(|_| r.below(k - 1) as u32).collect(); // anchor k-1 stays empty
+        let dists: Vec<f32> = (0..n).map(|_| r.next_f64() as f32).collect();
+        let thresholds: Vec<f32> = (0..k).map(|a| 0.3 + 0.05 * a as f32).collect();
+        let sums = backend
+            .accumulate(&points, dim, &assignment, &dists, &thresholds)
+            .unwrap();
+        let mut want = AnchorSums {
+            sums: vec![0.0; k * dim],
+            kept: vec![0; k],
+            members: vec![0; k],
+        };
+        for i in 0..n {
+            let a = assignment[i] as usize;
+            want.members[a] += 1;
+            if dists[i] <= thresholds[a] {
+                want.kept[a] += 1;
+                for d in 0..dim {
+                    want.sums[a * dim + d] += points[i * dim + d] as f64;
+                }
+            }
+        }
+        assert_eq!(sums.kept, want.kept);
+        assert_eq!(sums.members, want.members);
+        for (g, w) in sums.sums.iter().zip(&want.sums) {
+            assert!((g - w).abs() < 1e-6 * (1.0 + w.abs()));
+        }
+        let mut anchors = random(k * dim, 99);
+        let before = anchors.clone();
+        backend.update(&mut anchors, dim, &sums, 0.5).unwrap();
+        for a in 0..k {
+            for d in 0..dim {
+                let (b, g) = (before[a * dim + d], anchors[a * dim + d]);
+                let want = if want.kept[a] > 0 {
+                    b + 0.5 * ((want.sums[a * dim + d] / want.kept[a] as f64) as f32 - b)
+                } else {
+                    b
+                };
+                assert!(
+                    (g - want).abs() < 1e-5 * (1.0 + want.abs()),
+                    "anchor {a} dim {d}"
+                );
+            }
+        }
+    }
+}
+
+/// Shape errors are typed errors, not panics.
+pub fn check_rejects_bad_shapes(backend: &dyn Backend) {
+    assert!(
+        backend
+            .nearest_anchors(&[0.0; 10], &[0.0; 6], 3, 1)
+            .is_err(),
+        "10 values are not rows of 3"
+    );
+    assert!(
+        backend.nearest_anchors(&[0.0; 6], &[0.0; 6], 3, 3).is_err(),
+        "3 neighbours of 2 anchors"
+    );
+    assert!(backend.nearest_anchors(&[0.0; 6], &[0.0; 6], 3, 0).is_err());
+    assert!(
+        backend
+            .accumulate(&[0.0; 6], 3, &[0, 5], &[0.0, 0.0], &[1.0, 1.0])
+            .is_err(),
+        "anchor id out of range"
+    );
+}
+
+#[macro_export]
+macro_rules! conformance_suite {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            fn backend() -> Option<Box<dyn $crate::Backend>> {
+                $make
+            }
+            macro_rules! case {
+                ($case:ident) => {
+                    #[test]
+                    fn $case() {
+                        match backend() {
+                            Some(b) => $crate::conformance::$case(b.as_ref()),
+                            None => eprintln!(
+                                "SKIPPED {}::{}: no device for this backend",
+                                stringify!($name),
+                                stringify!($case)
+                            ),
+                        }
+                    }
+                };
+            }
+            case!(check_nearest);
+            case!(check_accumulate_and_update);
+            case!(check_rejects_bad_shapes);
+        }
+    };
+}
