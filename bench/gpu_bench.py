@@ -27,13 +27,14 @@ ap.add_argument("--anchors", type=int, default=4096)
 ap.add_argument("--iterations", type=int, default=20)
 ap.add_argument("--cpu-reference", action="store_true")
 ap.add_argument("--out", default=None)
+ap.add_argument("--data", default=None, help="where to save the generated .npy (default: a temporary file)")
 a = ap.parse_args()
 
 rng = np.random.default_rng(0)
 centres = rng.standard_normal((a.anchors, a.dim), dtype=np.float32)
 labels = rng.integers(0, a.anchors, a.n)
 x = centres[labels] + 0.5 * rng.standard_normal((a.n, a.dim), dtype=np.float32)
-path = tempfile.mktemp(suffix=".npy")
+path = a.data or tempfile.mktemp(suffix=".npy")
 np.save(path, x)
 results = []
 
@@ -84,7 +85,9 @@ for run in [lambda: vlc("cuda"), lambda: torch_kmeans(False), lambda: torch_kmea
     r = run()
     r.update({"n": a.n, "dim": a.dim, "anchors": a.anchors, "iterations": a.iterations, "gpu": torch.cuda.get_device_name()})
     results.append(r)
-    print(f"{r['system']:<10} {r['seconds']:8.3f} s  energy {r['final_energy']:.6f}", flush=True)
+    phases = r.get("phase_seconds")
+    extra = " phases " + " ".join(f"{k} {v:.3f}" for k, v in phases.items()) if phases else ""
+    print(f"{r['system']:<10} {r['seconds']:8.3f} s  energy {r['final_energy']:.6f}{extra}", flush=True)
 if a.out:
     with open(a.out, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in results)

@@ -159,7 +159,11 @@ pub struct IterationStats {
 
 /// Summary of a training run.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TrainReport {
+    /// Wall time per phase, seconds: seeding, assignment, robust statistics (thresholds and
+    /// accumulation), update, maintenance (merge/split/re-seed), held-out check.
+    pub phase_seconds: PhaseSeconds,
     pub num_anchors: usize,
     pub training_points: usize,
     pub holdout_points: usize,
@@ -171,6 +175,18 @@ pub struct TrainReport {
     pub merges: usize,
     pub splits: usize,
     pub reseeds: usize,
+}
+
+/// Wall time per training phase, in seconds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PhaseSeconds {
+    pub seeding: f64,
+    pub assign: f64,
+    pub statistics: f64,
+    pub update: f64,
+    pub maintenance: f64,
+    pub holdout: f64,
 }
 
 /// Train `params.num_anchors` anchors (or the automatic count) on `data` (n, dim), row-major.
@@ -224,6 +240,7 @@ pub fn train_anchors(
     let seed_count = k
         .saturating_mul(params.seeding_points_per_anchor)
         .clamp(k, num_train);
+    let clock = std::time::Instant::now();
     let mut anchors = kmeans_plus_plus(
         backend,
         &train[..seed_count * dim],
@@ -231,6 +248,10 @@ pub fn train_anchors(
         k,
         &mut rng.fork(1),
     )?;
+    let mut phases = PhaseSeconds {
+        seeding: clock.elapsed().as_secs_f64(),
+        ..Default::default()
+    };
 
     let mut report = TrainReport {
         num_anchors: k,
@@ -243,7 +264,10 @@ pub fn train_anchors(
     let mut temperature = params.initial_temperature;
     let mut maintenance_rng = rng.fork(2);
     for t in 0..params.max_iterations {
+        let clock = std::time::Instant::now();
         let nearest = backend.nearest_anchors(&train, &anchors, dim, 1)?;
+        phases.assign += clock.elapsed().as_secs_f64();
+        let clock = std::time::Instant::now();
         let (assignment, dists) = (&nearest.ids, &nearest.dists);
         let energy = dists.iter().map(|&d| d as f64).sum::<f64>() / num_train as f64;
         let churn = previous.as_ref().map_or(1.0, |p| {
@@ -252,8 +276,12 @@ pub fn train_anchors(
 
         let thresholds = trimmed_thresholds(assignment, dists, k, params.trim_fraction);
         let sums = backend.accumulate(&train, dim, assignment, dists, &thresholds)?;
+        phases.statistics += clock.elapsed().as_secs_f64();
+        let clock = std::time::Instant::now();
         let step = params.learning_rate * temperature.max(params.min_temperature);
         backend.update(&mut anchors, dim, &sums, step)?;
+        phases.update += clock.elapsed().as_secs_f64();
+        let clock = std::time::Instant::now();
 
         let mut stats = IterationStats {
             iteration: t + 1,
@@ -306,10 +334,14 @@ pub fn train_anchors(
             );
         }
 
+        phases.maintenance += clock.elapsed().as_secs_f64();
+        let clock = std::time::Instant::now();
         if holdout > 0 {
             let h = backend.nearest_anchors(&held, &anchors, dim, 1)?;
             stats.holdout_energy = h.dists.iter().map(|&d| d as f64).sum::<f64>() / holdout as f64;
         }
+        phases.holdout += clock.elapsed().as_secs_f64();
+        report.phase_seconds = phases.clone();
         report.energy_history.push(energy);
         report.holdout_energy_history.push(stats.holdout_energy);
         report.churn_history.push(churn);
@@ -361,38 +393,36 @@ fn kmeans_plus_plus(
     let mut count = 1;
     while count < k {
         let batch = count.min(max_batch).min(k - count);
+        // Draw `batch` targets on the D² prefix sums (one pass, then binary searches).
+        let mut prefix = Vec::with_capacity(m);
+        let mut total = 0f64;
+        for (&d, &c) in best.iter().zip(&chosen) {
+            total += if c { 0.0 } else { d as f64 };
+            prefix.push(total);
+        }
         let mut picks = Vec::with_capacity(batch);
-        let mut weights: Vec<f64> = best
-            .iter()
-            .zip(&chosen)
-            .map(|(&d, &c)| if c { 0.0 } else { d as f64 })
-            .collect();
-        for _ in 0..batch {
-            let total: f64 = weights.iter().sum();
-            let pick = if total > 0.0 {
+        if total > 0.0 {
+            for _ in 0..batch {
                 let target = rng.next_f64() * total;
-                let mut acc = 0.0;
-                let mut pick = None;
-                for (i, &w) in weights.iter().enumerate() {
-                    acc += w;
-                    if acc > target && w > 0.0 {
-                        pick = Some(i);
-                        break;
-                    }
+                let pick = prefix.partition_point(|&p| p <= target).min(m - 1);
+                if !chosen[pick] {
+                    chosen[pick] = true;
+                    picks.push(pick);
                 }
-                pick.unwrap_or_else(|| weights.iter().rposition(|&w| w > 0.0).unwrap())
-            } else {
-                // Every remaining point coincides with a centre: take any point not yet chosen.
-                let start = rng.below(m);
-                (0..m)
-                    .map(|o| (start + o) % m)
-                    .find(|&i| !chosen[i])
-                    .unwrap_or(start)
-            };
+            }
+        }
+        if picks.is_empty() {
+            // Every remaining point coincides with a centre (or all draws collided): take any
+            // point not yet chosen.
+            let start = rng.below(m);
+            let pick = (0..m)
+                .map(|o| (start + o) % m)
+                .find(|&i| !chosen[i])
+                .unwrap_or(start);
             chosen[pick] = true;
-            weights[pick] = 0.0;
             picks.push(pick);
         }
+        let batch = picks.len();
         let mut centres = Vec::with_capacity(batch * dim);
         for &p in &picks {
             centres.extend_from_slice(row(p));

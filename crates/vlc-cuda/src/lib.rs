@@ -61,6 +61,10 @@ pub struct CudaBackend {
     device_name: String,
     /// Device copies of pinned host buffers, keyed by (address, length).
     resident: Mutex<HashMap<(usize, usize), Arc<CudaSlice<f32>>>>,
+    /// Row norms of pinned buffers, keyed by (address, length, dim).
+    resident_norms: Mutex<HashMap<(usize, usize, usize), Arc<CudaSlice<f32>>>>,
+    /// The dot-product tile, kept between calls. Layout: (rows, num_anchors), row-major.
+    tile: Mutex<Option<CudaSlice<f32>>>,
     /// Serialises GPU work: cuBLAS handles and the stream are not shared across threads.
     lock: Mutex<()>,
 }
@@ -81,9 +85,19 @@ pub fn device_available() -> bool {
 }
 
 impl CudaBackend {
-    /// Open device `ordinal` with TF32 assignment GEMMs.
+    /// Open device `ordinal` with TF32 assignment GEMMs (`VLC_CUDA_PRECISION=fp32` selects
+    /// full FP32).
     pub fn new(ordinal: usize) -> Result<Self> {
-        Self::with_precision(ordinal, GemmPrecision::Tf32)
+        let precision = match std::env::var("VLC_CUDA_PRECISION").ok().as_deref() {
+            Some("fp32") => GemmPrecision::Fp32,
+            Some("tf32") | None => GemmPrecision::Tf32,
+            Some(other) => {
+                return Err(err(format!(
+                    "VLC_CUDA_PRECISION must be fp32 or tf32, not `{other}`"
+                )))
+            }
+        };
+        Self::with_precision(ordinal, precision)
     }
 
     pub fn with_precision(ordinal: usize, precision: GemmPrecision) -> Result<Self> {
@@ -148,6 +162,8 @@ impl CudaBackend {
             precision,
             device_name,
             resident: Mutex::new(HashMap::new()),
+            resident_norms: Mutex::new(HashMap::new()),
+            tile: Mutex::new(None),
             lock: Mutex::new(()),
         })
     }
@@ -236,6 +252,10 @@ impl Backend for CudaBackend {
         self.resident.lock().unwrap().insert(key, d);
         Ok(PinGuard::new(move || {
             self.resident.lock().unwrap().remove(&key);
+            self.resident_norms
+                .lock()
+                .unwrap()
+                .retain(|k, _| (k.0, k.1) != key);
         }))
     }
 
@@ -281,25 +301,53 @@ impl Backend for CudaBackend {
                 .launch(Self::launch_warps(num_anchors))
         }
         .map_err(err)?;
-        let mut x_norms = self.alloc::<f32>(num_points)?;
-        // SAFETY: as above, for the points.
-        unsafe {
-            self.stream
-                .launch_builder(&self.kernels.row_norms)
-                .arg(d_points.as_ref())
-                .arg(&n_i32)
-                .arg(&d_i32)
-                .arg(&mut x_norms)
-                .launch(Self::launch_warps(num_points))
-        }
-        .map_err(err)?;
+        let norm_key = (points.as_ptr() as usize, points.len(), dim);
+        let cached_norms = self.resident_norms.lock().unwrap().get(&norm_key).cloned();
+        let x_norms = match cached_norms {
+            Some(n) => n,
+            None => {
+                let mut x_norms = self.alloc::<f32>(num_points)?;
+                // SAFETY: row_norms reads num_points rows of dim floats and writes num_points floats.
+                unsafe {
+                    self.stream
+                        .launch_builder(&self.kernels.row_norms)
+                        .arg(d_points.as_ref())
+                        .arg(&n_i32)
+                        .arg(&d_i32)
+                        .arg(&mut x_norms)
+                        .launch(Self::launch_warps(num_points))
+                }
+                .map_err(err)?;
+                let x_norms = Arc::new(x_norms);
+                if self
+                    .resident
+                    .lock()
+                    .unwrap()
+                    .contains_key(&(norm_key.0, norm_key.1))
+                {
+                    self.resident_norms
+                        .lock()
+                        .unwrap()
+                        .insert(norm_key, x_norms.clone());
+                }
+                x_norms
+            }
+        };
         let mut ids = self.alloc::<u32>(num_points * per_point)?;
         let mut dists = self.alloc::<f32>(num_points * per_point)?;
         // Row chunks so that the dot-product tile stays within 1 GiB and a quarter of free memory.
         let (free, _) = self.memory()?;
         let budget = (free / 4).min(1 << 30);
         let chunk = (budget / (num_anchors * 4)).clamp(1, num_points.max(1));
-        let mut tile = self.alloc::<f32>(chunk * num_anchors)?;
+        let mut tile_slot = self.tile.lock().unwrap();
+        if tile_slot
+            .as_ref()
+            .is_none_or(|t| t.len() < chunk * num_anchors)
+        {
+            *tile_slot = None;
+            *tile_slot = Some(self.alloc::<f32>(chunk * num_anchors)?);
+        }
+        let tile = tile_slot.as_mut().unwrap();
         let mut start = 0;
         while start < num_points {
             let rows = chunk.min(num_points - start);
@@ -318,7 +366,7 @@ impl Backend for CudaBackend {
             };
             // SAFETY: column-major view: tileᵀ (k × rows, ld k) = anchorsᵀᵀ (k × d) · xᵀ (d × rows);
             // anchors hold k·d floats, x rows·d, tile at least rows·k.
-            unsafe { self.blas.gemm(cfg, &d_anchors, &x, &mut tile) }.map_err(err)?;
+            unsafe { self.blas.gemm(cfg, &d_anchors, &x, tile) }.map_err(err)?;
             let xn = x_norms.slice(start..start + rows);
             let mut out_ids = ids.slice_mut(start * per_point..(start + rows) * per_point);
             let mut out_d = dists.slice_mut(start * per_point..(start + rows) * per_point);
@@ -328,7 +376,7 @@ impl Backend for CudaBackend {
             unsafe {
                 self.stream
                     .launch_builder(&self.kernels.nearest_from_dots)
-                    .arg(&tile)
+                    .arg(&*tile)
                     .arg(&xn)
                     .arg(&c_norms)
                     .arg(&r_i32)
