@@ -80,6 +80,8 @@ with open(args.out, "w") as out:
             continue
         factory = f"IVF{args.nlist},{cfg.replace('+', ',')}"
         index = faiss.index_factory(d, factory)
+        if "RaBitQ" in factory:
+            index = faiss.downcast_index(index)
         index.train(xb)
         index.add(xb)
         build_s = time.perf_counter() - t
@@ -87,6 +89,7 @@ with open(args.out, "w") as out:
         code = ivf.code_size
         if isinstance(index, faiss.IndexRefine):
             code += index.refine_index.sa_code_size()
+            index.k_factor = 10  # rerank 10·k candidates, as VLC does by default
         bpv = code + 8
         for p in nprobes:
             if p > args.nlist:
