@@ -80,8 +80,6 @@ with open(args.out, "w") as out:
             continue
         factory = f"IVF{args.nlist},{cfg.replace('+', ',')}"
         index = faiss.index_factory(d, factory)
-        if "RaBitQ" in factory:
-            index = faiss.downcast_index(index)
         index.train(xb)
         index.add(xb)
         build_s = time.perf_counter() - t

@@ -104,7 +104,8 @@ impl FastScan {
             bias += min;
             for m in 0..16usize {
                 let t: f32 = (0..4).filter(|i| m >> i & 1 == 1).map(|i| w[i]).sum();
-                out.lut[g * 16 + m] = ((t - min) / delta).round().clamp(0.0, 127.0) as u8;
+                // Values are ≥ 0, so adding 0.5 and truncating rounds (no libm call).
+                out.lut[g * 16 + m] = ((t - min) / delta + 0.5).min(127.0) as u8;
             }
         }
         let inv_sqrt_d = 1.0 / (self.dim as f32).sqrt();

@@ -240,10 +240,16 @@ impl Index {
         let pool_size = self.pool_size(params);
         scratch.primary.query.clear();
         scratch.primary.query.extend_from_slice(q);
-        self.codec.prepare_query(&mut scratch.primary);
-        if let (Some(fs), Codec::RaBitQ(rabitq)) = (&self.fastscan, &self.codec) {
-            rabitq.rotate_query(q, &mut scratch.rotated);
-            fs.prepare(&scratch.rotated, &mut scratch.lut);
+        match (&self.fastscan, &self.codec) {
+            (Some(fs), Codec::RaBitQ(rabitq)) => {
+                rabitq.rotate_query(q, &mut scratch.rotated);
+                fs.prepare(&scratch.rotated, &mut scratch.lut);
+                // The exact 1-bit tables are only needed when they rescore the pool.
+                if self.refine.is_none() {
+                    rabitq.prepare_rotated(&scratch.rotated, &mut scratch.primary);
+                }
+            }
+            _ => self.codec.prepare_query(&mut scratch.primary),
         }
         scratch.pool.clear();
         let cs = self.codec.code_size();
@@ -271,8 +277,13 @@ impl Index {
                     );
                 }
             }
+            let mut worst = if scratch.pool.len() == pool_size {
+                scratch.pool.peek().unwrap().dist
+            } else {
+                f32::INFINITY
+            };
             for (j, &d) in scratch.dists[..hi - lo].iter().enumerate() {
-                if scratch.pool.len() == pool_size && d >= scratch.pool.peek().unwrap().dist {
+                if d >= worst {
                     continue;
                 }
                 let c = Candidate {
@@ -281,11 +292,12 @@ impl Index {
                     anchor,
                     anchor_dist,
                 };
-                if scratch.pool.len() < pool_size {
-                    scratch.pool.push(c);
-                } else if c < *scratch.pool.peek().unwrap() {
+                if scratch.pool.len() == pool_size {
                     scratch.pool.pop();
-                    scratch.pool.push(c);
+                }
+                scratch.pool.push(c);
+                if scratch.pool.len() == pool_size {
+                    worst = scratch.pool.peek().unwrap().dist;
                 }
             }
         }

@@ -23,7 +23,10 @@ use cudarc::driver::{
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use vlc::backend::{group_by_anchor, rows_of, AnchorSums, Backend, Nearest, PinGuard};
+use vlc::backend::{
+    check_accumulate_args, check_nearest_args, check_update_args, group_by_anchor, AnchorSums,
+    Backend, Nearest, PinGuard,
+};
 use vlc::{Result, VlcError};
 
 pub use module::KernelCache;
@@ -266,19 +269,7 @@ impl Backend for CudaBackend {
         dim: usize,
         per_point: usize,
     ) -> Result<Nearest> {
-        let num_points = rows_of("points", points.len(), dim)?;
-        let num_anchors = rows_of("anchors", anchors.len(), dim)?;
-        if num_anchors == 0 {
-            return Err(VlcError::EmptyInput {
-                what: "anchors".into(),
-            });
-        }
-        if per_point == 0 || per_point > num_anchors {
-            return Err(VlcError::param(
-                "per_point",
-                format!("must be in 1..={num_anchors}, got {per_point}"),
-            ));
-        }
+        let (num_points, num_anchors) = check_nearest_args(points, anchors, dim, per_point)?;
         let _g = self.lock.lock().unwrap();
         let d_points = self.points_on_device(points)?;
         let d_anchors = self.upload(anchors)?;
@@ -406,21 +397,8 @@ impl Backend for CudaBackend {
         dists: &[f32],
         thresholds: &[f32],
     ) -> Result<AnchorSums> {
-        let num_points = rows_of("points", points.len(), dim)?;
         let num_anchors = thresholds.len();
-        if assignment.len() != num_points || dists.len() != num_points {
-            return Err(VlcError::DimensionMismatch {
-                what: "assignment/dists length".into(),
-                expected: num_points,
-                actual: assignment.len().min(dists.len()),
-            });
-        }
-        if let Some(&bad) = assignment.iter().find(|&&a| a as usize >= num_anchors) {
-            return Err(VlcError::param(
-                "assignment",
-                format!("anchor id {bad} >= {num_anchors}"),
-            ));
-        }
+        check_accumulate_args(points, dim, assignment, dists, num_anchors)?;
         let (offsets, members) = group_by_anchor(assignment, num_anchors);
         let offsets: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
         let _g = self.lock.lock().unwrap();
@@ -464,14 +442,7 @@ impl Backend for CudaBackend {
     }
 
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()> {
-        let num_anchors = rows_of("anchors", anchors.len(), dim)?;
-        if sums.kept.len() != num_anchors || sums.sums.len() != num_anchors * dim {
-            return Err(VlcError::DimensionMismatch {
-                what: "anchor sums".into(),
-                expected: num_anchors,
-                actual: sums.kept.len(),
-            });
-        }
+        let num_anchors = check_update_args(anchors, dim, sums)?;
         let _g = self.lock.lock().unwrap();
         let mut d_anchors = self.upload(anchors)?;
         let (d_sums, d_kept) = (self.upload(&sums.sums)?, self.upload(&sums.kept)?);

@@ -106,14 +106,7 @@ pub fn print_table(points: &[EvalPoint]) {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let index = if a.view {
-        Index::view(&a.index)
-    } else {
-        Index::load(&a.index)
-    }
-    .with_context(|| format!("opening {}", a.index.display()))?;
-    let queries = vlc::io::read_vectors(&a.queries, Some(index.dim()))
-        .with_context(|| format!("reading {}", a.queries.display()))?;
+    let (index, queries) = super::open_with_queries(&a.index, a.view, &a.queries)?;
     let truth = vlc::io::read_ids(&a.groundtruth)
         .with_context(|| format!("reading {}", a.groundtruth.display()))?;
     if truth.rows != queries.rows {

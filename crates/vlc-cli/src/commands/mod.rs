@@ -45,3 +45,21 @@ pub fn run(command: Command) -> Result<()> {
         Command::TrainBench(a) => train_bench::run(a),
     }
 }
+
+/// Open an index (memory-mapped with `view`) and read queries of its dimension.
+pub fn open_with_queries(
+    index: &std::path::Path,
+    view: bool,
+    queries: &std::path::Path,
+) -> Result<(vlc::Index, vlc::io::Matrix<f32>)> {
+    use anyhow::Context;
+    let idx = if view {
+        vlc::Index::view(index)
+    } else {
+        vlc::Index::load(index)
+    }
+    .with_context(|| format!("opening {}", index.display()))?;
+    let q = vlc::io::read_vectors(queries, Some(idx.dim()))
+        .with_context(|| format!("reading {}", queries.display()))?;
+    Ok((idx, q))
+}

@@ -1,7 +1,7 @@
 use crate::output::{npy_f32, npy_i64, write_atomic};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::path::PathBuf;
-use vlc::{CpuBackend, Index, SearchParams};
+use vlc::{CpuBackend, SearchParams};
 
 /// Search an index.
 ///
@@ -32,14 +32,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let index = if a.view {
-        Index::view(&a.index)
-    } else {
-        Index::load(&a.index)
-    }
-    .with_context(|| format!("opening {}", a.index.display()))?;
-    let queries = vlc::io::read_vectors(&a.queries, Some(index.dim()))
-        .with_context(|| format!("reading {}", a.queries.display()))?;
+    let (index, queries) = super::open_with_queries(&a.index, a.view, &a.queries)?;
     let params = SearchParams {
         k: a.k,
         nprobe: a.nprobe,

@@ -1,7 +1,10 @@
 //! The reference backend: multi-threaded (rayon) CPU code.
 
-use super::{group_by_anchor, rows_of, AnchorSums, Backend, Nearest};
-use crate::error::{Result, VlcError};
+use super::{
+    check_accumulate_args, check_nearest_args, check_update_args, group_by_anchor, AnchorSums,
+    Backend, Nearest,
+};
+use crate::error::Result;
 use crate::linalg::{block_rows, gemm_nt, row_norms_sq};
 use rayon::prelude::*;
 
@@ -48,19 +51,7 @@ impl Backend for CpuBackend {
         dim: usize,
         per_point: usize,
     ) -> Result<Nearest> {
-        let num_points = rows_of("points", points.len(), dim)?;
-        let num_anchors = rows_of("anchors", anchors.len(), dim)?;
-        if num_anchors == 0 {
-            return Err(VlcError::EmptyInput {
-                what: "anchors".into(),
-            });
-        }
-        if per_point == 0 || per_point > num_anchors {
-            return Err(VlcError::param(
-                "per_point",
-                format!("must be in 1..={num_anchors}, got {per_point}"),
-            ));
-        }
+        let (num_points, num_anchors) = check_nearest_args(points, anchors, dim, per_point)?;
         let anchor_norms = row_norms_sq(anchors, dim);
         let mut ids = vec![0u32; num_points * per_point];
         let mut dists = vec![0f32; num_points * per_point];
@@ -102,21 +93,8 @@ impl Backend for CpuBackend {
         dists: &[f32],
         thresholds: &[f32],
     ) -> Result<AnchorSums> {
-        let num_points = rows_of("points", points.len(), dim)?;
         let num_anchors = thresholds.len();
-        if assignment.len() != num_points || dists.len() != num_points {
-            return Err(VlcError::DimensionMismatch {
-                what: "assignment/dists length".into(),
-                expected: num_points,
-                actual: assignment.len().min(dists.len()),
-            });
-        }
-        if let Some(&bad) = assignment.iter().find(|&&a| a as usize >= num_anchors) {
-            return Err(VlcError::param(
-                "assignment",
-                format!("anchor id {bad} >= {num_anchors}"),
-            ));
-        }
+        check_accumulate_args(points, dim, assignment, dists, num_anchors)?;
         let (offsets, members) = group_by_anchor(assignment, num_anchors);
         let mut sums = vec![0f64; num_anchors * dim];
         let mut kept = vec![0u32; num_anchors];
@@ -143,14 +121,7 @@ impl Backend for CpuBackend {
     }
 
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()> {
-        let num_anchors = rows_of("anchors", anchors.len(), dim)?;
-        if sums.kept.len() != num_anchors || sums.sums.len() != num_anchors * dim {
-            return Err(VlcError::DimensionMismatch {
-                what: "anchor sums".into(),
-                expected: num_anchors,
-                actual: sums.kept.len(),
-            });
-        }
+        check_update_args(anchors, dim, sums)?;
         anchors
             .par_chunks_mut(dim)
             .zip(sums.sums.par_chunks(dim))

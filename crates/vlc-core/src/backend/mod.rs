@@ -122,6 +122,67 @@ pub fn rows_of(what: &str, len: usize, dim: usize) -> Result<usize> {
     Ok(len / dim)
 }
 
+/// Validate [`Backend::nearest_anchors`] arguments; returns (num_points, num_anchors).
+pub fn check_nearest_args(
+    points: &[f32],
+    anchors: &[f32],
+    dim: usize,
+    per_point: usize,
+) -> Result<(usize, usize)> {
+    let num_points = rows_of("points", points.len(), dim)?;
+    let num_anchors = rows_of("anchors", anchors.len(), dim)?;
+    if num_anchors == 0 {
+        return Err(crate::VlcError::EmptyInput {
+            what: "anchors".into(),
+        });
+    }
+    if per_point == 0 || per_point > num_anchors {
+        return Err(crate::VlcError::param(
+            "per_point",
+            format!("must be in 1..={num_anchors}, got {per_point}"),
+        ));
+    }
+    Ok((num_points, num_anchors))
+}
+
+/// Validate [`Backend::accumulate`] arguments; returns num_points.
+pub fn check_accumulate_args(
+    points: &[f32],
+    dim: usize,
+    assignment: &[u32],
+    dists: &[f32],
+    num_anchors: usize,
+) -> Result<usize> {
+    let num_points = rows_of("points", points.len(), dim)?;
+    if assignment.len() != num_points || dists.len() != num_points {
+        return Err(crate::VlcError::DimensionMismatch {
+            what: "assignment/dists length".into(),
+            expected: num_points,
+            actual: assignment.len().min(dists.len()),
+        });
+    }
+    if let Some(&bad) = assignment.iter().find(|&&a| a as usize >= num_anchors) {
+        return Err(crate::VlcError::param(
+            "assignment",
+            format!("anchor id {bad} >= {num_anchors}"),
+        ));
+    }
+    Ok(num_points)
+}
+
+/// Validate [`Backend::update`] arguments; returns num_anchors.
+pub fn check_update_args(anchors: &[f32], dim: usize, sums: &AnchorSums) -> Result<usize> {
+    let num_anchors = rows_of("anchors", anchors.len(), dim)?;
+    if sums.kept.len() != num_anchors || sums.sums.len() != num_anchors * dim {
+        return Err(crate::VlcError::DimensionMismatch {
+            what: "anchor sums".into(),
+            expected: num_anchors,
+            actual: sums.kept.len(),
+        });
+    }
+    Ok(num_anchors)
+}
+
 /// Indices of points grouped by anchor (a CSR layout), in increasing point order within each
 /// anchor. Returns `(offsets, members)`: anchor `a` owns `members[offsets[a]..offsets[a+1]]`.
 /// `offsets` has num_anchors + 1 entries.

@@ -41,6 +41,21 @@ impl RaBitQ {
         Ok(Self::train(dim, seed))
     }
 
+    /// The tables of [`ResidualCodec::prepare_query`] from an already rotated query `rq`
+    /// (as [`rotate_query`](Self::rotate_query) gives it).
+    pub fn prepare_rotated(&self, rq: &[f32], state: &mut QueryState) {
+        let inv_sqrt_d = 1.0 / (self.dim as f32).sqrt();
+        state.constant = -rq.iter().sum::<f32>() * inv_sqrt_d;
+        state.table.clear();
+        state.table.resize(self.bytes() * 256, 0.0);
+        for (g, entries) in state.table.chunks_exact_mut(256).enumerate() {
+            for m in 1..256usize {
+                let low = m.trailing_zeros() as usize;
+                entries[m] = entries[m & (m - 1)] + 2.0 * inv_sqrt_d * rq[g * 8 + low];
+            }
+        }
+    }
+
     /// `P q`, zero-padded to ⌈D/8⌉·8 entries (for the fast-scan tables).
     pub fn rotate_query(&self, query: &[f32], out: &mut Vec<f32>) {
         out.clear();
@@ -124,20 +139,9 @@ impl ResidualCodec for RaBitQ {
     /// `table`: (⌈D/8⌉, 256), entry `[g][m]` = (2/√D) Σ_{bit j of m} (P q)[8g + j];
     /// `constant` = −Σ (P q) / √D, so `⟨x̄, P q⟩ = constant + Σ_g table[g][code byte g]`.
     fn prepare_query(&self, state: &mut QueryState) {
-        let (dim, nb) = (self.dim, self.bytes());
-        let mut rq = vec![0f32; nb * 8];
-        rq[..dim].copy_from_slice(&state.query);
-        self.rotation.apply(&mut rq[..dim]);
-        let inv_sqrt_d = 1.0 / (dim as f32).sqrt();
-        state.constant = -rq.iter().sum::<f32>() * inv_sqrt_d;
-        state.table.clear();
-        state.table.resize(nb * 256, 0.0);
-        for (g, entries) in state.table.chunks_exact_mut(256).enumerate() {
-            for m in 1..256usize {
-                let low = m.trailing_zeros() as usize;
-                entries[m] = entries[m & (m - 1)] + 2.0 * inv_sqrt_d * rq[g * 8 + low];
-            }
-        }
+        let mut rq = Vec::new();
+        self.rotate_query(&state.query, &mut rq);
+        self.prepare_rotated(&rq, state);
     }
 
     fn scan(

@@ -1,0 +1,115 @@
+//! Golden files: indexes written by each released format version stay readable and give the
+//! same answers. `tests/golden/v1-*.vlc` were written by format version 1, with the search
+//! results they gave recorded beside them (`.expected.json`).
+//!
+//! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
+//! `v{FORMAT_VERSION}-*` files for the current version (existing files are never overwritten).
+
+use std::path::PathBuf;
+use vlc::synthetic::{clustered, queries_near};
+use vlc::{BuildParams, CodecKind, CpuBackend, Index, Metric, SearchParams};
+
+const DIM: usize = 12;
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn cases() -> Vec<(&'static str, BuildParams)> {
+    vec![
+        (
+            "rabitq1-sq8-l2",
+            BuildParams::default()
+                .with_codec(CodecKind::RaBitQ1)
+                .with_refine(Some(CodecKind::Sq8))
+                .with_num_anchors(8),
+        ),
+        ("sq4-jacobian-cosine", {
+            let mut p = BuildParams::default()
+                .with_codec(CodecKind::Sq4)
+                .with_metric(Metric::Cosine)
+                .with_num_anchors(6);
+            p.codec_params.jacobian = true;
+            p
+        }),
+        (
+            "anchor-only-l2",
+            BuildParams::default()
+                .with_codec(CodecKind::AnchorOnly)
+                .with_num_anchors(5),
+        ),
+    ]
+}
+
+fn queries() -> Vec<f32> {
+    queries_near(&clustered(400, DIM, 7, 0.3, 11), DIM, 12, 0.1, 12)
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Expected {
+    ids: Vec<i64>,
+    distances: Vec<f32>,
+}
+
+const PARAMS: SearchParams = SearchParams {
+    k: 5,
+    nprobe: 3,
+    rerank: 20,
+};
+
+#[test]
+fn golden_files_stay_readable_with_the_same_answers() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("vlc") {
+            continue;
+        }
+        seen += 1;
+        let expected: Expected =
+            serde_json::from_slice(&std::fs::read(path.with_extension("expected.json")).unwrap())
+                .unwrap();
+        for index in [Index::load(&path).unwrap(), Index::view(&path).unwrap()] {
+            let got = index
+                .search_batch(&queries(), &PARAMS, &CpuBackend)
+                .unwrap();
+            assert_eq!(got.ids, expected.ids, "{}", path.display());
+            for (g, e) in got.distances.iter().zip(&expected.distances) {
+                assert!(
+                    (g - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                    "{}: {g} vs {e}",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(seen >= 3, "golden files missing from {}", dir().display());
+}
+
+#[test]
+fn write_golden_files_when_asked() {
+    if std::env::var_os("VLC_WRITE_GOLDEN").is_none() {
+        return;
+    }
+    let data = clustered(400, DIM, 7, 0.3, 11);
+    for (name, params) in cases() {
+        let path = dir().join(format!("v{}-{name}.vlc", vlc::format::FORMAT_VERSION));
+        if path.exists() {
+            continue;
+        }
+        let (index, _) = Index::build(&data, DIM, &params, &CpuBackend, &mut |_| {}).unwrap();
+        index.save(&path).unwrap();
+        let got = index
+            .search_batch(&queries(), &PARAMS, &CpuBackend)
+            .unwrap();
+        let e = Expected {
+            ids: got.ids,
+            distances: got.distances,
+        };
+        std::fs::write(
+            path.with_extension("expected.json"),
+            serde_json::to_vec(&e).unwrap(),
+        )
+        .unwrap();
+    }
+}
