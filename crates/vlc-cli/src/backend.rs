@@ -6,10 +6,12 @@ use vlc::{Backend, CpuBackend};
 /// Which backend a command should use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendChoice {
-    /// A GPU when one works (CUDA), else the CPU.
+    /// A GPU when one works (CUDA, then a hardware WGPU adapter), else the CPU.
     Auto,
     Cpu,
     Cuda,
+    /// WGPU: Vulkan, Metal or DX12, software adapters included.
+    Wgpu,
 }
 
 /// Open the chosen backend; `auto` falls back to the CPU and says why on stderr.
@@ -17,7 +19,10 @@ pub fn open(choice: BackendChoice, quiet: bool) -> Result<Box<dyn Backend>> {
     match choice {
         BackendChoice::Cpu => Ok(Box::new(CpuBackend)),
         BackendChoice::Cuda => open_cuda().map_err(|e| anyhow::anyhow!("--backend cuda: {e}")),
-        BackendChoice::Auto => match open_cuda() {
+        BackendChoice::Wgpu => open_wgpu(true).map_err(|e| anyhow::anyhow!("--backend wgpu: {e}")),
+        BackendChoice::Auto => match open_cuda()
+            .or_else(|e| open_wgpu(false).map_err(|w| anyhow::anyhow!("{e}; {w}")))
+        {
             Ok(b) => Ok(b),
             Err(e) => {
                 if !quiet {
@@ -39,4 +44,20 @@ pub fn open_cuda() -> Result<Box<dyn Backend>> {
 #[cfg(not(feature = "cuda"))]
 pub fn open_cuda() -> Result<Box<dyn Backend>> {
     anyhow::bail!("this vlc was built without the `cuda` feature")
+}
+
+#[cfg(feature = "wgpu")]
+pub fn open_wgpu(allow_software: bool) -> Result<Box<dyn Backend>> {
+    let b = if allow_software {
+        vlc_wgpu::WgpuBackend::new()?
+    } else {
+        vlc_wgpu::WgpuBackend::new_hardware()?
+    };
+    eprintln!("backend: wgpu ({})", b.adapter_name());
+    Ok(Box::new(b))
+}
+
+#[cfg(not(feature = "wgpu"))]
+pub fn open_wgpu(_allow_software: bool) -> Result<Box<dyn Backend>> {
+    anyhow::bail!("this vlc was built without the `wgpu` feature")
 }

@@ -70,6 +70,7 @@ pub fn check_accumulate_and_update(backend: &dyn Backend) {
         let sums = backend
             .accumulate(&points, dim, &assignment, &dists, &thresholds)
             .unwrap();
+        let mut magnitude = vec![0f64; k * dim];
         let mut want = AnchorSums {
             sums: vec![0.0; k * dim],
             kept: vec![0; k],
@@ -82,13 +83,19 @@ pub fn check_accumulate_and_update(backend: &dyn Backend) {
                 want.kept[a] += 1;
                 for d in 0..dim {
                     want.sums[a * dim + d] += points[i * dim + d] as f64;
+                    magnitude[a * dim + d] += (points[i * dim + d] as f64).abs();
                 }
             }
         }
         assert_eq!(sums.kept, want.kept);
         assert_eq!(sums.members, want.members);
-        for (g, w) in sums.sums.iter().zip(&want.sums) {
-            assert!((g - w).abs() < 1e-6 * (1.0 + w.abs()));
+        // Stated tolerance: within 1e-5 of the sum of magnitudes (f32 accumulation meets it;
+        // the CPU and CUDA backends accumulate in f64 and are far closer).
+        for ((g, w), m) in sums.sums.iter().zip(&want.sums).zip(&magnitude) {
+            assert!(
+                (g - w).abs() <= 1e-5 * (1.0 + m),
+                "sum {g} vs {w} (magnitude {m})"
+            );
         }
         let mut anchors = random(k * dim, 99);
         let before = anchors.clone();
@@ -108,6 +115,31 @@ pub fn check_accumulate_and_update(backend: &dyn Backend) {
             }
         }
     }
+}
+
+/// Anchor training through the backend ends within 0.5% of the CPU reference's energy.
+pub fn check_training_matches_cpu(backend: &dyn Backend) {
+    let dim = 64;
+    let data = crate::synthetic::clustered(4000, dim, 30, 0.4, 3);
+    let params = crate::TrainParams {
+        num_anchors: 32,
+        max_iterations: 10,
+        min_iterations: 10,
+        ..Default::default()
+    };
+    let energy = |b: &dyn Backend| {
+        let (a, _) = crate::train::train_anchors(b, &data, dim, &params, &mut |_| {}).unwrap();
+        let near = crate::CpuBackend
+            .nearest_anchors(&data, &a, dim, 1)
+            .unwrap();
+        near.dists.iter().map(|&d| d as f64).sum::<f64>() / 4000.0
+    };
+    let (e_cpu, e_backend) = (energy(&crate::CpuBackend), energy(backend));
+    assert!(
+        (e_backend - e_cpu).abs() <= 0.005 * e_cpu,
+        "{}: energy {e_backend} vs cpu {e_cpu}",
+        backend.name()
+    );
 }
 
 /// Shape errors are typed errors, not panics.
@@ -156,6 +188,7 @@ macro_rules! conformance_suite {
             case!(check_nearest);
             case!(check_accumulate_and_update);
             case!(check_rejects_bad_shapes);
+            case!(check_training_matches_cpu);
         }
     };
 }

@@ -24,6 +24,8 @@ pub enum Command {
     Info(info::Args),
     /// Compare anchor training on CUDA and the CPU on synthetic data (times, energy, speedup).
     TestCuda(test_cuda::Args),
+    /// The same comparison on the WGPU backend (Vulkan, Metal, DX12).
+    TestGpu(test_cuda::Args),
     /// Time anchor training alone on one backend (used by bench/gpu_bench.py).
     TrainBench(train_bench::Args),
     /// Sweep codecs x nprobe on a dataset, compare with peers (e.g. FAISS), write tables and plots.
@@ -42,6 +44,7 @@ pub fn run(command: Command) -> Result<()> {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::TestCuda(a) => test_cuda::run(a),
+        Command::TestGpu(a) => test_cuda::run_wgpu(a),
         Command::TrainBench(a) => train_bench::run(a),
     }
 }

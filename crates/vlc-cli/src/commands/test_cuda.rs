@@ -3,8 +3,8 @@ use std::time::Instant;
 use vlc::train::{train_anchors, TrainParams};
 use vlc::{Backend, CpuBackend};
 
-/// Run anchor training on CUDA and on the CPU over the same synthetic data and compare: time,
-/// final energy (measured exactly on the CPU for both) and speedup.
+/// Run anchor training on a GPU backend and on the CPU over the same synthetic data and
+/// compare: time, final energy (measured exactly on the CPU for both) and speedup.
 /// Small: 1,000 x 64, 32 anchors. --large: 10,000 x 128, 256 anchors. 30 iterations each.
 #[derive(clap::Args)]
 pub struct Args {
@@ -14,14 +14,23 @@ pub struct Args {
     pub json: bool,
 }
 
+/// `vlc test-cuda`.
 pub fn run(a: Args) -> Result<()> {
+    compare(a, crate::backend::open_cuda()?)
+}
+
+/// `vlc test-gpu`: the same on WGPU (any adapter, software ones included).
+pub fn run_wgpu(a: Args) -> Result<()> {
+    compare(a, crate::backend::open_wgpu(true)?)
+}
+
+fn compare(a: Args, gpu: Box<dyn Backend>) -> Result<()> {
     let (n, dim, k) = if a.large {
         (10_000, 128, 256)
     } else {
         (1_000, 64, 32)
     };
     let data = vlc::synthetic::clustered(n, dim, k, 0.5, 7);
-    let gpu = crate::backend::open_cuda()?;
     let params = TrainParams {
         num_anchors: k,
         max_iterations: 30,
@@ -49,12 +58,16 @@ pub fn run(a: Args) -> Result<()> {
         println!(
             "{}",
             serde_json::json!({"vectors": n, "dim": dim, "anchors": k, "iterations": 30,
-            "cuda_seconds": t_gpu, "cpu_seconds": t_cpu, "speedup": t_cpu / t_gpu,
-            "cuda_energy": e_gpu, "cpu_energy": e_cpu, "energy_relative_difference": rel})
+            "gpu_seconds": t_gpu, "cpu_seconds": t_cpu, "speedup": t_cpu / t_gpu,
+            "gpu_energy": e_gpu, "cpu_energy": e_cpu, "energy_relative_difference": rel})
         );
     } else {
         println!("{n} x {dim}, {k} anchors, 30 iterations");
-        println!("  cuda  {:>9.2} ms  energy {e_gpu:.6}", t_gpu * 1e3);
+        println!(
+            "  {:<5} {:>9.2} ms  energy {e_gpu:.6}",
+            gpu.name(),
+            t_gpu * 1e3
+        );
         println!(
             "  cpu   {:>9.2} ms  energy {e_cpu:.6} ({} threads)",
             t_cpu * 1e3,

@@ -1,0 +1,59 @@
+//! Hot-path kernels, scalar reference vs the SIMD variant picked at run time, and anchor
+//! ranking. `cargo bench -p vlc-core --bench kernels`.
+
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use vlc::fastscan::{block_sums, block_sums_scalar, BLOCK};
+use vlc::simd::{dot_u8, dot_u8_scalar, level};
+use vlc::{Backend, CpuBackend, Rng};
+
+fn scan_kernels(c: &mut Criterion) {
+    let mut rng = Rng::new(1);
+    let mut g = c.benchmark_group(format!("scan ({:?} detected)", level()));
+    for dim in [384usize, 768] {
+        let pairs = dim / 8;
+        let codes: Vec<u8> = (0..pairs * BLOCK).map(|_| rng.below(256) as u8).collect();
+        let lut: Vec<u8> = (0..pairs * 32).map(|_| rng.below(128) as u8).collect();
+        let mut out = [0u32; BLOCK];
+        g.throughput(Throughput::Elements(BLOCK as u64));
+        g.bench_with_input(
+            BenchmarkId::new("fastscan block, simd", dim),
+            &dim,
+            |b, _| b.iter(|| block_sums(black_box(&codes), black_box(&lut), &mut out)),
+        );
+        g.bench_with_input(
+            BenchmarkId::new("fastscan block, scalar", dim),
+            &dim,
+            |b, _| b.iter(|| block_sums_scalar(black_box(&codes), black_box(&lut), &mut out)),
+        );
+        let w: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
+        let q: Vec<u8> = (0..dim).map(|_| rng.below(256) as u8).collect();
+        g.throughput(Throughput::Elements(1));
+        g.bench_with_input(BenchmarkId::new("sq8 dot, simd", dim), &dim, |b, _| {
+            b.iter(|| dot_u8(black_box(&w), black_box(&q)))
+        });
+        g.bench_with_input(BenchmarkId::new("sq8 dot, scalar", dim), &dim, |b, _| {
+            b.iter(|| dot_u8_scalar(black_box(&w), black_box(&q)))
+        });
+    }
+    g.finish();
+}
+
+fn anchor_ranking(c: &mut Criterion) {
+    let mut rng = Rng::new(2);
+    let dim = 384;
+    let anchors: Vec<f32> = (0..1024 * dim).map(|_| rng.normal() as f32).collect();
+    let queries: Vec<f32> = (0..256 * dim).map(|_| rng.normal() as f32).collect();
+    let mut g = c.benchmark_group("anchor ranking, 1024 anchors x 384");
+    g.throughput(Throughput::Elements(256));
+    g.bench_function("256 queries, nprobe 64 (GEMM form)", |b| {
+        b.iter(|| {
+            CpuBackend
+                .nearest_anchors(black_box(&queries), &anchors, dim, 64)
+                .unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, scan_kernels, anchor_ranking);
+criterion_main!(benches);
