@@ -282,10 +282,13 @@ impl Index {
                 total: n,
             });
             if cs > 0 {
-                let mut block = vec![0f32; CHUNK.min(n) * dim];
+                // Rows are gathered into list order a block at a time: the staging buffer
+                // stays at ENCODE_ROWS · dim floats however large the input is.
+                const ENCODE_ROWS: usize = 8_192;
+                let mut block = vec![0f32; ENCODE_ROWS.min(n) * dim];
                 for (c, (out, pos)) in codes
-                    .chunks_mut(CHUNK * cs)
-                    .zip(order.chunks(CHUNK))
+                    .chunks_mut(ENCODE_ROWS * cs)
+                    .zip(order.chunks(ENCODE_ROWS))
                     .enumerate()
                 {
                     let rows = pos.len();
@@ -295,10 +298,10 @@ impl Index {
                         .for_each(|(o, &i)| {
                             o.copy_from_slice(&data[i as usize * dim..(i as usize + 1) * dim])
                         });
-                    let assign = &list_assignment[c * CHUNK..c * CHUNK + rows];
+                    let assign = &list_assignment[c * ENCODE_ROWS..c * ENCODE_ROWS + rows];
                     codec.encode(&block[..rows * dim], &anchors, assign, out);
                     progress(&BuildEvent::Advance {
-                        done: c * CHUNK + rows,
+                        done: c * ENCODE_ROWS + rows,
                     });
                 }
             }

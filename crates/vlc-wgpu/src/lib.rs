@@ -348,7 +348,7 @@ impl WgpuBackend {
         let mut ids = Vec::with_capacity(num_points * per_point);
         let mut dists = Vec::with_capacity(num_points * per_point);
         let mut start = 0;
-        while start < num_points.max(1) && start < num_points {
+        while start < num_points {
             let rows = chunk.min(num_points - start);
             let own;
             let d_points: &wgpu::Buffer = match (&pinned, start == 0 && rows == num_points) {
