@@ -43,10 +43,12 @@ pub struct QueryLut {
 }
 
 impl FastScan {
-    /// Transpose list-ordered RaBitQ codes (`code_size` = pairs + 8) into blocks.
-    pub fn build(list_offsets: &[u64], codes: &[u8], dim: usize) -> FastScan {
+    /// Transpose the 1-bit part (sign plane and its two factors, the first `pairs + 8` bytes
+    /// of every code) of list-ordered RaBitQ codes of `code_size` bytes into blocks.
+    pub fn build(list_offsets: &[u64], codes: &[u8], dim: usize, code_size: usize) -> FastScan {
         let pairs = dim.div_ceil(8);
-        let cs = pairs + 8;
+        let cs = code_size;
+        assert!(cs >= pairs + 8, "RaBitQ codes hold at least the 1-bit part");
         let mut block_offsets = vec![0usize; list_offsets.len()];
         for a in 0..list_offsets.len() - 1 {
             let len = (list_offsets[a + 1] - list_offsets[a]) as usize;

@@ -356,7 +356,9 @@ impl Index {
     ) -> Index {
         let anchor_norms = crate::linalg::row_norms_sq(&anchors, dim);
         let fastscan = match codec {
-            Codec::RaBitQ(_) => Some(FastScan::build(&list_offsets, &codes, dim)),
+            Codec::RaBitQ(ref c) => {
+                Some(FastScan::build(&list_offsets, &codes, dim, c.code_size()))
+            }
             _ => None,
         };
         Index {

@@ -9,7 +9,6 @@ use crate::index::{Index, Metric};
 use crate::vectors::validate_vectors;
 use rayon::prelude::*;
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 
 /// Search knobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -85,7 +84,11 @@ struct Scratch {
     primary: QueryState,
     refine: QueryState,
     dists: Vec<f32>,
-    pool: BinaryHeap<Candidate>,
+    /// Candidates below the current threshold; shrunk to the pool size whenever it holds
+    /// twice that many (amortised O(1) per insertion, no heap).
+    pool: Vec<Candidate>,
+    /// Distance a candidate must beat to enter `pool`.
+    worst: f32,
     anchor_dists: Vec<f32>,
     order: Vec<u32>,
     rotated: Vec<f32>,
@@ -172,9 +175,10 @@ impl Index {
             let near = backend.nearest_anchors(&prepared, &self.anchors, dim, params.nprobe)?;
             let m = block.len() / dim;
             let start = b * BLOCK;
-            ids[start * k..(start + m) * k]
-                .par_chunks_mut(k)
-                .zip(distances[start * k..(start + m) * k].par_chunks_mut(k))
+            let ids = &mut ids[start * k..(start + m) * k];
+            let distances = &mut distances[start * k..(start + m) * k];
+            ids.par_chunks_mut(k)
+                .zip(distances.par_chunks_mut(k))
                 .enumerate()
                 .for_each_init(Scratch::default, |scratch, (i, (ids, dists))| {
                     let q = &prepared[i * dim..(i + 1) * dim];
@@ -238,13 +242,24 @@ impl Index {
         scratch: &mut Scratch,
     ) -> Vec<Neighbor> {
         let pool_size = self.pool_size(params);
+        self.begin_query(q, scratch);
+        let mut dists = std::mem::take(&mut scratch.dists);
+        for &(anchor, anchor_dist) in probes {
+            self.scan_list(anchor, anchor_dist, pool_size, scratch, &mut dists);
+        }
+        scratch.dists = dists;
+        self.finish_query(q, params, scratch)
+    }
+
+    /// Build the query's tables and empty its candidate pool.
+    fn begin_query(&self, q: &[f32], scratch: &mut Scratch) {
         scratch.primary.query.clear();
         scratch.primary.query.extend_from_slice(q);
         match (&self.fastscan, &self.codec) {
             (Some(fs), Codec::RaBitQ(rabitq)) => {
                 rabitq.rotate_query(q, &mut scratch.rotated);
                 fs.prepare(&scratch.rotated, &mut scratch.lut);
-                // The exact 1-bit tables are only needed when they rescore the pool.
+                // The full-code tables are only needed when they rescore the pool.
                 if self.refine.is_none() {
                     rabitq.prepare_rotated(&scratch.rotated, &mut scratch.primary);
                 }
@@ -252,57 +267,72 @@ impl Index {
             _ => self.codec.prepare_query(&mut scratch.primary),
         }
         scratch.pool.clear();
-        let cs = self.codec.code_size();
-        for &(anchor, anchor_dist) in probes {
-            let (lo, hi) = (
-                self.list_offsets[anchor as usize] as usize,
-                self.list_offsets[anchor as usize + 1] as usize,
-            );
-            if lo == hi {
-                continue;
+        scratch.worst = f32::INFINITY;
+    }
+
+    /// Score list `anchor` with the primary codec (or its fast-scan copy) and add what beats
+    /// the pool's threshold. `dists` is scratch space.
+    fn scan_list(
+        &self,
+        anchor: u32,
+        anchor_dist: f32,
+        pool_size: usize,
+        scratch: &mut Scratch,
+        dists: &mut Vec<f32>,
+    ) {
+        let (lo, hi) = (
+            self.list_offsets[anchor as usize] as usize,
+            self.list_offsets[anchor as usize + 1] as usize,
+        );
+        if lo == hi {
+            return;
+        }
+        match &self.fastscan {
+            Some(fs) => {
+                dists.resize(fs.padded_len(anchor), 0.0);
+                fs.scan(&scratch.lut, anchor, anchor_dist, dists);
             }
-            match &self.fastscan {
-                Some(fs) => {
-                    scratch.dists.resize(fs.padded_len(anchor), 0.0);
-                    fs.scan(&scratch.lut, anchor, anchor_dist, &mut scratch.dists);
-                }
-                None => {
-                    scratch.dists.resize(hi - lo, 0.0);
-                    self.codec.scan(
-                        &mut scratch.primary,
-                        anchor,
-                        anchor_dist,
-                        &self.codes[lo * cs..hi * cs],
-                        &mut scratch.dists,
-                    );
-                }
-            }
-            let mut worst = if scratch.pool.len() == pool_size {
-                scratch.pool.peek().unwrap().dist
-            } else {
-                f32::INFINITY
-            };
-            for (j, &d) in scratch.dists[..hi - lo].iter().enumerate() {
-                if d >= worst {
-                    continue;
-                }
-                let c = Candidate {
-                    dist: d,
-                    position: (lo + j) as u32,
+            None => {
+                let cs = self.codec.code_size();
+                dists.resize(hi - lo, 0.0);
+                self.codec.scan(
+                    &mut scratch.primary,
                     anchor,
                     anchor_dist,
-                };
-                if scratch.pool.len() == pool_size {
-                    scratch.pool.pop();
-                }
-                scratch.pool.push(c);
-                if scratch.pool.len() == pool_size {
-                    worst = scratch.pool.peek().unwrap().dist;
-                }
+                    &self.codes[lo * cs..hi * cs],
+                    dists,
+                );
             }
         }
-        let mut found: Vec<Candidate> = std::mem::take(&mut scratch.pool).into_vec();
-        // Second stage: the refine tier, or the exact 1-bit estimator after a fast scan.
+        for (j, &d) in dists[..hi - lo].iter().enumerate() {
+            if d >= scratch.worst {
+                continue;
+            }
+            scratch.pool.push(Candidate {
+                dist: d,
+                position: (lo + j) as u32,
+                anchor,
+                anchor_dist,
+            });
+            if scratch.pool.len() == 2 * pool_size {
+                scratch.worst = shrink_pool(&mut scratch.pool, pool_size);
+            }
+        }
+    }
+
+    /// Rescore the pool with the second stage (when there is one) and return the top k.
+    fn finish_query(
+        &self,
+        q: &[f32],
+        params: &SearchParams,
+        scratch: &mut Scratch,
+    ) -> Vec<Neighbor> {
+        let pool_size = self.pool_size(params);
+        if scratch.pool.len() > pool_size {
+            shrink_pool(&mut scratch.pool, pool_size);
+        }
+        let found = &mut scratch.pool;
+        // Second stage: the refine tier, or the full RaBitQ code after a fast 1-bit scan.
         let rescore: Option<(&Codec, &[u8], &mut QueryState)> = match &self.refine {
             Some((refine, codes)) => {
                 scratch.refine.query.clear();
@@ -332,14 +362,20 @@ impl Index {
         }
         found.sort_unstable();
         found.truncate(params.k);
-        let result = found
+        found
             .iter()
             .map(|c| Neighbor {
                 id: self.ids[c.position as usize],
                 distance: c.dist.max(0.0),
             })
-            .collect();
-        scratch.pool = BinaryHeap::from(found);
-        result
+            .collect()
     }
+}
+
+/// Keep the `size` best candidates of `pool` (unordered); returns the largest distance kept,
+/// the threshold new candidates must beat.
+fn shrink_pool(pool: &mut Vec<Candidate>, size: usize) -> f32 {
+    pool.select_nth_unstable(size - 1);
+    pool.truncate(size);
+    pool[size - 1].dist
 }

@@ -106,20 +106,37 @@ fn scalar_estimates_equal_distance_to_decoded_vector() {
     }
 }
 
+const RABITQ: [CodecKind; 4] = [
+    CodecKind::RaBitQ1,
+    CodecKind::RaBitQ2,
+    CodecKind::RaBitQ3,
+    CodecKind::RaBitQ4,
+];
+
+fn train(f: &Fixture, kind: CodecKind) -> Codec {
+    Codec::train(
+        kind,
+        &CodecParams::default(),
+        &f.data,
+        &f.anchors,
+        &f.assignment,
+        f.dim,
+    )
+    .unwrap()
+}
+
 #[test]
 fn rabitq_estimate_is_unbiased_and_ranks_well() {
-    for &dim in &[7usize, 65, 384] {
+    for (kind, &dim) in RABITQ
+        .into_iter()
+        .flat_map(|k| [7usize, 65, 384].iter().map(move |d| (k, d)))
+    {
         let f = fixture(dim);
-        let codec = Codec::train(
-            CodecKind::RaBitQ1,
-            &CodecParams::default(),
-            &f.data,
-            &f.anchors,
-            &f.assignment,
-            dim,
-        )
-        .unwrap();
-        assert_eq!(codec.code_size(), dim.div_ceil(8) + 8);
+        let codec = train(&f, kind);
+        let bits = kind.rabitq_bits().unwrap() as usize;
+        let nb = dim.div_ceil(8);
+        let extended = if bits > 1 { (bits - 1) * nb + 8 } else { 0 };
+        assert_eq!(codec.code_size(), nb + 8 + extended);
         let codes = encode(&f, &codec);
         let mut bias = 0f64;
         let mut count = 0usize;
@@ -136,7 +153,7 @@ fn rabitq_estimate_is_unbiased_and_ranks_well() {
             let better = est.iter().filter(|&&e| e < me).count();
             assert!(
                 better < f.assignment.len() / 10,
-                "dim {dim}: self ranks {better}"
+                "{kind} dim {dim}: self ranks {better}"
             );
         }
         let mean_truth: f64 = (0..f.assignment.len())
@@ -145,9 +162,96 @@ fn rabitq_estimate_is_unbiased_and_ranks_well() {
             / f.assignment.len() as f64;
         assert!(
             (bias / count as f64).abs() < 0.1 * mean_truth,
-            "dim {dim}: mean bias {} vs mean distance {mean_truth}",
+            "{kind} dim {dim}: mean bias {} vs mean distance {mean_truth}",
             bias / count as f64
         );
+    }
+}
+
+/// Mean squared error of the distance estimates over a few queries.
+fn estimate_error(f: &Fixture, codec: &Codec) -> f64 {
+    let codes = encode(f, codec);
+    let dim = f.dim;
+    let mut sum = 0f64;
+    let mut count = 0usize;
+    for q in 0..5 {
+        let query = &f.data[(200 + q) * dim..(201 + q) * dim];
+        for (i, e) in estimates(f, codec, &codes, query).into_iter().enumerate() {
+            let truth = l2_sq(query, &f.data[i * dim..(i + 1) * dim]) as f64;
+            sum += (e as f64 - truth).powi(2);
+            count += 1;
+        }
+    }
+    sum / count as f64
+}
+
+#[test]
+fn more_rabitq_bits_give_smaller_errors() {
+    for dim in [65usize, 384] {
+        let f = fixture(dim);
+        let errors: Vec<f64> = RABITQ
+            .iter()
+            .map(|&k| estimate_error(&f, &train(&f, k)))
+            .collect();
+        for w in errors.windows(2) {
+            // Each extra bit should cut the error substantially (about 4x in theory).
+            assert!(w[1] < 0.6 * w[0], "dim {dim}: errors {errors:?}");
+        }
+    }
+}
+
+/// The fast-scan pass reads the first ⌈D/8⌉ + 8 bytes of every RaBitQ code as a 1-bit code:
+/// they must be exactly the 1-bit code of the same vector.
+#[test]
+fn multi_bit_codes_start_with_the_one_bit_code() {
+    let dim = 65;
+    let f = fixture(dim);
+    let one = encode(&f, &train(&f, CodecKind::RaBitQ1));
+    let head = dim.div_ceil(8) + 8;
+    for kind in &RABITQ[1..] {
+        let codec = train(&f, *kind);
+        let codes = encode(&f, &codec);
+        let cs = codec.code_size();
+        for i in 0..f.assignment.len() {
+            assert_eq!(
+                &codes[i * cs..i * cs + head],
+                &one[i * head..(i + 1) * head],
+                "{kind} row {i}"
+            );
+        }
+    }
+}
+
+/// Scan and decode read the same code layout: the estimate is
+/// `‖q − c − r̂‖² − ‖r̂‖² + ‖r‖²` with `r̂` the decoded residual and `r` the true one.
+#[test]
+fn rabitq_scan_agrees_with_decode() {
+    for (kind, dim) in RABITQ
+        .into_iter()
+        .flat_map(|k| [7usize, 65].map(|d| (k, d)))
+    {
+        let f = fixture(dim);
+        let codec = train(&f, kind);
+        let codes = encode(&f, &codec);
+        let cs = codec.code_size();
+        let query = &f.data[300 * dim..301 * dim];
+        let est = estimates(&f, &codec, &codes, query);
+        let mut decoded = vec![0f32; dim];
+        for i in 0..f.assignment.len() {
+            let a = f.assignment[i] as usize;
+            let anchor = &f.anchors[a * dim..(a + 1) * dim];
+            codec.decode(&codes[i * cs..(i + 1) * cs], a as u32, &mut decoded);
+            let x = &f.data[i * dim..(i + 1) * dim];
+            let r_sq: f32 = x.iter().zip(anchor).map(|(x, c)| (x - c).powi(2)).sum();
+            let rhat_sq: f32 = decoded.iter().map(|v| v * v).sum();
+            let recon: Vec<f32> = anchor.iter().zip(&decoded).map(|(c, r)| c + r).collect();
+            let expected = l2_sq(query, &recon) - rhat_sq + r_sq;
+            assert!(
+                (est[i] - expected).abs() < 1e-3 * (1.0 + expected.abs()),
+                "{kind} dim {dim} row {i}: scan {} vs decode {expected}",
+                est[i]
+            );
+        }
     }
 }
 

@@ -25,6 +25,9 @@ fn recall_on_clustered_data_per_codec() {
         (CodecKind::Sq4, None, 0.75),
         (CodecKind::RaBitQ1, None, 0.45),
         (CodecKind::RaBitQ1, Some(CodecKind::Sq8), 0.90),
+        (CodecKind::RaBitQ2, None, 0.65),
+        (CodecKind::RaBitQ3, None, 0.78),
+        (CodecKind::RaBitQ4, None, 0.85),
         (CodecKind::AnchorOnly, None, 0.0),
     ];
     let mut anchor_only = 0.0;
@@ -46,6 +49,7 @@ fn recall_on_clustered_data_per_codec() {
             )
             .unwrap();
         let r = recall_at(&res.ids, 10, &gt, 10, 10);
+        eprintln!("{codec} + {refine:?}: recall@10 {r}");
         assert!(r >= floor, "{codec} + {refine:?}: recall@10 {r} < {floor}");
         if codec == CodecKind::AnchorOnly {
             anchor_only = r;

@@ -35,7 +35,8 @@ pub struct Args {
     /// nprobe values (values above the anchor count are skipped).
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128, 256])]
     pub nprobe: Vec<usize>,
-    /// Rerank depths for configurations with a refine tier (0 = 10·k).
+    /// Candidate pool depths for configurations with a second stage (a refine tier, or the RaBitQ
+    /// codecs, whose fast 1-bit pass is rescored with the full code); 0 = 10·k.
     #[arg(long, value_delimiter = ',', default_values_t = [0usize])]
     pub rerank: Vec<usize>,
     /// Anchors (default: automatic).
@@ -171,7 +172,7 @@ pub fn run(a: Args) -> Result<()> {
             .copied()
             .filter(|&p| p >= 1 && p <= index.num_anchors())
             .collect();
-        let reranks: Vec<usize> = if refine.is_some() {
+        let reranks: Vec<usize> = if refine.is_some() || codec.rabitq_bits().is_some() {
             a.rerank.clone()
         } else {
             vec![0]

@@ -30,14 +30,24 @@ pub enum CodecKind {
     /// 1 bit per dimension after a random rotation, with two per-vector correction factors
     /// (RaBitQ-style unbiased inner-product estimate).
     RaBitQ1 = 3,
+    /// Extended RaBitQ with 2 bits per dimension: the 1-bit code above (scanned first, fast)
+    /// plus a finer bit plane that rescores the candidates; four per-vector factors.
+    RaBitQ2 = 4,
+    /// Extended RaBitQ with 3 bits per dimension (1-bit pass, then two finer planes).
+    RaBitQ3 = 5,
+    /// Extended RaBitQ with 4 bits per dimension (1-bit pass, then three finer planes).
+    RaBitQ4 = 6,
 }
 
 impl CodecKind {
-    pub const ALL: [CodecKind; 4] = [
+    pub const ALL: [CodecKind; 7] = [
         CodecKind::AnchorOnly,
         CodecKind::Sq8,
         CodecKind::Sq4,
         CodecKind::RaBitQ1,
+        CodecKind::RaBitQ2,
+        CodecKind::RaBitQ3,
+        CodecKind::RaBitQ4,
     ];
 
     pub fn from_u8(v: u8) -> Option<Self> {
@@ -51,6 +61,20 @@ impl CodecKind {
             CodecKind::Sq8 => "sq8",
             CodecKind::Sq4 => "sq4",
             CodecKind::RaBitQ1 => "rabitq1",
+            CodecKind::RaBitQ2 => "rabitq2",
+            CodecKind::RaBitQ3 => "rabitq3",
+            CodecKind::RaBitQ4 => "rabitq4",
+        }
+    }
+
+    /// Bits per dimension of a RaBitQ-family codec; `None` for the others.
+    pub fn rabitq_bits(self) -> Option<u32> {
+        match self {
+            CodecKind::RaBitQ1 => Some(1),
+            CodecKind::RaBitQ2 => Some(2),
+            CodecKind::RaBitQ3 => Some(3),
+            CodecKind::RaBitQ4 => Some(4),
+            _ => None,
         }
     }
 
@@ -60,7 +84,9 @@ impl CodecKind {
             CodecKind::AnchorOnly => 0,
             CodecKind::Sq8 => dim + 4,
             CodecKind::Sq4 => dim.div_ceil(2) + 4,
-            CodecKind::RaBitQ1 => dim.div_ceil(8) + 8,
+            CodecKind::RaBitQ1 | CodecKind::RaBitQ2 | CodecKind::RaBitQ3 | CodecKind::RaBitQ4 => {
+                rabitq::code_size(dim, self.rabitq_bits().unwrap())
+            }
         }
     }
 }
@@ -74,7 +100,7 @@ impl std::str::FromStr for CodecKind {
             .ok_or_else(|| {
                 VlcError::param(
                     "codec",
-                    format!("unknown codec `{s}` (expected anchor-only, sq8, sq4 or rabitq1)"),
+                    format!("unknown codec `{s}` (expected anchor-only, sq8, sq4, rabitq1, rabitq2, rabitq3 or rabitq4)"),
                 )
             })
     }
@@ -197,7 +223,9 @@ impl Codec {
                     dim,
                 )?)
             }
-            CodecKind::RaBitQ1 => Codec::RaBitQ(RaBitQ::train(dim, params.seed)),
+            CodecKind::RaBitQ1 | CodecKind::RaBitQ2 | CodecKind::RaBitQ3 | CodecKind::RaBitQ4 => {
+                Codec::RaBitQ(RaBitQ::train(dim, kind.rabitq_bits().unwrap(), params.seed))
+            }
         })
     }
 
@@ -213,7 +241,13 @@ impl Codec {
             CodecKind::Sq8 | CodecKind::Sq4 => {
                 Codec::Scalar(ScalarQuantizer::read_params(kind, dim, num_anchors, bytes)?)
             }
-            CodecKind::RaBitQ1 => Codec::RaBitQ(RaBitQ::read_params(dim, bytes)?),
+            CodecKind::RaBitQ1 | CodecKind::RaBitQ2 | CodecKind::RaBitQ3 | CodecKind::RaBitQ4 => {
+                Codec::RaBitQ(RaBitQ::read_params(
+                    dim,
+                    kind.rabitq_bits().unwrap(),
+                    bytes,
+                )?)
+            }
         })
     }
 

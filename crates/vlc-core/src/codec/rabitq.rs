@@ -1,14 +1,27 @@
-//! 1-bit residual codes with per-vector correction factors (RaBitQ-style).
+//! RaBitQ-family residual codes: 1 bit per dimension with per-vector correction factors, and
+//! extended codes of 2-4 bits per dimension whose top bit is that same 1-bit code.
 //!
-//! A random orthogonal rotation `P` ([`FastRotation`], regenerated from the stored seed) spreads the residual over all dimensions; a code keeps the
-//! sign of each rotated coordinate. With `o = P r / ‖r‖` and `x̄ = sign(o)/√D`, the estimate
-//! `⟨r, y⟩ ≈ ‖r‖ ⟨x̄, P y⟩ / ⟨x̄, o⟩` is unbiased. Writing `y = q − c` and storing
-//! `f2 = −2‖r‖/⟨x̄, o⟩` and `f1 = ‖r‖² − f2 ⟨x̄, P c⟩` per vector gives
-//! `‖q − c − r‖² ≈ ‖q − c‖² + f1 + f2 ⟨x̄, P q⟩`, whose only query-dependent term is read
-//! from one byte-lookup table built once per query (not per list).
+//! A random orthogonal rotation `P` ([`FastRotation`], regenerated from the stored seed) spreads
+//! the residual `r` over all dimensions. A `b`-bit code stores per dimension an unsigned integer
+//! `u_i` in `0..2^b`; its grid point is `w_i = u_i − (2^b − 1)/2`, a half-integer with the sign
+//! of `(P r)_i`. With `x̄ = w/‖w‖` and `o = P r/‖r‖`, the estimate
+//! `⟨r, y⟩ ≈ ‖r‖ ⟨x̄, P y⟩ / ⟨x̄, o⟩` is unbiased (RaBitQ; extended RaBitQ for `b > 1`).
+//! Writing `y = q − c` and storing per vector
+//! `f2 = −‖r‖² √D / ⟨w, P r⟩` and `f1 = ‖r‖² + 2‖r‖² ⟨w, P c⟩ / ⟨w, P r⟩` gives
+//! `‖q − c − r‖² ≈ ‖q − c‖² + f1 + f2 · (2/√D) ⟨w, P q⟩`, whose query-dependent part is read
+//! from one lookup table per query (not per list): bit plane `j` of `u` contributes
+//! `2^j Σ_h table[h][nibble h of the plane]`.
 //!
-//! Code layout (code_size = ⌈D/8⌉ + 8 bytes): sign bits (dimension d at byte d/8, bit d%8),
-//! then `f32` f1, then `f32` f2.
+//! For `b = 1` (`w = ±½`) this is the classic 1-bit estimator. For `b > 1`, the grid `x` of
+//! magnitudes maximising `⟨x̄, o⟩` is found exactly by walking the critical scales at which a
+//! coordinate's level changes (extended RaBitQ). The top bit of `u` is the sign of `(P r)_i`,
+//! so every code starts with a complete 1-bit code and its own factors: search scans that part
+//! with the fast-scan kernel and rescores only its candidate pool with the full code.
+//!
+//! Code layout, `nb = ⌈D/8⌉`, dimension `d` at byte `d/8`, bit `d%8` of each plane:
+//! - sign plane (`nb` bytes), then `f32` f1, `f32` f2 of the 1-bit code;
+//! - for `b > 1`: planes of bits `0..b−1` of `u` (`nb` bytes each), then `f32` f1, `f32` f2
+//!   of the full code.
 
 use super::{read_f32, CodecKind, ParamReader, QueryState, ResidualCodec};
 use crate::error::Result;
@@ -18,27 +31,62 @@ use rayon::prelude::*;
 /// Rows encoded per parallel task.
 const ENCODE_BLOCK: usize = 1024;
 
+/// Bytes of one vector's code at `dim` dimensions and `bits` bits per dimension (1..=4).
+pub fn code_size(dim: usize, bits: u32) -> usize {
+    let nb = dim.div_ceil(8);
+    nb + 8
+        + if bits > 1 {
+            (bits as usize - 1) * nb + 8
+        } else {
+            0
+        }
+}
+
 #[derive(Clone, Debug)]
 pub struct RaBitQ {
     dim: usize,
+    /// Bits per dimension, 1..=4.
+    bits: u32,
     seed: u64,
     rotation: FastRotation,
 }
 
+/// Per-thread encoding scratch.
+#[derive(Default)]
+struct EncodeScratch {
+    /// Rotated residual. Layout: (dim,).
+    rotated: Vec<f32>,
+    /// Dimensions by decreasing |rotated|, zeros left out.
+    order: Vec<u32>,
+    /// Magnitude level of each dimension, `0..2^(b−1)`. Layout: (dim,).
+    levels: Vec<u8>,
+    /// `1/|rotated|` in `order`. Layout: (nonzero dims,).
+    inverse: Vec<f32>,
+    /// Dimensions in the order their level rises while the scale grows.
+    events: Vec<u32>,
+}
+
 impl RaBitQ {
-    pub(crate) fn train(dim: usize, seed: u64) -> Self {
+    pub(crate) fn train(dim: usize, bits: u32, seed: u64) -> Self {
+        assert!((1..=4).contains(&bits), "RaBitQ bits must be 1..=4");
         RaBitQ {
             dim,
+            bits,
             seed,
             rotation: FastRotation::new(dim, seed ^ 0x0b17_c0de),
         }
     }
 
-    pub(crate) fn read_params(dim: usize, bytes: &[u8]) -> Result<Self> {
+    pub(crate) fn read_params(dim: usize, bits: u32, bytes: &[u8]) -> Result<Self> {
         let mut r = ParamReader::new(bytes, "rabitq codec");
         let seed = r.u64()?;
         r.finish()?;
-        Ok(Self::train(dim, seed))
+        Ok(Self::train(dim, bits, seed))
+    }
+
+    /// Bits per dimension.
+    pub fn bits(&self) -> u32 {
+        self.bits
     }
 
     /// The tables of [`ResidualCodec::prepare_query`] from an already rotated query `rq`
@@ -47,11 +95,11 @@ impl RaBitQ {
         let inv_sqrt_d = 1.0 / (self.dim as f32).sqrt();
         state.constant = -rq.iter().sum::<f32>() * inv_sqrt_d;
         state.table.clear();
-        state.table.resize(self.bytes() * 256, 0.0);
-        for (g, entries) in state.table.chunks_exact_mut(256).enumerate() {
-            for m in 1..256usize {
+        state.table.resize(self.bytes() * 2 * 16, 0.0);
+        for (g, entries) in state.table.chunks_exact_mut(16).enumerate() {
+            for m in 1..16usize {
                 let low = m.trailing_zeros() as usize;
-                entries[m] = entries[m & (m - 1)] + 2.0 * inv_sqrt_d * rq[g * 8 + low];
+                entries[m] = entries[m & (m - 1)] + 2.0 * inv_sqrt_d * rq[g * 4 + low];
             }
         }
     }
@@ -67,83 +115,249 @@ impl RaBitQ {
     fn bytes(&self) -> usize {
         self.dim.div_ceil(8)
     }
+
+    /// Offset of the extended part (low planes, then its factors) in a code.
+    fn ex_offset(&self) -> usize {
+        self.bytes() + 8
+    }
+
+    /// Choose the magnitude levels of an extended code: maximise
+    /// `Σ (x_i + ½)|v_i| / √Σ (x_i + ½)²` over `x_i ∈ 0..=max_level`, where `x_i` is the level of
+    /// `|v_i|` at a common scale `t` (`x_i = min(⌊t |v_i|⌋, max_level)`). The objective changes
+    /// only where some `t |v_i|` crosses an integer, so every such critical scale is visited in
+    /// increasing order and the best prefix of level increments is kept.
+    fn choose_levels(&self, scratch: &mut EncodeScratch) {
+        let max_level = (1u32 << (self.bits - 1)) - 1;
+        let v = &scratch.rotated;
+        scratch.order.clear();
+        scratch
+            .order
+            .extend((0..self.dim as u32).filter(|&i| v[i as usize] != 0.0));
+        scratch.order.sort_unstable_by(|&a, &b| {
+            v[b as usize]
+                .abs()
+                .total_cmp(&v[a as usize].abs())
+                .then(a.cmp(&b))
+        });
+        // Level k of dimension i is reached at t = k/|v_i|: for each k the dimensions arrive in
+        // `order`; merge the max_level sequences. Compared as squares: value² = num² / squares.
+        scratch.inverse.clear();
+        scratch
+            .inverse
+            .extend(scratch.order.iter().map(|&i| 1.0 / v[i as usize].abs()));
+        let mut heads = [0usize; 8];
+        let mut numerator: f64 = 0.5 * v.iter().map(|x| x.abs() as f64).sum::<f64>();
+        let mut squares: f64 = 0.25 * self.dim as f64;
+        let mut best = (numerator * numerator / squares, 0usize);
+        scratch.events.clear();
+        let n = scratch.order.len();
+        let max_level = max_level as usize;
+        loop {
+            let (mut bt, mut bk) = (f32::INFINITY, 0usize);
+            for (k, &head) in heads.iter().enumerate().take(max_level + 1).skip(1) {
+                if head < n {
+                    let t = k as f32 * scratch.inverse[head];
+                    if t < bt {
+                        (bt, bk) = (t, k);
+                    }
+                }
+            }
+            if bk == 0 {
+                break;
+            }
+            let dim = scratch.order[heads[bk]];
+            heads[bk] += 1;
+            numerator += v[dim as usize].abs() as f64;
+            squares += 2.0 * bk as f64;
+            scratch.events.push(dim);
+            let value = numerator * numerator / squares;
+            if value > best.0 {
+                best = (value, scratch.events.len());
+            }
+        }
+        scratch.levels.clear();
+        scratch.levels.resize(self.dim, 0);
+        for &dim in &scratch.events[..best.1] {
+            scratch.levels[dim as usize] += 1;
+        }
+    }
+
+    /// `(f1, f2)` for grid `w` (given by `grid(i)`), rotated residual `rr` and rotated anchor
+    /// `pc` (see the module docs).
+    fn factors(&self, rr: &[f32], pc: &[f32], grid: impl Fn(usize) -> f32) -> (f32, f32) {
+        let (mut norm_sq, mut w_r, mut w_c) = (0f32, 0f32, 0f32);
+        for d in 0..self.dim {
+            let w = grid(d);
+            norm_sq += rr[d] * rr[d];
+            w_r += w * rr[d];
+            w_c += w * pc[d];
+        }
+        if w_r > 0.0 {
+            let sqrt_d = (self.dim as f32).sqrt();
+            (norm_sq + 2.0 * norm_sq * w_c / w_r, -norm_sq * sqrt_d / w_r)
+        } else {
+            (0.0, 0.0)
+        }
+    }
+
+    fn encode_one(&self, pc: &[f32], scratch: &mut EncodeScratch, code: &mut [u8]) {
+        let (dim, nb) = (self.dim, self.bytes());
+        let rr = &scratch.rotated;
+        code.fill(0);
+        let (mut norm_sq, mut abs_sum, mut xbar_pc) = (0f32, 0f32, 0f32);
+        for d in 0..dim {
+            norm_sq += rr[d] * rr[d];
+            abs_sum += rr[d].abs();
+            if rr[d] > 0.0 {
+                code[d / 8] |= 1 << (d % 8);
+                xbar_pc += pc[d];
+            } else {
+                xbar_pc -= pc[d];
+            }
+        }
+        let inv_sqrt_d = 1.0 / (dim as f32).sqrt();
+        xbar_pc *= inv_sqrt_d;
+        let (f1, f2) = if abs_sum > 0.0 {
+            // ⟨x̄, o⟩ = Σ|rr| / (√D ‖r‖), so f2 = −2‖r‖/⟨x̄,o⟩ = −2‖r‖²√D / Σ|rr|.
+            let f2 = -2.0 * norm_sq / (abs_sum * inv_sqrt_d);
+            (norm_sq - f2 * xbar_pc, f2)
+        } else {
+            (0.0, 0.0)
+        };
+        code[nb..nb + 4].copy_from_slice(&f1.to_le_bytes());
+        code[nb + 4..nb + 8].copy_from_slice(&f2.to_le_bytes());
+        if self.bits == 1 {
+            return;
+        }
+        self.choose_levels(scratch);
+        let rr = &scratch.rotated;
+        let levels = &scratch.levels;
+        let half = 1u32 << (self.bits - 1);
+        let ex = self.ex_offset();
+        for d in 0..dim {
+            let x = levels[d] as u32;
+            let u = if rr[d] > 0.0 { half + x } else { half - 1 - x };
+            for j in 0..self.bits as usize - 1 {
+                if u >> j & 1 == 1 {
+                    code[ex + j * nb + d / 8] |= 1 << (d % 8);
+                }
+            }
+        }
+        let grid = |d: usize| {
+            let w = levels[d] as f32 + 0.5;
+            if rr[d] > 0.0 {
+                w
+            } else {
+                -w
+            }
+        };
+        let (f1, f2) = self.factors(rr, pc, grid);
+        let at = ex + (self.bits as usize - 1) * nb;
+        code[at..at + 4].copy_from_slice(&f1.to_le_bytes());
+        code[at + 4..at + 8].copy_from_slice(&f2.to_le_bytes());
+    }
+
+    /// `Σ_h table[h][nibble h]` over the 4-bit groups `h` of one bit plane.
+    #[inline]
+    fn plane_sum(table: &[f32], plane: &[u8]) -> f32 {
+        let mut s = [0f32; 4];
+        let full = plane.len() / 2;
+        for c in 0..full {
+            let (a, b) = (plane[2 * c] as usize, plane[2 * c + 1] as usize);
+            let t = &table[c * 64..c * 64 + 64];
+            s[0] += t[a & 15];
+            s[1] += t[16 + (a >> 4)];
+            s[2] += t[32 + (b & 15)];
+            s[3] += t[48 + (b >> 4)];
+        }
+        let mut sum = (s[0] + s[1]) + (s[2] + s[3]);
+        if plane.len() % 2 == 1 {
+            let a = plane[plane.len() - 1] as usize;
+            sum += table[full * 64 + (a & 15)] + table[full * 64 + 16 + (a >> 4)];
+        }
+        sum
+    }
 }
 
 impl ResidualCodec for RaBitQ {
     fn kind(&self) -> CodecKind {
-        CodecKind::RaBitQ1
+        match self.bits {
+            1 => CodecKind::RaBitQ1,
+            2 => CodecKind::RaBitQ2,
+            3 => CodecKind::RaBitQ3,
+            _ => CodecKind::RaBitQ4,
+        }
     }
     fn dim(&self) -> usize {
         self.dim
     }
 
     fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {
-        let (dim, cs, nb) = (self.dim, self.code_size(), self.bytes());
+        let (dim, cs) = (self.dim, self.code_size());
         let mut rotated_anchors = anchors.to_vec();
         rotated_anchors
             .par_chunks_mut(dim)
             .for_each(|a| self.rotation.apply(a));
-        let inv_sqrt_d = 1.0 / (dim as f32).sqrt();
         out.par_chunks_mut(ENCODE_BLOCK * cs)
             .enumerate()
             .for_each(|(b, out)| {
                 let start = b * ENCODE_BLOCK;
-                let mut rr = vec![0f32; dim];
+                let mut scratch = EncodeScratch::default();
                 for (i, code) in out.chunks_exact_mut(cs).enumerate() {
                     let a = assignment[start + i] as usize;
                     let x = &points[(start + i) * dim..(start + i + 1) * dim];
-                    for (d, r) in rr.iter_mut().enumerate() {
-                        *r = x[d] - anchors[a * dim + d];
-                    }
-                    self.rotation.apply(&mut rr);
-                    let pc = &rotated_anchors[a * dim..(a + 1) * dim];
-                    code[..nb].fill(0);
-                    let (mut norm_sq, mut abs_sum, mut xbar_pc) = (0f32, 0f32, 0f32);
-                    for d in 0..dim {
-                        norm_sq += rr[d] * rr[d];
-                        abs_sum += rr[d].abs();
-                        if rr[d] > 0.0 {
-                            code[d / 8] |= 1 << (d % 8);
-                            xbar_pc += pc[d];
-                        } else {
-                            xbar_pc -= pc[d];
-                        }
-                    }
-                    xbar_pc *= inv_sqrt_d;
-                    let (f1, f2) = if abs_sum > 0.0 {
-                        // ⟨x̄, o⟩ = Σ|rr| / (√D ‖r‖), so f2 = −2‖r‖/⟨x̄,o⟩ = −2‖r‖²√D / Σ|rr|.
-                        let f2 = -2.0 * norm_sq / (abs_sum * inv_sqrt_d);
-                        (norm_sq - f2 * xbar_pc, f2)
-                    } else {
-                        (0.0, 0.0)
-                    };
-                    code[nb..nb + 4].copy_from_slice(&f1.to_le_bytes());
-                    code[nb + 4..nb + 8].copy_from_slice(&f2.to_le_bytes());
+                    scratch.rotated.clear();
+                    scratch.rotated.extend(
+                        x.iter()
+                            .zip(&anchors[a * dim..(a + 1) * dim])
+                            .map(|(x, c)| x - c),
+                    );
+                    self.rotation.apply(&mut scratch.rotated);
+                    self.encode_one(&rotated_anchors[a * dim..(a + 1) * dim], &mut scratch, code);
                 }
             });
     }
 
-    /// The reconstruction consistent with the estimator: `(−f2/2) Pᵀ x̄`.
+    /// The reconstruction consistent with the estimator: `(−f2/√D) Pᵀ w` with the finest
+    /// grid `w` the code holds.
     fn decode(&self, code: &[u8], _anchor_id: u32, out: &mut [f32]) {
-        let scale = -0.5 * read_f32(code, self.bytes() + 4) / (self.dim as f32).sqrt();
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = if code[i / 8] >> (i % 8) & 1 == 1 {
-                scale
-            } else {
-                -scale
-            };
+        let nb = self.bytes();
+        let sqrt_d = (self.dim as f32).sqrt();
+        if self.bits == 1 {
+            let scale = -0.5 * read_f32(code, nb + 4) / sqrt_d;
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = if code[i / 8] >> (i % 8) & 1 == 1 {
+                    scale
+                } else {
+                    -scale
+                };
+            }
+        } else {
+            let ex = self.ex_offset();
+            let low_planes = self.bits as usize - 1;
+            let scale = -read_f32(code, ex + low_planes * nb + 4) / sqrt_d;
+            let centre = ((1u32 << self.bits) - 1) as f32 * 0.5;
+            for (i, o) in out.iter_mut().enumerate() {
+                let mut u = ((code[i / 8] >> (i % 8) & 1) as u32) << low_planes;
+                for j in 0..low_planes {
+                    u |= ((code[ex + j * nb + i / 8] >> (i % 8) & 1) as u32) << j;
+                }
+                *o = scale * (u as f32 - centre);
+            }
         }
         self.rotation.apply_inverse(out);
     }
 
-    /// `table`: (⌈D/8⌉, 256), entry `[g][m]` = (2/√D) Σ_{bit j of m} (P q)[8g + j];
-    /// `constant` = −Σ (P q) / √D, so `⟨x̄, P q⟩ = constant + Σ_g table[g][code byte g]`.
+    /// `table`: (2⌈D/8⌉, 16), entry `[h][m]` = (2/√D) Σ_{bit j of m} (P q)[4h + j], one row
+    /// per 4-bit group (small enough to stay in L1); `constant` = −Σ (P q) / √D, so
+    /// `(2/√D)⟨w, P q⟩ = (2^b − 1)·constant + Σ_planes 2^j Σ_h table[h][nibble h of the plane]`.
     fn prepare_query(&self, state: &mut QueryState) {
         let mut rq = Vec::new();
         self.rotate_query(&state.query, &mut rq);
         self.prepare_rotated(&rq, state);
     }
 
+    /// The estimate of the full code (all `b` bits).
     fn scan(
         &self,
         state: &mut QueryState,
@@ -154,20 +368,21 @@ impl ResidualCodec for RaBitQ {
     ) {
         let (cs, nb) = (self.code_size(), self.bytes());
         let table = &state.table;
+        let low_planes = self.bits as usize - 1;
+        let ex = self.ex_offset();
+        let weight = ((1u32 << self.bits) - 1) as f32 * state.constant;
         for (o, code) in out.iter_mut().zip(codes.chunks_exact(cs)) {
-            let mut s = [0f32; 4];
-            let full = nb / 4;
-            for c in 0..full {
-                for j in 0..4 {
-                    let g = c * 4 + j;
-                    s[j] += table[g * 256 + code[g] as usize];
-                }
+            let mut ip = weight + (1u32 << low_planes) as f32 * Self::plane_sum(table, &code[..nb]);
+            for j in 0..low_planes {
+                ip += (1u32 << j) as f32
+                    * Self::plane_sum(table, &code[ex + j * nb..ex + (j + 1) * nb]);
             }
-            let mut ip = state.constant + (s[0] + s[1]) + (s[2] + s[3]);
-            for g in full * 4..nb {
-                ip += table[g * 256 + code[g] as usize];
-            }
-            *o = query_anchor_dist + read_f32(code, nb) + read_f32(code, nb + 4) * ip;
+            let at = if low_planes == 0 {
+                nb
+            } else {
+                ex + low_planes * nb
+            };
+            *o = query_anchor_dist + read_f32(code, at) + read_f32(code, at + 4) * ip;
         }
     }
 
