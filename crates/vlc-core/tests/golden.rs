@@ -33,6 +33,12 @@ fn cases() -> Vec<(&'static str, BuildParams)> {
             p
         }),
         (
+            "rabitq3-l2",
+            BuildParams::default()
+                .with_codec(CodecKind::RaBitQ3)
+                .with_num_anchors(7),
+        ),
+        (
             "anchor-only-l2",
             BuildParams::default()
                 .with_codec(CodecKind::AnchorOnly)

@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "rabitq1+sq8,rabitq1+sq4,rabitq1,sq4,sq8,anchor-only"
+        default_value = "rabitq1+sq8,rabitq1+sq4,rabitq1,rabitq2,rabitq3,rabitq4,sq4,sq8,anchor-only"
     )]
     pub configs: Vec<String>,
     /// nprobe values (values above the anchor count are skipped).

@@ -15,7 +15,9 @@ pub struct Args {
     /// Where to write the index (written to a temporary file, then renamed).
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Residual codec: anchor-only (0 B/vector), rabitq1 (1 bit/dim + 8 B), sq4, sq8.
+    /// Residual codec, by bytes per vector at dim D: anchor-only (0), rabitq1 (D/8 + 8),
+    /// rabitq2 (D/4 + 16), rabitq3 (3D/8 + 16), rabitq4 (D/2 + 16), sq4 (D/2 + 4), sq8 (D + 4).
+    /// RaBitQ codes are scanned 1 bit at a time and their candidates rescored with all bits.
     #[arg(long, default_value = "sq8")]
     pub codec: CodecKind,
     /// Finer codec stored beside the primary one to rerank candidates: none, sq4 or sq8.
