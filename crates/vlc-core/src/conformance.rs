@@ -18,13 +18,15 @@ fn naive_dist(a: &[f32], b: &[f32]) -> f64 {
         .sum()
 }
 
-/// Nearest anchors (1, 3 and 8 per point) against brute force.
+/// Nearest anchors (1, 3 and 8 per point) against brute force; shapes straddle the 64-row and
+/// 64-anchor tiles of the GPU kernels.
 pub fn check_nearest(backend: &dyn Backend) {
     for &dim in &[1usize, 7, 65, 384] {
         for &(n, k, m) in &[
             (1usize, 1usize, 1usize),
             (37, 5, 3),
             (513, 33, 1),
+            (130, 131, 1),
             (200, 64, 8),
         ] {
             let points = random(n * dim, (dim * 1000 + n) as u64);

@@ -26,6 +26,8 @@ fn err(reason: impl std::fmt::Display) -> VlcError {
 struct Pipelines {
     distances: wgpu::ComputePipeline,
     select: wgpu::ComputePipeline,
+    /// Fused single-nearest assignment (`nearest_fused`), used when `per_point == 1`.
+    fused: wgpu::ComputePipeline,
     accumulate: wgpu::ComputePipeline,
     update: wgpu::ComputePipeline,
 }
@@ -100,6 +102,7 @@ impl WgpuBackend {
         let pipelines = Pipelines {
             distances: pipeline(&nearest, "distances"),
             select: pipeline(&nearest, "select_nearest"),
+            fused: pipeline(&nearest, "nearest_fused"),
             accumulate: pipeline(&accumulate, "accumulate_trimmed"),
             update: pipeline(&update, "update_anchors"),
         };
@@ -331,6 +334,9 @@ impl WgpuBackend {
         num_anchors: usize,
     ) -> Result<Nearest> {
         let d_anchors = self.storage("anchors", anchors)?;
+        if per_point == 1 {
+            return self.nearest_fused(points, &d_anchors, anchors, dim, num_points, num_anchors);
+        }
         // Rows per chunk: the points and the distance tile must each fit one binding, and the
         // dispatch grid stays under 65,535 workgroups per dimension.
         let limit = self.max_binding() as usize;
@@ -401,6 +407,76 @@ impl WgpuBackend {
         }
         Ok(Nearest {
             per_point,
+            ids,
+            dists,
+        })
+    }
+
+    /// The single nearest anchor per point, fused (no distance tile): one workgroup per 64
+    /// points, chunked so the points of a chunk fit one binding.
+    fn nearest_fused(
+        &self,
+        points: &[f32],
+        d_anchors: &wgpu::Buffer,
+        anchors: &[f32],
+        dim: usize,
+        num_points: usize,
+        num_anchors: usize,
+    ) -> Result<Nearest> {
+        const ROWS_PER_GROUP: usize = 64;
+        let norms: Vec<f32> = anchors
+            .chunks_exact(dim)
+            .map(|c| c.iter().map(|v| v * v).sum())
+            .collect();
+        let d_norms = self.storage("anchor norms", &norms)?;
+        let chunk = (self.max_binding() as usize / (4 * dim))
+            .min(65_535 * ROWS_PER_GROUP)
+            .max(1);
+        let pinned = self.resident(points);
+        let mut ids = Vec::with_capacity(num_points);
+        let mut dists = Vec::with_capacity(num_points);
+        let mut start = 0;
+        while start < num_points {
+            let rows = chunk.min(num_points - start);
+            let own;
+            let d_points: &wgpu::Buffer = match (&pinned, start == 0 && rows == num_points) {
+                (Some(b), true) => b,
+                _ => {
+                    own = self.storage("points", &points[start * dim..(start + rows) * dim])?;
+                    &own
+                }
+            };
+            let out_ids = self.output("ids", (rows * 4) as u64)?;
+            let out_dists = self.output("dists", (rows * 4) as u64)?;
+            let params = self.uniform([rows as u32, num_anchors as u32, dim as u32, 1]);
+            let mut encoder = self.device.create_command_encoder(&Default::default());
+            let group = self.bind(
+                &self.pipelines.fused,
+                &[
+                    (0, &params),
+                    (1, d_points),
+                    (2, d_anchors),
+                    (4, &out_ids),
+                    (5, &out_dists),
+                    (6, &d_norms),
+                ],
+            );
+            self.dispatch(
+                &mut encoder,
+                &self.pipelines.fused,
+                &group,
+                rows.div_ceil(ROWS_PER_GROUP) as u32,
+                1,
+            );
+            let mut got =
+                self.read_back::<u32>(encoder, &[(&out_ids, rows), (&out_dists, rows)])?;
+            let d: Vec<f32> = got.pop().unwrap().into_iter().map(f32::from_bits).collect();
+            ids.extend(got.pop().unwrap());
+            dists.extend(d);
+            start += rows;
+        }
+        Ok(Nearest {
+            per_point: 1,
             ids,
             dists,
         })

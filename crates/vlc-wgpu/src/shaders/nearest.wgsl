@@ -1,4 +1,5 @@
-// Nearest anchors, in two passes over a chunk of points.
+// Nearest anchors. For one neighbour per point (training), `nearest_fused` at the end of this
+// file. For several (search), two passes over a chunk of points:
 // distances: the (rows, num_anchors) tile of squared L2 distances, computed with 16 x 16 tiles
 //            of points and anchors staged in workgroup memory, 16 dimensions at a time.
 // select:    per row, the per_point smallest (ties to the smaller id) by repeated scans.
@@ -73,5 +74,101 @@ fn select_nearest(@builtin(global_invocation_id) g: vec3<u32>) {
         prev_d = bd;
         prev_i = bi;
         have_prev = true;
+    }
+}
+
+// nearest_fused: the single nearest anchor of each point, without materialising distances
+// (per_point = 1, the training case). GEMM form ||x||^2 - 2 x.c + ||c||^2, register-blocked:
+// a workgroup of 16 x 16 invocations owns 64 points and walks over all anchors 64 at a time;
+// each invocation computes a 4 x 4 block (points 4*ty.., anchors 4*tx..) from 16-dimension
+// slices staged in workgroup memory, keeps a running minimum per point (ties to the smaller
+// id), and the 16 invocations sharing a point reduce their minima at the end.
+
+@group(0) @binding(6) var<storage, read> anchor_norms: array<f32>; // (num_anchors,)
+
+// [k][i]: dimension k of points 4i..4i+3 (x..w) / anchors 4i..4i+3.
+var<workgroup> sp: array<array<vec4<f32>, 16>, 16>;
+var<workgroup> sa: array<array<vec4<f32>, 16>, 16>;
+// [point][tx]: each invocation's best distance and anchor for the points it covers.
+var<workgroup> red_d: array<array<f32, 16>, 64>;
+var<workgroup> red_i: array<array<u32, 16>, 64>;
+
+@compute @workgroup_size(16, 16)
+fn nearest_fused(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
+    let tx = l.x;
+    let ty = l.y;
+    let flat = ty * 16u + tx;
+    let p0 = wg.x * 64u;
+    var best_d = vec4<f32>(3.0e38);
+    var best_i = vec4<u32>(0xffffffffu);
+    var xn = vec4<f32>(0.0);
+    let tiles = (p.num_anchors + 63u) / 64u;
+    for (var tile_a = 0u; tile_a < tiles; tile_a = tile_a + 1u) {
+        let a0 = tile_a * 64u;
+        var acc0 = vec4<f32>(0.0);
+        var acc1 = vec4<f32>(0.0);
+        var acc2 = vec4<f32>(0.0);
+        var acc3 = vec4<f32>(0.0);
+        for (var t = 0u; t < p.dim; t = t + 16u) {
+            // Stage 64 rows x 16 dimensions of points and of anchors: 4 values per invocation,
+            // read 16 consecutive floats per row.
+            for (var e = 0u; e < 4u; e = e + 1u) {
+                let f = flat + 256u * e;
+                let r = f / 16u;
+                let c = f % 16u;
+                let d = t + c;
+                let pr = p0 + r;
+                let ar = a0 + r;
+                sp[c][r / 4u][r % 4u] = select(0.0, points[pr * p.dim + d], pr < p.rows && d < p.dim);
+                sa[c][r / 4u][r % 4u] = select(0.0, anchors[ar * p.dim + d], ar < p.num_anchors && d < p.dim);
+            }
+            workgroupBarrier();
+            for (var k = 0u; k < 16u; k = k + 1u) {
+                let x = sp[k][ty];
+                let c = sa[k][tx];
+                acc0 = fma(vec4<f32>(x.x), c, acc0);
+                acc1 = fma(vec4<f32>(x.y), c, acc1);
+                acc2 = fma(vec4<f32>(x.z), c, acc2);
+                acc3 = fma(vec4<f32>(x.w), c, acc3);
+                if (tile_a == 0u) {
+                    xn = fma(x, x, xn);
+                }
+            }
+            workgroupBarrier();
+        }
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let a = a0 + tx * 4u + j;
+            if (a < p.num_anchors) {
+                let cn = anchor_norms[a];
+                let d = vec4<f32>(cn - 2.0 * acc0[j], cn - 2.0 * acc1[j], cn - 2.0 * acc2[j], cn - 2.0 * acc3[j]);
+                let better = d < best_d;
+                best_d = select(best_d, d, better);
+                best_i = select(best_i, vec4<u32>(a), better);
+            }
+        }
+    }
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        red_d[ty * 4u + i][tx] = best_d[i];
+        red_i[ty * 4u + i][tx] = best_i[i];
+    }
+    workgroupBarrier();
+    // Invocations with tx < 4 finish one point each: point ty*4 + tx.
+    if (tx < 4u) {
+        let r = ty * 4u + tx;
+        var bd = red_d[r][0];
+        var bi = red_i[r][0];
+        for (var s = 1u; s < 16u; s = s + 1u) {
+            let d = red_d[r][s];
+            let i = red_i[r][s];
+            if (d < bd || (d == bd && i < bi)) {
+                bd = d;
+                bi = i;
+            }
+        }
+        let row = p0 + r;
+        if (row < p.rows) {
+            out_ids[row] = bi;
+            out_dists[row] = max(bd + xn[tx], 0.0);
+        }
     }
 }
