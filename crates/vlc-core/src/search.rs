@@ -119,10 +119,16 @@ impl Index {
         Ok(())
     }
 
-    /// Candidates kept for the second stage (refine tier, or exact 1-bit rescoring after a
+    /// Whether search rescores a candidate pool: with the refine tier, or with the full RaBitQ
+    /// code after the fast 1-bit scan. `SearchParams::rerank` sizes that pool.
+    pub fn has_second_stage(&self) -> bool {
+        self.refine.is_some() || self.fastscan.is_some()
+    }
+
+    /// Candidates kept for the second stage (refine tier, or the full RaBitQ code after a
     /// fast scan): `rerank`, or 10·k when 0; just k without a second stage.
     fn pool_size(&self, params: &SearchParams) -> usize {
-        if self.refine.is_some() || self.fastscan.is_some() {
+        if self.has_second_stage() {
             let r = if params.rerank == 0 {
                 10 * params.k
             } else {
@@ -243,12 +249,10 @@ impl Index {
     ) -> Vec<Neighbor> {
         let pool_size = self.pool_size(params);
         self.begin_query(q, scratch);
-        let mut dists = std::mem::take(&mut scratch.dists);
         for &(anchor, anchor_dist) in probes {
-            self.scan_list(anchor, anchor_dist, pool_size, scratch, &mut dists);
+            self.scan_list(anchor, anchor_dist, pool_size, scratch);
         }
-        scratch.dists = dists;
-        self.finish_query(q, params, scratch)
+        self.finish_query(q, pool_size, params.k, scratch)
     }
 
     /// Build the query's tables and empty its candidate pool.
@@ -271,15 +275,9 @@ impl Index {
     }
 
     /// Score list `anchor` with the primary codec (or its fast-scan copy) and add what beats
-    /// the pool's threshold. `dists` is scratch space.
-    fn scan_list(
-        &self,
-        anchor: u32,
-        anchor_dist: f32,
-        pool_size: usize,
-        scratch: &mut Scratch,
-        dists: &mut Vec<f32>,
-    ) {
+    /// the pool's threshold.
+    fn scan_list(&self, anchor: u32, anchor_dist: f32, pool_size: usize, scratch: &mut Scratch) {
+        let dists = &mut scratch.dists;
         let (lo, hi) = (
             self.list_offsets[anchor as usize] as usize,
             self.list_offsets[anchor as usize + 1] as usize,
@@ -324,10 +322,10 @@ impl Index {
     fn finish_query(
         &self,
         q: &[f32],
-        params: &SearchParams,
+        pool_size: usize,
+        k: usize,
         scratch: &mut Scratch,
     ) -> Vec<Neighbor> {
-        let pool_size = self.pool_size(params);
         if scratch.pool.len() > pool_size {
             shrink_pool(&mut scratch.pool, pool_size);
         }
@@ -361,7 +359,7 @@ impl Index {
             }
         }
         found.sort_unstable();
-        found.truncate(params.k);
+        found.truncate(k);
         found
             .iter()
             .map(|c| Neighbor {

@@ -324,6 +324,10 @@ impl Backend for WgpuBackend {
 }
 
 impl WgpuBackend {
+    /// One neighbour per point (training) runs the fused kernel, `nearest_fused`: no distance
+    /// tile, one workgroup per 64 points. Several per point (search) run the tiled distances and
+    /// then the selection pass. Points are streamed in chunks that fit one storage binding (the
+    /// resident copy is used when one chunk covers them all).
     fn nearest_inner(
         &self,
         points: &[f32],
@@ -333,23 +337,35 @@ impl WgpuBackend {
         num_points: usize,
         num_anchors: usize,
     ) -> Result<Nearest> {
+        const FUSED_ROWS_PER_GROUP: usize = 64;
         let d_anchors = self.storage("anchors", anchors)?;
-        if per_point == 1 {
-            return self.nearest_fused(points, &d_anchors, anchors, dim, num_points, num_anchors);
-        }
-        // Rows per chunk: the points and the distance tile must each fit one binding, and the
-        // dispatch grid stays under 65,535 workgroups per dimension.
+        let fused = per_point == 1;
+        // Rows per chunk: the points (and for the tiled path the distance tile) must each fit
+        // one binding, and the dispatch grid stays under 65,535 workgroups per dimension.
         let limit = self.max_binding() as usize;
-        let chunk = (limit / (4 * dim))
-            .min(limit / (4 * num_anchors))
-            .min(65_535 * 16)
-            .max(1);
-        if num_anchors.div_ceil(16) > 65_535 {
+        let chunk = if fused {
+            (limit / (4 * dim)).min(65_535 * FUSED_ROWS_PER_GROUP)
+        } else {
+            (limit / (4 * dim))
+                .min(limit / (4 * num_anchors))
+                .min(65_535 * 16)
+        }
+        .max(1);
+        if !fused && num_anchors.div_ceil(16) > 65_535 {
             return Err(err(format!(
                 "{num_anchors} anchors exceed one dispatch (at most {})",
                 65_535 * 16
             )));
         }
+        let d_norms = if fused {
+            let norms: Vec<f32> = anchors
+                .chunks_exact(dim)
+                .map(|c| c.iter().map(|v| v * v).sum())
+                .collect();
+            Some(self.storage("anchor norms", &norms)?)
+        } else {
+            None
+        };
         let pinned = self.resident(points);
         let mut ids = Vec::with_capacity(num_points * per_point);
         let mut dists = Vec::with_capacity(num_points * per_point);
@@ -364,7 +380,6 @@ impl WgpuBackend {
                     &own
                 }
             };
-            let tile = self.output("distance tile", (rows * num_anchors * 4) as u64)?;
             let out_ids = self.output("ids", (rows * per_point * 4) as u64)?;
             let out_dists = self.output("dists", (rows * per_point * 4) as u64)?;
             let params = self.uniform([
@@ -374,28 +389,55 @@ impl WgpuBackend {
                 per_point as u32,
             ]);
             let mut encoder = self.device.create_command_encoder(&Default::default());
-            let g1 = self.bind(
-                &self.pipelines.distances,
-                &[(0, &params), (1, d_points), (2, &d_anchors), (3, &tile)],
-            );
-            self.dispatch(
-                &mut encoder,
-                &self.pipelines.distances,
-                &g1,
-                num_anchors.div_ceil(16) as u32,
-                rows.div_ceil(16) as u32,
-            );
-            let g2 = self.bind(
-                &self.pipelines.select,
-                &[(0, &params), (3, &tile), (4, &out_ids), (5, &out_dists)],
-            );
-            self.dispatch(
-                &mut encoder,
-                &self.pipelines.select,
-                &g2,
-                rows.div_ceil(64) as u32,
-                1,
-            );
+            let _tile;
+            match &d_norms {
+                Some(d_norms) => {
+                    let group = self.bind(
+                        &self.pipelines.fused,
+                        &[
+                            (0, &params),
+                            (1, d_points),
+                            (2, &d_anchors),
+                            (4, &out_ids),
+                            (5, &out_dists),
+                            (6, d_norms),
+                        ],
+                    );
+                    self.dispatch(
+                        &mut encoder,
+                        &self.pipelines.fused,
+                        &group,
+                        rows.div_ceil(FUSED_ROWS_PER_GROUP) as u32,
+                        1,
+                    );
+                }
+                None => {
+                    let tile = self.output("distance tile", (rows * num_anchors * 4) as u64)?;
+                    let g1 = self.bind(
+                        &self.pipelines.distances,
+                        &[(0, &params), (1, d_points), (2, &d_anchors), (3, &tile)],
+                    );
+                    self.dispatch(
+                        &mut encoder,
+                        &self.pipelines.distances,
+                        &g1,
+                        num_anchors.div_ceil(16) as u32,
+                        rows.div_ceil(16) as u32,
+                    );
+                    let g2 = self.bind(
+                        &self.pipelines.select,
+                        &[(0, &params), (3, &tile), (4, &out_ids), (5, &out_dists)],
+                    );
+                    self.dispatch(
+                        &mut encoder,
+                        &self.pipelines.select,
+                        &g2,
+                        rows.div_ceil(64) as u32,
+                        1,
+                    );
+                    _tile = tile;
+                }
+            }
             let mut got = self.read_back::<u32>(
                 encoder,
                 &[(&out_ids, rows * per_point), (&out_dists, rows * per_point)],
@@ -407,76 +449,6 @@ impl WgpuBackend {
         }
         Ok(Nearest {
             per_point,
-            ids,
-            dists,
-        })
-    }
-
-    /// The single nearest anchor per point, fused (no distance tile): one workgroup per 64
-    /// points, chunked so the points of a chunk fit one binding.
-    fn nearest_fused(
-        &self,
-        points: &[f32],
-        d_anchors: &wgpu::Buffer,
-        anchors: &[f32],
-        dim: usize,
-        num_points: usize,
-        num_anchors: usize,
-    ) -> Result<Nearest> {
-        const ROWS_PER_GROUP: usize = 64;
-        let norms: Vec<f32> = anchors
-            .chunks_exact(dim)
-            .map(|c| c.iter().map(|v| v * v).sum())
-            .collect();
-        let d_norms = self.storage("anchor norms", &norms)?;
-        let chunk = (self.max_binding() as usize / (4 * dim))
-            .min(65_535 * ROWS_PER_GROUP)
-            .max(1);
-        let pinned = self.resident(points);
-        let mut ids = Vec::with_capacity(num_points);
-        let mut dists = Vec::with_capacity(num_points);
-        let mut start = 0;
-        while start < num_points {
-            let rows = chunk.min(num_points - start);
-            let own;
-            let d_points: &wgpu::Buffer = match (&pinned, start == 0 && rows == num_points) {
-                (Some(b), true) => b,
-                _ => {
-                    own = self.storage("points", &points[start * dim..(start + rows) * dim])?;
-                    &own
-                }
-            };
-            let out_ids = self.output("ids", (rows * 4) as u64)?;
-            let out_dists = self.output("dists", (rows * 4) as u64)?;
-            let params = self.uniform([rows as u32, num_anchors as u32, dim as u32, 1]);
-            let mut encoder = self.device.create_command_encoder(&Default::default());
-            let group = self.bind(
-                &self.pipelines.fused,
-                &[
-                    (0, &params),
-                    (1, d_points),
-                    (2, d_anchors),
-                    (4, &out_ids),
-                    (5, &out_dists),
-                    (6, &d_norms),
-                ],
-            );
-            self.dispatch(
-                &mut encoder,
-                &self.pipelines.fused,
-                &group,
-                rows.div_ceil(ROWS_PER_GROUP) as u32,
-                1,
-            );
-            let mut got =
-                self.read_back::<u32>(encoder, &[(&out_ids, rows), (&out_dists, rows)])?;
-            let d: Vec<f32> = got.pop().unwrap().into_iter().map(f32::from_bits).collect();
-            ids.extend(got.pop().unwrap());
-            dists.extend(d);
-            start += rows;
-        }
-        Ok(Nearest {
-            per_point: 1,
             ids,
             dists,
         })

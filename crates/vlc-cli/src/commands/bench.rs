@@ -172,7 +172,7 @@ pub fn run(a: Args) -> Result<()> {
             .copied()
             .filter(|&p| p >= 1 && p <= index.num_anchors())
             .collect();
-        let reranks: Vec<usize> = if refine.is_some() || codec.rabitq_bits().is_some() {
+        let reranks: Vec<usize> = if index.has_second_stage() {
             a.rerank.clone()
         } else {
             vec![0]
