@@ -2,7 +2,9 @@
 //! ranking. `cargo bench -p vlc-core --bench kernels`.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use vlc::fastscan::{block_sums, block_sums_scalar, BLOCK};
+use vlc::fastscan::{
+    block_dists, block_dists_scalar, block_sums, block_sums_scalar, Affine, BLOCK,
+};
 use vlc::simd::{dot_u8, dot_u8_scalar, level};
 use vlc::{Backend, CpuBackend, Rng};
 
@@ -24,6 +26,47 @@ fn scan_kernels(c: &mut Criterion) {
             BenchmarkId::new("fastscan block, scalar", dim),
             &dim,
             |b, _| b.iter(|| block_sums_scalar(black_box(&codes), black_box(&lut), &mut out)),
+        );
+        let (f1, f2): (Vec<f32>, Vec<f32>) = (0..BLOCK)
+            .map(|_| (rng.normal() as f32, rng.normal() as f32))
+            .unzip();
+        let affine = Affine {
+            a: 0.01,
+            b: -0.5,
+            base: 1.0,
+        };
+        let mut dists = [0f32; BLOCK];
+        g.bench_with_input(
+            BenchmarkId::new("fastscan block to distances, simd", dim),
+            &dim,
+            |b, _| {
+                b.iter(|| {
+                    block_dists(
+                        black_box(&codes),
+                        black_box(&lut),
+                        &f1,
+                        &f2,
+                        affine,
+                        &mut dists,
+                    )
+                })
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("fastscan block to distances, scalar", dim),
+            &dim,
+            |b, _| {
+                b.iter(|| {
+                    block_dists_scalar(
+                        black_box(&codes),
+                        black_box(&lut),
+                        &f1,
+                        &f2,
+                        affine,
+                        &mut dists,
+                    )
+                })
+            },
         );
         let w: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
         let q: Vec<u8> = (0..dim).map(|_| rng.below(256) as u8).collect();

@@ -104,10 +104,17 @@ impl FastScan {
             let w = &rq[4 * g..4 * g + 4];
             let min: f32 = w.iter().filter(|v| **v < 0.0).sum();
             bias += min;
-            for m in 0..16usize {
-                let t: f32 = (0..4).filter(|i| m >> i & 1 == 1).map(|i| w[i]).sum();
+            // t[m] = Σ w[i] over the bits i of m, in increasing i: the subset without m's top
+            // bit, plus w[top bit].
+            let mut t = [0f32; 16];
+            for m in 1..16usize {
+                let top = (usize::BITS - 1 - m.leading_zeros()) as usize;
+                t[m] = t[m ^ (1 << top)] + w[top];
+            }
+            let lut: &mut [u8] = &mut out.lut[g * 16..g * 16 + 16];
+            for (o, &v) in lut.iter_mut().zip(&t) {
                 // Values are ≥ 0, so adding 0.5 and truncating rounds (no libm call).
-                out.lut[g * 16 + m] = ((t - min) / delta + 0.5).min(127.0) as u8;
+                *o = ((v - min) / delta + 0.5).min(127.0) as u8;
             }
         }
         let inv_sqrt_d = 1.0 / (self.dim as f32).sqrt();
@@ -129,19 +136,69 @@ impl FastScan {
             self.block_offsets[anchor as usize],
             self.block_offsets[anchor as usize + 1],
         );
-        let mut sums = [0u32; BLOCK];
+        // ip = scale·(delta·sum + bias) − offset, folded into one multiply-add per slot.
+        let affine = Affine {
+            a: lut.scale * lut.delta,
+            b: lut.scale * lut.bias - lut.offset,
+            base: query_anchor_dist,
+        };
         for (i, blk) in (b0..b1).enumerate() {
-            let codes = &self.codes[blk * self.pairs * BLOCK..(blk + 1) * self.pairs * BLOCK];
-            block_sums(codes, &lut.lut, &mut sums);
-            let (f1, f2) = (
+            block_dists(
+                &self.codes[blk * self.pairs * BLOCK..(blk + 1) * self.pairs * BLOCK],
+                &lut.lut,
                 &self.f1[blk * BLOCK..(blk + 1) * BLOCK],
                 &self.f2[blk * BLOCK..(blk + 1) * BLOCK],
+                affine,
+                &mut out[i * BLOCK..(i + 1) * BLOCK],
             );
-            for j in 0..BLOCK {
-                let ip = lut.scale * (lut.delta * sums[j] as f32 + lut.bias) - lut.offset;
-                out[i * BLOCK + j] = query_anchor_dist + f1[j] + f2[j] * ip;
-            }
         }
+    }
+}
+
+/// Maps a block's table sums to distance estimates:
+/// `out[j] = (base + f1[j]) + f2[j] · (a · sum[j] + b)`.
+#[derive(Clone, Copy, Debug)]
+pub struct Affine {
+    pub a: f32,
+    pub b: f32,
+    pub base: f32,
+}
+
+/// Distance estimates of the 32 slots of one block: [`block_sums`] mapped through `affine`
+/// with the slots' factors `f1`, `f2` (32 each). `out` holds 32 values.
+pub fn block_dists(
+    codes: &[u8],
+    lut: &[u8],
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    assert!(f1.len() >= BLOCK && f2.len() >= BLOCK && out.len() >= BLOCK);
+    #[cfg(target_arch = "x86_64")]
+    if level() == SimdLevel::Avx2 {
+        // SAFETY: AVX2 was detected at run time; the slices hold 32 values (asserted).
+        unsafe { block_dists_avx2(codes, lut, f1, f2, affine, out) };
+        return;
+    }
+    block_dists_scalar(codes, lut, f1, f2, affine, out);
+}
+
+/// Scalar reference of [`block_dists`].
+pub fn block_dists_scalar(
+    codes: &[u8],
+    lut: &[u8],
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    let mut sums = [0u32; BLOCK];
+    block_sums_scalar(codes, lut, &mut sums);
+    for j in 0..BLOCK {
+        // Sums stay far below 2^31 (at most 254 per code byte): the signed conversion is exact.
+        let ip = affine.a * sums[j] as i32 as f32 + affine.b;
+        out[j] = (affine.base + f1[j]) + f2[j] * ip;
     }
 }
 
@@ -169,15 +226,17 @@ pub fn block_sums_scalar(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
     }
 }
 
+/// The 32 slot sums of a block as eight 32-bit lanes each, in slot order:
+/// `[0..8], [8..16], [16..24], [24..32]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn block_sums_avx2(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
+unsafe fn block_sums_avx2_lanes(codes: &[u8], lut: &[u8]) -> [std::arch::x86_64::__m256i; 4] {
     use std::arch::x86_64::*;
     let pairs = codes.len() / BLOCK;
     assert!(lut.len() >= pairs * 32);
     let mask = _mm256_set1_epi8(0x0f);
     let zero = _mm256_setzero_si256();
-    out.fill(0);
+    let mut total = [zero; 4];
     let mut start = 0;
     while start < pairs {
         let end = (start + PAIRS_PER_FLUSH).min(pairs);
@@ -199,23 +258,74 @@ unsafe fn block_sums_avx2(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
             let lo = _mm256_and_si256(v, mask);
             let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
             let r = _mm256_add_epi8(_mm256_shuffle_epi8(tlo, lo), _mm256_shuffle_epi8(thi, hi));
-            acc_a = _mm256_add_epi16(acc_a, _mm256_unpacklo_epi8(r, zero));
-            acc_b = _mm256_add_epi16(acc_b, _mm256_unpackhi_epi8(r, zero));
+            // Seen as 16-bit lanes, r = even byte + 256 · odd byte: summing r and r >> 8 keeps
+            // the odd bytes' sums exactly and the even ones' recoverable (below), with shifts
+            // instead of byte unpacks (which compete with pshufb for the shuffle port).
+            acc_a = _mm256_add_epi16(acc_a, r);
+            acc_b = _mm256_add_epi16(acc_b, _mm256_srli_epi16(r, 8));
         }
-        let (mut a, mut b) = ([0u16; 16], [0u16; 16]);
-        // SAFETY: each array holds exactly 32 bytes.
-        unsafe {
-            _mm256_storeu_si256(a.as_mut_ptr() as *mut __m256i, acc_a);
-            _mm256_storeu_si256(b.as_mut_ptr() as *mut __m256i, acc_b);
-        }
-        // unpacklo takes bytes 0..8 of each 128-bit lane, unpackhi bytes 8..16.
-        for i in 0..8 {
-            out[i] += a[i] as u32;
-            out[16 + i] += a[8 + i] as u32;
-            out[8 + i] += b[i] as u32;
-            out[24 + i] += b[8 + i] as u32;
+        // Even bytes (slots 2i): acc_a − 256 · acc_b (mod 2^16; the true sums are below 2^16).
+        // Odd bytes (slots 2i + 1): acc_b.
+        let even = _mm256_sub_epi16(acc_a, _mm256_slli_epi16(acc_b, 8));
+        // Interleave back to slot order: per 128-bit lane, unpacklo gives slots 0..8 (lane 0)
+        // and 16..24 (lane 1), unpackhi 8..16 and 24..32.
+        let (lo, hi) = (
+            _mm256_unpacklo_epi16(even, acc_b),
+            _mm256_unpackhi_epi16(even, acc_b),
+        );
+        let parts = [
+            _mm256_cvtepu16_epi32(_mm256_castsi256_si128(lo)),
+            _mm256_cvtepu16_epi32(_mm256_castsi256_si128(hi)),
+            _mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(lo)),
+            _mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(hi)),
+        ];
+        for (t, p) in total.iter_mut().zip(parts) {
+            *t = _mm256_add_epi32(*t, p);
         }
         start = end;
+    }
+    total
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn block_sums_avx2(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
+    use std::arch::x86_64::*;
+    // SAFETY: AVX2 is enabled for this function; the helper checks the lengths.
+    let lanes = unsafe { block_sums_avx2_lanes(codes, lut) };
+    for (c, l) in lanes.iter().enumerate() {
+        // SAFETY: out holds 32 u32; c·8 + 8 <= 32.
+        unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(c * 8) as *mut __m256i, *l) };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn block_dists_avx2(
+    codes: &[u8],
+    lut: &[u8],
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: AVX2 is enabled for this function; the helper checks the lengths.
+    let lanes = unsafe { block_sums_avx2_lanes(codes, lut) };
+    let (a, b, base) = (
+        _mm256_set1_ps(affine.a),
+        _mm256_set1_ps(affine.b),
+        _mm256_set1_ps(affine.base),
+    );
+    for (c, l) in lanes.iter().enumerate() {
+        // SAFETY: the caller guarantees 32 values in f1, f2 and out; c·8 + 8 <= 32.
+        unsafe {
+            let ip = _mm256_add_ps(_mm256_mul_ps(a, _mm256_cvtepi32_ps(*l)), b);
+            let g1 = _mm256_loadu_ps(f1.as_ptr().add(c * 8));
+            let g2 = _mm256_loadu_ps(f2.as_ptr().add(c * 8));
+            let d = _mm256_add_ps(_mm256_add_ps(base, g1), _mm256_mul_ps(g2, ip));
+            _mm256_storeu_ps(out.as_mut_ptr().add(c * 8), d);
+        }
     }
 }
 
@@ -234,6 +344,17 @@ mod tests {
             block_sums(&codes, &lut, &mut a);
             block_sums_scalar(&codes, &lut, &mut b);
             assert_eq!(a, b, "pairs {pairs}");
+            let f1: Vec<f32> = (0..BLOCK).map(|_| r.normal() as f32).collect();
+            let f2: Vec<f32> = (0..BLOCK).map(|_| r.normal() as f32).collect();
+            let affine = Affine {
+                a: 0.013,
+                b: -0.7,
+                base: 1.25,
+            };
+            let (mut x, mut y) = ([0f32; BLOCK], [0f32; BLOCK]);
+            block_dists(&codes, &lut, &f1, &f2, affine, &mut x);
+            block_dists_scalar(&codes, &lut, &f1, &f2, affine, &mut y);
+            assert_eq!(x, y, "pairs {pairs}");
         }
     }
 }

@@ -124,3 +124,34 @@ mod tests {
         }
     }
 }
+
+/// Packs (distance, id) into one integer whose unsigned order is the order of
+/// (`f32::total_cmp` on the distance, then the id): selections and sorts on these keys compare
+/// one integer, and ties resolve to the smaller id.
+#[inline]
+pub fn order_key(dist: f32, id: u32) -> u64 {
+    let b = dist.to_bits();
+    let ordered = if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    };
+    (ordered as u64) << 32 | id as u64
+}
+
+/// The distance of an [`order_key`].
+#[inline]
+pub fn key_dist(key: u64) -> f32 {
+    let k = (key >> 32) as u32;
+    f32::from_bits(if k & 0x8000_0000 != 0 {
+        k & 0x7fff_ffff
+    } else {
+        !k
+    })
+}
+
+/// The id of an [`order_key`].
+#[inline]
+pub fn key_id(key: u64) -> u32 {
+    key as u32
+}

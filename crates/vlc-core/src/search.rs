@@ -6,6 +6,8 @@ use crate::codec::{Codec, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::fastscan::QueryLut;
 use crate::index::{Index, Metric};
+use crate::linalg::{key_dist, key_id, order_key};
+use crate::simd::below_mask;
 use crate::vectors::validate_vectors;
 use rayon::prelude::*;
 use std::cmp::Ordering;
@@ -50,10 +52,12 @@ pub struct SearchResults {
     pub distances: Vec<f32>,
 }
 
+/// A pool entry. `key` packs the distance (as order-preserving bits) above the list position,
+/// so one integer compare orders candidates by (distance, position): selection and sorting
+/// touch no floats and ties resolve deterministically.
 #[derive(Clone, Copy, Debug)]
 struct Candidate {
-    dist: f32,
-    position: u32,
+    key: u64,
     anchor: u32,
     /// ‖q − anchor‖², for the second stage.
     anchor_dist: f32,
@@ -61,7 +65,7 @@ struct Candidate {
 
 impl PartialEq for Candidate {
     fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
+        self.key == o.key
     }
 }
 impl Eq for Candidate {}
@@ -71,10 +75,28 @@ impl PartialOrd for Candidate {
     }
 }
 impl Ord for Candidate {
+    #[inline]
     fn cmp(&self, o: &Self) -> Ordering {
-        self.dist
-            .total_cmp(&o.dist)
-            .then(self.position.cmp(&o.position))
+        self.key.cmp(&o.key)
+    }
+}
+
+impl Candidate {
+    #[inline]
+    fn new(dist: f32, position: u32, anchor: u32, anchor_dist: f32) -> Self {
+        Candidate {
+            key: order_key(dist, position),
+            anchor,
+            anchor_dist,
+        }
+    }
+    #[inline]
+    fn dist(&self) -> f32 {
+        key_dist(self.key)
+    }
+    #[inline]
+    fn position(&self) -> usize {
+        key_id(self.key) as usize
     }
 }
 
@@ -230,14 +252,18 @@ impl Index {
                 .map(|(c, cn)| (qn - 2.0 * crate::linalg::dot(q, c) + cn).max(0.0)),
         );
         let d = &scratch.anchor_dists;
-        scratch.order.clear();
-        scratch.order.extend(0..d.len() as u32);
-        let cmp = |a: &u32, b: &u32| d[*a as usize].total_cmp(&d[*b as usize]).then(a.cmp(b));
-        if nprobe < scratch.order.len() {
-            scratch.order.select_nth_unstable_by(nprobe - 1, cmp);
-            scratch.order.truncate(nprobe);
+        let mut keys: Vec<u64> = d
+            .iter()
+            .enumerate()
+            .map(|(a, &v)| order_key(v, a as u32))
+            .collect();
+        if nprobe < keys.len() {
+            keys.select_nth_unstable(nprobe - 1);
+            keys.truncate(nprobe);
         }
-        scratch.order.sort_unstable_by(cmp);
+        keys.sort_unstable();
+        scratch.order.clear();
+        scratch.order.extend(keys.iter().map(|&k| key_id(k)));
     }
 
     fn search_prepared(
@@ -302,18 +328,25 @@ impl Index {
                 );
             }
         }
-        for (j, &d) in dists[..hi - lo].iter().enumerate() {
-            if d >= scratch.worst {
-                continue;
-            }
-            scratch.pool.push(Candidate {
-                dist: d,
-                position: (lo + j) as u32,
-                anchor,
-                anchor_dist,
-            });
-            if scratch.pool.len() == 2 * pool_size {
-                scratch.worst = shrink_pool(&mut scratch.pool, pool_size);
+        // Most slots lose against the pool's threshold: test 32 at a time, then push the few
+        // that pass (re-checked, as the threshold tightens when the pool shrinks).
+        let n = hi - lo;
+        for start in (0..n).step_by(32) {
+            let chunk = &dists[start..n.min(start + 32)];
+            let mut mask = below_mask(chunk, scratch.worst);
+            while mask != 0 {
+                let j = start + mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                let d = dists[j];
+                if d >= scratch.worst {
+                    continue;
+                }
+                scratch
+                    .pool
+                    .push(Candidate::new(d, (lo + j) as u32, anchor, anchor_dist));
+                if scratch.pool.len() == 2 * pool_size {
+                    scratch.worst = shrink_pool(&mut scratch.pool, pool_size);
+                }
             }
         }
     }
@@ -345,8 +378,19 @@ impl Index {
         };
         if let Some((codec, codes, state)) = rescore {
             let rcs = codec.code_size();
-            for c in found.iter_mut() {
-                let p = c.position as usize;
+            // Second-stage codes are scattered over the index: fetch a few candidates ahead
+            // so their cache misses overlap instead of stalling one after another.
+            const AHEAD: usize = 4;
+            for c in found.iter().take(AHEAD) {
+                prefetch(&codes[c.position() * rcs..(c.position() + 1) * rcs]);
+            }
+            for i in 0..found.len() {
+                if let Some(next) = found.get(i + AHEAD) {
+                    let p = next.position();
+                    prefetch(&codes[p * rcs..(p + 1) * rcs]);
+                }
+                let c = &mut found[i];
+                let p = c.position();
                 let mut out = [0f32];
                 codec.scan(
                     state,
@@ -355,7 +399,7 @@ impl Index {
                     &codes[p * rcs..(p + 1) * rcs],
                     &mut out,
                 );
-                c.dist = out[0];
+                *c = Candidate::new(out[0], p as u32, c.anchor, c.anchor_dist);
             }
         }
         found.sort_unstable();
@@ -363,8 +407,8 @@ impl Index {
         found
             .iter()
             .map(|c| Neighbor {
-                id: self.ids[c.position as usize],
-                distance: c.dist.max(0.0),
+                id: self.ids[c.position()],
+                distance: c.dist().max(0.0),
             })
             .collect()
     }
@@ -375,5 +419,23 @@ impl Index {
 fn shrink_pool(pool: &mut Vec<Candidate>, size: usize) -> f32 {
     pool.select_nth_unstable(size - 1);
     pool.truncate(size);
-    pool[size - 1].dist
+    pool[size - 1].dist()
+}
+
+/// Hint the CPU to bring `bytes` into cache (no effect where there is no prefetch instruction).
+#[inline]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: prefetching is a hint; the pointer is in bounds of a live slice and is never
+        // dereferenced by this instruction's architectural semantics.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(
+                line.as_ptr() as *const i8,
+                std::arch::x86_64::_MM_HINT_T0,
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }

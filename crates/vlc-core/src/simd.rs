@@ -102,6 +102,42 @@ unsafe fn dot_u8_avx2(weights: &[f32], codes: &[u8]) -> f32 {
     s
 }
 
+/// Bit j of the result is set when `values[j] < limit`, for the first min(len, 32) values
+/// (NaN never passes).
+#[inline]
+pub fn below_mask(values: &[f32], limit: f32) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if level() == SimdLevel::Avx2 && values.len() >= 32 {
+        // SAFETY: AVX2 was detected at run time and values holds at least 32 floats.
+        return unsafe { below_mask32_avx2(values, limit) };
+    }
+    below_mask_scalar(values, limit)
+}
+
+/// Scalar reference of [`below_mask`].
+pub fn below_mask_scalar(values: &[f32], limit: f32) -> u32 {
+    values
+        .iter()
+        .take(32)
+        .enumerate()
+        .fold(0u32, |m, (j, &v)| m | ((v < limit) as u32) << j)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn below_mask32_avx2(values: &[f32], limit: f32) -> u32 {
+    use std::arch::x86_64::*;
+    let l = _mm256_set1_ps(limit);
+    let mut mask = 0u32;
+    for c in 0..4 {
+        // SAFETY: the caller guarantees 32 values; c·8 + 8 <= 32.
+        let v = unsafe { _mm256_loadu_ps(values.as_ptr().add(c * 8)) };
+        let m = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(v, l)) as u32;
+        mask |= m << (c * 8);
+    }
+    mask
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,6 +151,24 @@ mod tests {
             let c: Vec<u8> = (0..n).map(|_| r.below(256) as u8).collect();
             let (a, b) = (dot_u8(&w, &c), dot_u8_scalar(&w, &c));
             assert!((a - b).abs() <= 1e-3 * (1.0 + b.abs()), "n {n}: {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn below_mask_simd_matches_scalar() {
+        let mut r = Rng::new(3);
+        for n in [0usize, 1, 7, 31, 32, 33, 64] {
+            let mut v: Vec<f32> = (0..n).map(|_| r.normal() as f32).collect();
+            if n > 3 {
+                v[3] = f32::NAN;
+                v[1] = 0.25;
+            }
+            for limit in [-1.0f32, 0.0, 0.25, 2.0, f32::INFINITY] {
+                let expected = below_mask_scalar(&v, limit);
+                assert_eq!(below_mask(&v, limit), expected, "n {n} limit {limit}");
+                let brute = (0..n.min(32)).filter(|&j| v[j] < limit).count();
+                assert_eq!(expected.count_ones() as usize, brute);
+            }
         }
     }
 }

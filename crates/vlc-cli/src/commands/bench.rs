@@ -47,6 +47,10 @@ pub struct Args {
     /// Threads for searching (timed).
     #[arg(long, default_value_t = 1)]
     pub search_threads: usize,
+    /// Timed passes per search setting; QPS is the fastest pass's (noise on a shared machine
+    /// only ever slows a pass down).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
     /// JSON-lines files of peer points (e.g. from bench/faiss_bench.py).
     #[arg(long)]
     pub peers: Vec<PathBuf>,
@@ -186,6 +190,7 @@ pub fn run(a: Args) -> Result<()> {
                     truth.cols,
                     &nprobes,
                     rerank,
+                    a.repeat,
                 )
             })?;
             for r in results {

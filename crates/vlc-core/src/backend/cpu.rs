@@ -5,7 +5,7 @@ use super::{
     Backend, Nearest,
 };
 use crate::error::Result;
-use crate::linalg::{block_rows, gemm_nt, row_norms_sq};
+use crate::linalg::{block_rows, gemm_nt, key_id, order_key, row_norms_sq};
 use rayon::prelude::*;
 
 /// CPU implementation of [`Backend`]; deterministic regardless of thread count.
@@ -26,14 +26,18 @@ fn select_smallest(row: &[f32], m: usize, ids: &mut [u32], dists: &mut [f32]) {
         dists[0] = best_d;
         return;
     }
-    let mut order: Vec<u32> = (0..row.len() as u32).collect();
-    let cmp = |a: &u32, b: &u32| row[*a as usize].total_cmp(&row[*b as usize]).then(a.cmp(b));
+    let mut order: Vec<u64> = row
+        .iter()
+        .enumerate()
+        .map(|(j, &d)| order_key(d, j as u32))
+        .collect();
     if m < order.len() {
-        order.select_nth_unstable_by(m - 1, cmp);
+        order.select_nth_unstable(m - 1);
         order.truncate(m);
     }
-    order.sort_unstable_by(cmp);
-    for (slot, &j) in order.iter().enumerate() {
+    order.sort_unstable();
+    for (slot, &key) in order.iter().enumerate() {
+        let j = key_id(key);
         ids[slot] = j;
         dists[slot] = row[j as usize];
     }
