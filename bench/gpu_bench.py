@@ -87,6 +87,8 @@ for run in [lambda: vlc("cuda"), lambda: torch_kmeans(False), lambda: torch_kmea
     results.append(r)
     phases = r.get("phase_seconds")
     extra = " phases " + " ".join(f"{k} {v:.3f}" for k, v in phases.items()) if phases else ""
+    if "splits" in r:
+        extra += f" (merges {r['merges']}, splits {r['splits']}, reseeds {r['reseeds']})"
     print(f"{r['system']:<10} {r['seconds']:8.3f} s  energy {r['final_energy']:.6f}{extra}", flush=True)
 if a.out:
     with open(a.out, "w") as f:

@@ -161,8 +161,9 @@ pub struct IterationStats {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TrainReport {
-    /// Wall time per phase, seconds: seeding, assignment, robust statistics (thresholds and
-    /// accumulation), update, maintenance (merge/split/re-seed), held-out check.
+    /// Wall time per phase, seconds: seeding, assignment, statistics (energy, churn and the
+    /// trimming thresholds), update (trimmed accumulation and the anchor move, one backend
+    /// call), maintenance (merge/split/re-seed), held-out check.
     pub phase_seconds: PhaseSeconds,
     pub num_anchors: usize,
     pub training_points: usize,
@@ -269,17 +270,27 @@ pub fn train_anchors(
         phases.assign += clock.elapsed().as_secs_f64();
         let clock = std::time::Instant::now();
         let (assignment, dists) = (&nearest.ids, &nearest.dists);
-        let energy = dists.iter().map(|&d| d as f64).sum::<f64>() / num_train as f64;
+        let energy = mean_f64(dists);
         let churn = previous.as_ref().map_or(1.0, |p| {
-            p.iter().zip(assignment).filter(|(a, b)| a != b).count() as f64 / num_train as f64
+            p.par_iter()
+                .zip(assignment.par_iter())
+                .filter(|(a, b)| a != b)
+                .count() as f64
+                / num_train as f64
         });
 
         let thresholds = trimmed_thresholds(assignment, dists, k, params.trim_fraction);
-        let sums = backend.accumulate(&train, dim, assignment, dists, &thresholds)?;
         phases.statistics += clock.elapsed().as_secs_f64();
         let clock = std::time::Instant::now();
         let step = params.learning_rate * temperature.max(params.min_temperature);
-        backend.update(&mut anchors, dim, &sums, step)?;
+        let sums = backend.accumulate_and_update(
+            &train,
+            &mut anchors,
+            dim,
+            (assignment, dists),
+            &thresholds,
+            step,
+        )?;
         phases.update += clock.elapsed().as_secs_f64();
         let clock = std::time::Instant::now();
 
@@ -367,6 +378,19 @@ pub fn train_anchors(
         temperature *= params.cooling;
     }
     Ok((anchors, report))
+}
+
+/// Mean of `values` in f64, summed over fixed chunks in parallel and the chunks added in
+/// order: the same result whatever the thread count.
+fn mean_f64(values: &[f32]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let partial: Vec<f64> = values
+        .par_chunks(1 << 14)
+        .map(|c| c.iter().map(|&d| d as f64).sum::<f64>())
+        .collect();
+    partial.iter().sum::<f64>() / values.len() as f64
 }
 
 /// k-means++ seeding (D² sampling) on `points` (m, dim), in rounds: each round draws a batch of
@@ -555,24 +579,38 @@ fn split_anchor(
     }
     let row = |i: u32| &points[i as usize * dim..(i as usize + 1) * dim];
     let center = anchors[big * dim..(big + 1) * dim].to_vec();
-    let far = *list
-        .iter()
-        .max_by(|&&x, &&y| {
-            l2_sq(row(x), &center)
-                .total_cmp(&l2_sq(row(y), &center))
-                .then(y.cmp(&x))
+    // The farthest member (ties to the smaller id), one distance per member. Large lists are
+    // scanned on all threads; every reduction below has a fixed order, so the result does not
+    // depend on the thread count.
+    let (far, _) = list
+        .par_iter()
+        .with_min_len(256)
+        .map(|&i| (i, l2_sq(row(i), &center)))
+        .reduce_with(|x, y| {
+            if y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)) == std::cmp::Ordering::Greater {
+                y
+            } else {
+                x
+            }
         })
         .unwrap();
     let axis: Vec<f32> = row(far).iter().zip(&center).map(|(p, c)| p - c).collect();
+    let side: Vec<bool> = list
+        .par_iter()
+        .with_min_len(256)
+        .map(|&i| {
+            let proj: f32 = row(i)
+                .iter()
+                .zip(&center)
+                .zip(&axis)
+                .map(|((x, c), a)| (x - c) * a)
+                .sum();
+            proj > 0.0
+        })
+        .collect();
     let (mut plus, mut minus) = (Vec::new(), Vec::new());
-    for &i in &list {
-        let proj: f32 = row(i)
-            .iter()
-            .zip(&center)
-            .zip(&axis)
-            .map(|((x, c), a)| (x - c) * a)
-            .sum();
-        if proj > 0.0 {
+    for (&i, &up) in list.iter().zip(&side) {
+        if up {
             plus.push(i);
         } else {
             minus.push(i);
@@ -582,10 +620,21 @@ fn split_anchor(
         members.lists[big] = list;
         return false;
     }
+    // Sums over fixed chunks of 256 members, added in chunk order.
     let mean = |ids: &[u32]| -> Vec<f32> {
+        let partial: Vec<Vec<f64>> = ids
+            .par_chunks(256)
+            .map(|chunk| {
+                let mut m = vec![0f64; dim];
+                for &i in chunk {
+                    m.iter_mut().zip(row(i)).for_each(|(a, &x)| *a += x as f64);
+                }
+                m
+            })
+            .collect();
         let mut m = vec![0f64; dim];
-        for &i in ids {
-            m.iter_mut().zip(row(i)).for_each(|(a, &x)| *a += x as f64);
+        for p in &partial {
+            m.iter_mut().zip(p).for_each(|(a, b)| *a += b);
         }
         m.into_iter()
             .map(|v| (v / ids.len() as f64) as f32)

@@ -57,6 +57,7 @@ pub fn run(a: Args) -> Result<()> {
         "backend": backend.name(), "vectors": n, "dim": data.cols, "anchors": a.anchors, "iterations": report.iterations,
         "training_points": report.training_points, "seconds": seconds, "final_energy": energy,
         "energy_history": report.energy_history, "phase_seconds": report.phase_seconds,
+        "merges": report.merges, "splits": report.splits, "reseeds": report.reseeds,
     });
     if a.json {
         println!("{}", serde_json::to_string(&j)?);

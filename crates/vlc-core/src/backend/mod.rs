@@ -105,6 +105,25 @@ pub trait Backend: Send + Sync {
     ///
     /// `anchors`: (num_anchors, dim), row-major, updated in place.
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()>;
+
+    /// [`accumulate`](Backend::accumulate) then [`update`](Backend::update) in one call, for
+    /// backends that can keep the sums on their device. Returns the member and kept counts
+    /// (`sums` left empty). The default runs the two primitives.
+    fn accumulate_and_update(
+        &self,
+        points: &[f32],
+        anchors: &mut [f32],
+        dim: usize,
+        nearest: (&[u32], &[f32]),
+        thresholds: &[f32],
+        step: f32,
+    ) -> Result<AnchorSums> {
+        let (assignment, dists) = nearest;
+        let mut sums = self.accumulate(points, dim, assignment, dists, thresholds)?;
+        self.update(anchors, dim, &sums, step)?;
+        sums.sums = Vec::new();
+        Ok(sums)
+    }
 }
 
 /// Number of rows of a (rows, dim) buffer of `len` values, or a typed error.
@@ -187,18 +206,79 @@ pub fn check_update_args(anchors: &[f32], dim: usize, sums: &AnchorSums) -> Resu
 /// anchor. Returns `(offsets, members)`: anchor `a` owns `members[offsets[a]..offsets[a+1]]`.
 /// `offsets` has num_anchors + 1 entries.
 pub fn group_by_anchor(assignment: &[u32], num_anchors: usize) -> (Vec<usize>, Vec<u32>) {
+    use rayon::prelude::*;
+    // A counting sort over chunks of points: per-chunk histograms in parallel, then each chunk
+    // scatters its points (in increasing order) into its own disjoint ranges, so the result is
+    // the same as the serial sort's whatever the thread count.
+    const CHUNK: usize = 1 << 16;
+    let n = assignment.len();
+    let chunks: Vec<&[u32]> = assignment.chunks(CHUNK.max(1)).collect();
+    let counts: Vec<Vec<usize>> = chunks
+        .par_iter()
+        .map(|c| {
+            let mut h = vec![0usize; num_anchors];
+            for &a in c.iter() {
+                h[a as usize] += 1;
+            }
+            h
+        })
+        .collect();
     let mut offsets = vec![0usize; num_anchors + 1];
-    for &a in assignment {
-        offsets[a as usize + 1] += 1;
-    }
+    // cursors[c][a]: where chunk c writes its first member of anchor a.
+    let mut cursors = vec![vec![0usize; num_anchors]; chunks.len()];
+    let mut at = 0usize;
     for a in 0..num_anchors {
-        offsets[a + 1] += offsets[a];
+        offsets[a] = at;
+        for (c, h) in counts.iter().enumerate() {
+            cursors[c][a] = at;
+            at += h[a];
+        }
     }
-    let mut cursor = offsets.clone();
-    let mut members = vec![0u32; assignment.len()];
-    for (i, &a) in assignment.iter().enumerate() {
-        members[cursor[a as usize]] = i as u32;
-        cursor[a as usize] += 1;
-    }
+    offsets[num_anchors] = at;
+    let mut members = vec![0u32; n];
+    let out = SharedOut(members.as_mut_ptr());
+    chunks
+        .par_iter()
+        .zip(cursors.par_iter_mut())
+        .enumerate()
+        .for_each(|(c, (chunk, cursor))| {
+            let out = &out;
+            for (i, &a) in chunk.iter().enumerate() {
+                let slot = cursor[a as usize];
+                cursor[a as usize] += 1;
+                // SAFETY: every (chunk, anchor) pair owns the disjoint range
+                // cursors[c][a] .. cursors[c][a] + counts[c][a] of `members` (n entries), so
+                // no two threads write the same slot and every slot is below n.
+                unsafe { *out.0.add(slot) = (c * CHUNK + i) as u32 };
+            }
+        });
     (offsets, members)
+}
+
+/// A pointer written by several threads at provably disjoint offsets.
+struct SharedOut(*mut u32);
+// SAFETY: used only by `group_by_anchor`, whose writers touch disjoint slots.
+unsafe impl Sync for SharedOut {}
+
+#[cfg(test)]
+mod tests {
+    use super::group_by_anchor;
+    use crate::rng::Rng;
+
+    #[test]
+    fn grouping_matches_a_serial_counting_sort_across_chunks() {
+        let mut r = Rng::new(5);
+        for (n, k) in [(0usize, 3usize), (1, 1), (1000, 7), (200_003, 37)] {
+            let assignment: Vec<u32> = (0..n).map(|_| r.below(k) as u32).collect();
+            let (offsets, members) = group_by_anchor(&assignment, k);
+            let mut expected_members = Vec::new();
+            let mut expected_offsets = vec![0usize];
+            for a in 0..k as u32 {
+                expected_members.extend((0..n as u32).filter(|&i| assignment[i as usize] == a));
+                expected_offsets.push(expected_members.len());
+            }
+            assert_eq!(offsets, expected_offsets, "n {n} k {k}");
+            assert_eq!(members, expected_members, "n {n} k {k}");
+        }
+    }
 }

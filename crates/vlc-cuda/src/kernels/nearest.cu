@@ -52,3 +52,18 @@ extern "C" __global__ void nearest_from_dots(const float* __restrict__ dots, con
         prev_i = bi;
     }
 }
+
+// f32 -> f16 (round to nearest even) for the fp16 assignment GEMM; `overflow` is set to 1 when a
+// value's magnitude exceeds the f16 range (the caller then uses a 32-bit GEMM instead).
+// PTX conversion: NVRTC needs no cuda_fp16.h for it.
+extern "C" __global__ void to_half(const float* __restrict__ x, unsigned long long n,
+                                   unsigned short* __restrict__ out, int* __restrict__ overflow) {
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        float v = x[i];
+        if (fabsf(v) > 65504.f) *overflow = 1;
+        unsigned short h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+        out[i] = h;
+    }
+}
