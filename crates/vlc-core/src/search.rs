@@ -6,7 +6,7 @@ use crate::codec::{Codec, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::fastscan::QueryLut;
 use crate::index::{Index, Metric};
-use crate::linalg::{key_dist, key_id, order_key};
+use crate::linalg::{key_dist, key_id, order_key, smallest_keys};
 use crate::simd::below_mask;
 use crate::vectors::validate_vectors;
 use rayon::prelude::*;
@@ -251,17 +251,7 @@ impl Index {
                 .zip(&self.anchor_norms)
                 .map(|(c, cn)| (qn - 2.0 * crate::linalg::dot(q, c) + cn).max(0.0)),
         );
-        let d = &scratch.anchor_dists;
-        let mut keys: Vec<u64> = d
-            .iter()
-            .enumerate()
-            .map(|(a, &v)| order_key(v, a as u32))
-            .collect();
-        if nprobe < keys.len() {
-            keys.select_nth_unstable(nprobe - 1);
-            keys.truncate(nprobe);
-        }
-        keys.sort_unstable();
+        let keys = smallest_keys(&scratch.anchor_dists, nprobe);
         scratch.order.clear();
         scratch.order.extend(keys.iter().map(|&k| key_id(k)));
     }

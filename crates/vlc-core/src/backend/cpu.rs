@@ -5,7 +5,7 @@ use super::{
     Backend, Nearest,
 };
 use crate::error::Result;
-use crate::linalg::{block_rows, gemm_nt, key_id, order_key, row_norms_sq};
+use crate::linalg::{block_rows, gemm_nt, key_id, row_norms_sq, smallest_keys};
 use rayon::prelude::*;
 
 /// CPU implementation of [`Backend`]; deterministic regardless of thread count.
@@ -26,16 +26,7 @@ fn select_smallest(row: &[f32], m: usize, ids: &mut [u32], dists: &mut [f32]) {
         dists[0] = best_d;
         return;
     }
-    let mut order: Vec<u64> = row
-        .iter()
-        .enumerate()
-        .map(|(j, &d)| order_key(d, j as u32))
-        .collect();
-    if m < order.len() {
-        order.select_nth_unstable(m - 1);
-        order.truncate(m);
-    }
-    order.sort_unstable();
+    let order = smallest_keys(row, m);
     for (slot, &key) in order.iter().enumerate() {
         let j = key_id(key);
         ids[slot] = j;
