@@ -5,7 +5,8 @@ Usage: python3 bench/gpu_bench.py --vlc PATH_TO_vlc [--n 1000000] [--dim 384] [-
        [--iterations 20] [--cpu-reference] [--out results.jsonl]
 
 Makes clustered float32 data (seeded), saves it as .npy, then times:
-  * `vlc train-bench --backend cuda` (the whole training loop, data resident on the GPU),
+  * `vlc train-bench --backend cuda --warmup` (the whole training loop, data resident on the GPU,
+    timed after one untimed run in the same process, as PyTorch's loop is timed after its warm-up),
   * PyTorch k-means (Lloyd, random init, chunked assignment) in FP32 and in TF32,
   * optionally `vlc train-bench --backend cpu` as the FP32 reference for the final energy.
 Final energies are all measured the same way (mean squared distance to the nearest anchor).
@@ -41,7 +42,7 @@ results = []
 
 def vlc(backend):
     out = subprocess.run([a.vlc, "train-bench", path, "--backend", backend, "--anchors", str(a.anchors),
-                          "--iterations", str(a.iterations), "--json"], check=True, capture_output=True, text=True)
+                          "--iterations", str(a.iterations), "--json"] + (["--warmup"] if backend != "cpu" else []), check=True, capture_output=True, text=True)
     r = json.loads(out.stdout.strip().splitlines()[-1])
     r["system"] = f"vlc-{backend}"
     return r

@@ -274,6 +274,7 @@ pub fn train_anchors(
         let churn = previous.as_ref().map_or(1.0, |p| {
             p.par_iter()
                 .zip(assignment.par_iter())
+                .with_min_len(1 << 16)
                 .filter(|(a, b)| a != b)
                 .count() as f64
                 / num_train as f64
@@ -386,10 +387,15 @@ fn mean_f64(values: &[f32]) -> f64 {
     if values.is_empty() {
         return 0.0;
     }
-    let partial: Vec<f64> = values
-        .par_chunks(1 << 14)
-        .map(|c| c.iter().map(|&d| d as f64).sum::<f64>())
-        .collect();
+    const CHUNK: usize = 1 << 14;
+    let chunk_sum = |c: &[f32]| c.iter().map(|&d| d as f64).sum::<f64>();
+    // Small inputs skip the thread pool (its dispatch costs more than the sum); the chunking,
+    // and so the result, is the same either way.
+    let partial: Vec<f64> = if values.len() <= 4 * CHUNK {
+        values.chunks(CHUNK).map(chunk_sum).collect()
+    } else {
+        values.par_chunks(CHUNK).map(chunk_sum).collect()
+    };
     partial.iter().sum::<f64>() / values.len() as f64
 }
 
@@ -464,8 +470,11 @@ fn kmeans_plus_plus(
 /// Per-anchor distance threshold keeping the nearest ⌈(1 − trim)·count⌉ members.
 fn trimmed_thresholds(assignment: &[u32], dists: &[f32], k: usize, trim: f32) -> Vec<f32> {
     let (offsets, members) = group_by_anchor(assignment, k);
+    // Enough anchors per task that small problems stay on one thread.
+    let min_len = (k * (1 << 14)).div_ceil(assignment.len().max(1)).max(1);
     (0..k)
         .into_par_iter()
+        .with_min_len(min_len)
         .map(|a| {
             let mem = &members[offsets[a]..offsets[a + 1]];
             if mem.is_empty() {

@@ -21,6 +21,10 @@ pub struct Args {
     pub max_points_per_anchor: Option<usize>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Train once untimed first (GPU libraries load their kernels on first use; PyTorch's
+    /// timings in bench/gpu_bench.py exclude its warm-up the same way).
+    #[arg(long)]
+    pub warmup: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -41,6 +45,15 @@ pub fn run(a: Args) -> Result<()> {
         holdout_fraction: 0.0,
         ..TrainParams::default()
     };
+    if a.warmup {
+        train_anchors(
+            backend.as_ref(),
+            &data.data,
+            data.cols,
+            &params,
+            &mut |_| {},
+        )?;
+    }
     let t = Instant::now();
     let (anchors, report) = train_anchors(
         backend.as_ref(),

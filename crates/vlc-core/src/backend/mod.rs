@@ -212,6 +212,23 @@ pub fn group_by_anchor(assignment: &[u32], num_anchors: usize) -> (Vec<usize>, V
     // the same as the serial sort's whatever the thread count.
     const CHUNK: usize = 1 << 16;
     let n = assignment.len();
+    if n <= CHUNK {
+        // One chunk: the serial counting sort, without the thread pool.
+        let mut offsets = vec![0usize; num_anchors + 1];
+        for &a in assignment {
+            offsets[a as usize + 1] += 1;
+        }
+        for a in 0..num_anchors {
+            offsets[a + 1] += offsets[a];
+        }
+        let mut cursor = offsets.clone();
+        let mut members = vec![0u32; n];
+        for (i, &a) in assignment.iter().enumerate() {
+            members[cursor[a as usize]] = i as u32;
+            cursor[a as usize] += 1;
+        }
+        return (offsets, members);
+    }
     let chunks: Vec<&[u32]> = assignment.chunks(CHUNK.max(1)).collect();
     let counts: Vec<Vec<usize>> = chunks
         .par_iter()
