@@ -60,7 +60,8 @@ pub fn check_nearest(backend: &dyn Backend) {
     }
 }
 
-/// Trimmed accumulation and the update against a naive reference (one anchor left empty).
+/// Trimmed accumulation and the update against a naive reference (one anchor left empty), and
+/// the fused accumulate-and-update against the two.
 pub fn check_accumulate_and_update(backend: &dyn Backend) {
     for &dim in &[1usize, 7, 65, 384] {
         let (n, k) = (301usize, 9usize);
@@ -115,6 +116,26 @@ pub fn check_accumulate_and_update(backend: &dyn Backend) {
                     "anchor {a} dim {d}"
                 );
             }
+        }
+        // The fused call moves the anchors the same way and reports the same counts.
+        let mut fused = before.clone();
+        let counts = backend
+            .accumulate_and_update(
+                &points,
+                &mut fused,
+                dim,
+                (&assignment, &dists),
+                &thresholds,
+                0.5,
+            )
+            .unwrap();
+        assert_eq!(counts.kept, want.kept);
+        assert_eq!(counts.members, want.members);
+        for (i, (f, g)) in fused.iter().zip(&anchors).enumerate() {
+            assert!(
+                (f - g).abs() < 1e-5 * (1.0 + g.abs()),
+                "fused update, element {i}: {f} vs {g}"
+            );
         }
     }
 }
