@@ -6,11 +6,12 @@ use std::path::PathBuf;
 /// offsets, versions) so callers can react without parsing text.
 #[derive(Debug, thiserror::Error)]
 pub enum VlcError {
-    #[error("I/O error on {path}: {source}")]
+    /// The message already names the cause, so it is not also chained as `source()` (error
+    /// reports would print it twice).
+    #[error("I/O error on {path}: {cause}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("input is empty: {what}")]
     EmptyInput { what: String },
@@ -69,7 +70,7 @@ impl VlcError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         VlcError::Io {
             path: path.into(),
-            source,
+            cause: source,
         }
     }
     pub fn param(name: &'static str, reason: impl Into<String>) -> Self {
