@@ -45,23 +45,20 @@ pub fn run(a: Args) -> Result<()> {
         holdout_fraction: 0.0,
         ..TrainParams::default()
     };
-    if a.warmup {
+    let train = || {
         train_anchors(
             backend.as_ref(),
             &data.data,
             data.cols,
             &params,
             &mut |_| {},
-        )?;
+        )
+    };
+    if a.warmup {
+        train()?;
     }
     let t = Instant::now();
-    let (anchors, report) = train_anchors(
-        backend.as_ref(),
-        &data.data,
-        data.cols,
-        &params,
-        &mut |_| {},
-    )?;
+    let (anchors, report) = train()?;
     let seconds = t.elapsed().as_secs_f64();
     // Final energy over every vector, always measured by the CPU reference (exact FP32).
     let near = vlc::CpuBackend.nearest_anchors(&data.data, &anchors, data.cols, 1)?;
