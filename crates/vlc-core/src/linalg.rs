@@ -156,18 +156,19 @@ pub fn key_id(key: u64) -> u32 {
     key as u32
 }
 
-/// The [`order_key`]s of the `m` smallest `values` (ids = positions), smallest first; ties go
-/// to the smaller position.
-pub fn smallest_keys(values: &[f32], m: usize) -> Vec<u64> {
-    let mut keys: Vec<u64> = values
-        .iter()
-        .enumerate()
-        .map(|(j, &v)| order_key(v, j as u32))
-        .collect();
+/// The [`order_key`]s of the `m` smallest `values` (ids = positions), smallest first, into
+/// `keys` (cleared first); ties go to the smaller position.
+pub fn smallest_keys(values: &[f32], m: usize, keys: &mut Vec<u64>) {
+    keys.clear();
+    keys.extend(
+        values
+            .iter()
+            .enumerate()
+            .map(|(j, &v)| order_key(v, j as u32)),
+    );
     if m < keys.len() {
         keys.select_nth_unstable(m.max(1) - 1);
         keys.truncate(m);
     }
     keys.sort_unstable();
-    keys
 }

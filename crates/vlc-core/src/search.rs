@@ -112,7 +112,8 @@ struct Scratch {
     /// Distance a candidate must beat to enter `pool`.
     worst: f32,
     anchor_dists: Vec<f32>,
-    order: Vec<u32>,
+    /// The probed anchors as [`order_key`]s of (distance, anchor), nearest first.
+    order: Vec<u64>,
     rotated: Vec<f32>,
     lut: QueryLut,
 }
@@ -173,7 +174,7 @@ impl Index {
         let probes: Vec<(u32, f32)> = scratch
             .order
             .iter()
-            .map(|&a| (a, scratch.anchor_dists[a as usize]))
+            .map(|&k| (key_id(k), key_dist(k)))
             .collect();
         Ok(self.search_prepared(&q, &probes, params, &mut scratch))
     }
@@ -239,8 +240,8 @@ impl Index {
         }
     }
 
-    /// Fill `scratch.order` with the `nprobe` nearest anchors and `scratch.anchor_dists` with
-    /// every anchor's squared distance.
+    /// Fill `scratch.order` with the keys of the `nprobe` nearest anchors and
+    /// `scratch.anchor_dists` with every anchor's squared distance.
     fn rank_anchors_one(&self, q: &[f32], nprobe: usize, scratch: &mut Scratch) {
         let dim = self.dim;
         let qn = crate::linalg::dot(q, q);
@@ -251,9 +252,7 @@ impl Index {
                 .zip(&self.anchor_norms)
                 .map(|(c, cn)| (qn - 2.0 * crate::linalg::dot(q, c) + cn).max(0.0)),
         );
-        let keys = smallest_keys(&scratch.anchor_dists, nprobe);
-        scratch.order.clear();
-        scratch.order.extend(keys.iter().map(|&k| key_id(k)));
+        smallest_keys(&scratch.anchor_dists, nprobe, &mut scratch.order);
     }
 
     fn search_prepared(

@@ -26,7 +26,8 @@ fn select_smallest(row: &[f32], m: usize, ids: &mut [u32], dists: &mut [f32]) {
         dists[0] = best_d;
         return;
     }
-    let order = smallest_keys(row, m);
+    let mut order = Vec::with_capacity(row.len());
+    smallest_keys(row, m, &mut order);
     for (slot, &key) in order.iter().enumerate() {
         let j = key_id(key);
         ids[slot] = j;
