@@ -94,10 +94,14 @@ struct Scratch {
     ids: Option<CudaSlice<u32>>,
     /// Layout: (num_points, per_point).
     dists: Option<CudaSlice<f32>>,
-    /// Accumulation inputs in one buffer of 32-bit words. Layout: CSR offsets (num_anchors + 1
-    /// u64 as lo/hi word pairs), CSR members (num_points), distances (num_points, f32 bits),
-    /// thresholds (num_anchors, f32 bits).
-    accumulate_words: Option<CudaSlice<u32>>,
+    /// CSR offsets. Layout: (num_anchors + 1,).
+    offsets: Option<CudaSlice<u64>>,
+    /// CSR members. Layout: (num_points,).
+    members: Option<CudaSlice<u32>>,
+    /// Layout: (num_points,).
+    point_dists: Option<CudaSlice<f32>>,
+    /// Layout: (num_anchors,).
+    thresholds: Option<CudaSlice<f32>>,
     /// Layout: (num_anchors, dim), f64.
     sums: Option<CudaSlice<f64>>,
     /// Layout: (num_anchors,).
@@ -391,33 +395,17 @@ impl CudaBackend {
         let num_anchors = thresholds.len();
         check_accumulate_args(points, dim, assignment, dists, num_anchors)?;
         let (offsets, members) = group_by_anchor(assignment, num_anchors);
-        let num_points = assignment.len();
-        // One upload of 32-bit words: offsets (u64, as lo/hi pairs: first, so 8-byte aligned),
-        // members, distances, thresholds. The kernel gets a view of each part.
-        let mut packed: Vec<u32> =
-            Vec::with_capacity(2 * (num_anchors + 1) + 2 * num_points + num_anchors);
-        for &o in &offsets {
-            packed.extend([o as u32, (o as u64 >> 32) as u32]);
-        }
-        packed.extend_from_slice(&members);
-        packed.extend(dists.iter().map(|d| d.to_bits()));
-        packed.extend(thresholds.iter().map(|t| t.to_bits()));
+        let offsets: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
         let State { resident, scratch } = state;
         let key = (points.as_ptr() as usize, points.len());
         let x: &CudaSlice<f32> = match resident.get(&key) {
             Some(r) => &r.data,
             None => self.put(&mut scratch.points, points)?,
         };
-        let words = self.put(&mut scratch.accumulate_words, &packed)?;
-        let at_members = 2 * (num_anchors + 1);
-        let at_dists = at_members + num_points;
-        let at_thresholds = at_dists + num_points;
-        let d_off = words.slice(0..at_members);
-        let d_mem = words.slice(at_members..at_dists);
-        let d_dist = words.slice(at_dists..at_thresholds);
-        let d_thr = words.slice(at_thresholds..at_thresholds + num_anchors);
-        // The views pass raw device pointers: the kernel reads the offsets as u64 and the
-        // distances and thresholds as f32, the bit patterns packed above.
+        let d_off = self.put(&mut scratch.offsets, &offsets)?;
+        let d_mem = self.put(&mut scratch.members, &members)?;
+        let d_dist = self.put(&mut scratch.point_dists, dists)?;
+        let d_thr = self.put(&mut scratch.thresholds, thresholds)?;
         let sums = self.grow(&mut scratch.sums, num_anchors * dim)?;
         let kept = self.grow(&mut scratch.kept, num_anchors)?;
         let d_i32 = dim as i32;
@@ -433,10 +421,10 @@ impl CudaBackend {
                 .launch_builder(&self.kernels.accumulate_trimmed)
                 .arg(x)
                 .arg(&d_i32)
-                .arg(&d_off)
-                .arg(&d_mem)
-                .arg(&d_dist)
-                .arg(&d_thr)
+                .arg(&*d_off)
+                .arg(&*d_mem)
+                .arg(&*d_dist)
+                .arg(&*d_thr)
                 .arg(&mut *sums)
                 .arg(&mut *kept)
                 .launch(cfg)
