@@ -3,6 +3,8 @@
 
 Usage: python3 bench/gpu_bench.py --vlc PATH_TO_vlc [--n 1000000] [--dim 384] [--anchors 4096]
        [--iterations 20] [--cpu-reference] [--out results.jsonl]
+       [--search-index INDEX.vlc --queries Q.npy --groundtruth GT.npy [--nprobe 8,32,128]]
+       [--search-only]
 
 Makes clustered float32 data (seeded), saves it as .npy, then times:
   * `vlc train-bench --backend cuda --warmup` (the whole training loop, data resident on the GPU,
@@ -10,6 +12,11 @@ Makes clustered float32 data (seeded), saves it as .npy, then times:
   * PyTorch k-means (Lloyd, random init, chunked assignment) in FP32 and in TF32,
   * optionally `vlc train-bench --backend cpu` as the FP32 reference for the final energy.
 Final energies are all measured the same way (mean squared distance to the nearest anchor).
+
+With --search-index, also times VLC's batched search of those queries on the GPU (`vlc eval
+--backend cuda`: a copy of the index on the GPU; each pass includes moving the queries there and
+the results back; fastest of 5 passes) against the CPU search on all cores of the same machine,
+with recall@10 of both. --search-only skips the training part.
 """
 import argparse
 import json
@@ -29,7 +36,41 @@ ap.add_argument("--iterations", type=int, default=20)
 ap.add_argument("--cpu-reference", action="store_true")
 ap.add_argument("--out", default=None)
 ap.add_argument("--data", default=None, help="where to save the generated .npy (default: a temporary file)")
+ap.add_argument("--search-index", default=None, help="a .vlc index to search on the GPU and the CPU")
+ap.add_argument("--queries", default=None)
+ap.add_argument("--groundtruth", default=None)
+ap.add_argument("--nprobe", default="8,16,32,64,128")
+ap.add_argument("--search-only", action="store_true")
 a = ap.parse_args()
+if a.search_index and not (a.queries and a.groundtruth):
+    ap.error("--search-index needs --queries and --groundtruth")
+
+def search_bench():
+    rows = {}
+    for backend in ["cuda", "cpu"]:
+        out = subprocess.run([a.vlc, "eval", a.search_index, "--queries", a.queries, "--groundtruth", a.groundtruth,
+                              "--nprobe", a.nprobe, "--repeat", "5" if backend == "cuda" else "3", "--backend", backend,
+                              "--json"], check=True, capture_output=True, text=True)
+        rows[backend] = json.loads(out.stdout)
+    gpu = torch.cuda.get_device_name()
+    print(f"search {a.search_index}: {rows['cpu']['codec']}{' + ' + rows['cpu']['refine'] if rows['cpu']['refine'] else ''}, "
+          f"{rows['cpu']['vectors']} vectors, {rows['cpu']['queries']} queries; cpu on {rows['cpu']['threads']} threads, cuda on {gpu}")
+    print(f"{'nprobe':>6} {'recall@10 cpu':>14} {'recall@10 cuda':>15} {'QPS cpu':>10} {'QPS cuda':>11}")
+    for c, g in zip(rows["cpu"]["results"], rows["cuda"]["results"]):
+        print(f"{c['nprobe']:>6} {c['recall@10']:>14.4f} {g['recall@10']:>15.4f} {c['qps']:>10.0f} {g['qps']:>11.0f}", flush=True)
+        results.append({"system": "vlc-search", "index": a.search_index, "nprobe": c["nprobe"], "gpu": gpu,
+                        "recall@10_cpu": c["recall@10"], "recall@10_cuda": g["recall@10"],
+                        "qps_cpu": c["qps"], "qps_cuda": g["qps"], "cpu_threads": rows["cpu"]["threads"]})
+
+
+results = []
+if a.search_index:
+    search_bench()
+if a.search_only:
+    if a.out:
+        with open(a.out, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in results)
+    raise SystemExit(0)
 
 rng = np.random.default_rng(0)
 centres = rng.standard_normal((a.anchors, a.dim), dtype=np.float32)
@@ -37,7 +78,6 @@ labels = rng.integers(0, a.anchors, a.n)
 x = centres[labels] + 0.5 * rng.standard_normal((a.n, a.dim), dtype=np.float32)
 path = a.data or tempfile.mktemp(suffix=".npy")
 np.save(path, x)
-results = []
 
 
 def vlc(backend):

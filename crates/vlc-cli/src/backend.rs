@@ -1,7 +1,7 @@
 //! Choosing the compute backend at run time.
 
 use anyhow::Result;
-use vlc::{Backend, CpuBackend};
+use vlc::{Backend, CpuBackend, Index, SearchParams, SearchResults};
 
 /// Which backend a command should use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -60,4 +60,64 @@ pub fn open_wgpu(allow_software: bool) -> Result<Box<dyn Backend>> {
 #[cfg(not(feature = "wgpu"))]
 pub fn open_wgpu(_allow_software: bool) -> Result<Box<dyn Backend>> {
     anyhow::bail!("this vlc was built without the `wgpu` feature")
+}
+
+/// Where a batched search runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SearchBackend {
+    /// CUDA when a device works, else the CPU.
+    Auto,
+    Cpu,
+    /// A copy of the index on the first CUDA device.
+    Cuda,
+}
+
+/// A batched search: queries (num_queries, dim) and parameters to results.
+pub type Search<'a> = dyn Fn(&[f32], &SearchParams) -> vlc::Result<SearchResults> + 'a;
+
+/// What [`with_search`] runs.
+type SearchBody<'a, R> = Box<dyn FnOnce(&Search) -> Result<R> + 'a>;
+
+/// The CPU search over `index` (on the current rayon pool).
+pub fn cpu_search(
+    index: &Index,
+) -> impl Fn(&[f32], &SearchParams) -> vlc::Result<SearchResults> + '_ {
+    move |q, p| index.search_batch(q, p, &CpuBackend)
+}
+
+/// Run `body` with a search over `index` on the chosen backend (the GPU copy of the index is
+/// built first and lives as long as `body` runs).
+pub fn with_search<R>(
+    choice: SearchBackend,
+    index: &Index,
+    body: impl FnOnce(&Search) -> Result<R>,
+) -> Result<R> {
+    let cpu = |body: SearchBody<'_, R>| body(&cpu_search(index));
+    match choice {
+        SearchBackend::Cpu => cpu(Box::new(body)),
+        SearchBackend::Cuda => {
+            search_cuda(index, Box::new(body)).map_err(|e| e.context("--backend cuda"))
+        }
+        SearchBackend::Auto => {
+            #[cfg(feature = "cuda")]
+            if vlc_cuda::device_available() {
+                return search_cuda(index, Box::new(body));
+            }
+            eprintln!("search backend: cpu (no CUDA device)");
+            cpu(Box::new(body))
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn search_cuda<R>(index: &Index, body: SearchBody<'_, R>) -> Result<R> {
+    let b = vlc_cuda::CudaBackend::new(0)?;
+    eprintln!("search backend: cuda ({})", b.device_name());
+    let gpu = vlc_cuda::CudaIndex::new(&b, index)?;
+    body(&|q: &[f32], p: &SearchParams| gpu.search_batch(q, p))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn search_cuda<R>(_index: &Index, _body: SearchBody<'_, R>) -> Result<R> {
+    anyhow::bail!("this vlc was built without the `cuda` feature")
 }

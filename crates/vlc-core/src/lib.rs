@@ -30,6 +30,7 @@
 pub mod backend;
 pub mod codec;
 pub mod conformance;
+pub mod device_view;
 pub mod error;
 pub mod eval;
 pub mod fastscan;

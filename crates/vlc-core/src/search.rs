@@ -33,6 +33,47 @@ impl Default for SearchParams {
     }
 }
 
+impl SearchParams {
+    /// Check these parameters against an index of `num_vectors` vectors and `num_anchors`
+    /// anchors: k in 1..=num_vectors, nprobe in 1..=num_anchors.
+    pub fn check(&self, num_vectors: usize, num_anchors: usize) -> Result<()> {
+        if self.k == 0 || self.k > num_vectors {
+            return Err(VlcError::param(
+                "k",
+                format!(
+                    "must be in 1..={num_vectors} (the number of indexed vectors), got {}",
+                    self.k
+                ),
+            ));
+        }
+        if self.nprobe == 0 || self.nprobe > num_anchors {
+            return Err(VlcError::param(
+                "nprobe",
+                format!(
+                    "must be in 1..={num_anchors} (the number of anchors), got {}",
+                    self.nprobe
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Candidates kept for the second stage (refine tier, or the full RaBitQ code after a
+    /// fast scan): `rerank`, or 10·k when 0; just k without a second stage.
+    pub fn pool_size(&self, has_second_stage: bool) -> usize {
+        if has_second_stage {
+            let r = if self.rerank == 0 {
+                10 * self.k
+            } else {
+                self.rerank
+            };
+            r.max(self.k)
+        } else {
+            self.k
+        }
+    }
+}
+
 /// One result.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Neighbor {
@@ -120,26 +161,7 @@ struct Scratch {
 
 impl Index {
     fn check_search(&self, params: &SearchParams) -> Result<()> {
-        if params.k == 0 || params.k > self.num_vectors {
-            return Err(VlcError::param(
-                "k",
-                format!(
-                    "must be in 1..={} (the number of indexed vectors), got {}",
-                    self.num_vectors, params.k
-                ),
-            ));
-        }
-        if params.nprobe == 0 || params.nprobe > self.num_anchors() {
-            return Err(VlcError::param(
-                "nprobe",
-                format!(
-                    "must be in 1..={} (the number of anchors), got {}",
-                    self.num_anchors(),
-                    params.nprobe
-                ),
-            ));
-        }
-        Ok(())
+        params.check(self.num_vectors, self.num_anchors())
     }
 
     /// Whether search rescores a candidate pool: with the refine tier, or with the full RaBitQ
@@ -148,19 +170,8 @@ impl Index {
         self.refine.is_some() || self.fastscan.is_some()
     }
 
-    /// Candidates kept for the second stage (refine tier, or the full RaBitQ code after a
-    /// fast scan): `rerank`, or 10·k when 0; just k without a second stage.
     fn pool_size(&self, params: &SearchParams) -> usize {
-        if self.has_second_stage() {
-            let r = if params.rerank == 0 {
-                10 * params.k
-            } else {
-                params.rerank
-            };
-            r.max(params.k)
-        } else {
-            params.k
-        }
+        params.pool_size(self.has_second_stage())
     }
 
     /// Search one query (dim,). Results nearest first; fewer than k when the probed lists hold

@@ -18,6 +18,7 @@
 //!   loop pins its sample), so iterations move only anchors, assignments and sums.
 
 mod module;
+mod search;
 
 use cudarc::cublas::sys as cublas_sys;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
@@ -26,7 +27,7 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg,
 };
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use vlc::backend::{
     check_accumulate_args, check_nearest_args, check_update_args, group_by_anchor, AnchorSums,
     Backend, Nearest, PinGuard,
@@ -34,6 +35,7 @@ use vlc::backend::{
 use vlc::{Result, VlcError};
 
 pub use module::KernelCache;
+pub use search::CudaIndex;
 
 /// Matrix-unit precision of the assignment GEMM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +127,9 @@ pub struct CudaBackend {
     kernels: Kernels,
     precision: GemmPrecision,
     device_name: String,
+    cache: KernelCache,
+    /// The search kernel, compiled on first use (training never needs it).
+    search: OnceLock<CudaFunction>,
     /// Everything on the device. The lock also serialises GPU work: the cuBLAS handle and the
     /// stream are not shared across threads.
     state: Mutex<State>,
@@ -234,6 +239,8 @@ impl CudaBackend {
             },
             precision,
             device_name,
+            cache,
+            search: OnceLock::new(),
             state: Mutex::new(State::default()),
         })
     }
@@ -248,6 +255,32 @@ impl CudaBackend {
     /// Free and total device memory in bytes.
     pub fn memory(&self) -> Result<(usize, usize)> {
         self.ctx.mem_get_info().map_err(err)
+    }
+
+    /// The batched search kernel, compiled and loaded on first use.
+    fn search_kernel(&self) -> Result<CudaFunction> {
+        if let Some(f) = self.search.get() {
+            return Ok(f.clone());
+        }
+        let f = self
+            .cache
+            .load("search", include_str!("kernels/search.cu"))?
+            .load_function("search_queries")
+            .map_err(err)?;
+        Ok(self.search.get_or_init(|| f).clone())
+    }
+
+    /// Switch this handle's GEMMs to full FP32 (search) or back to the training precision.
+    fn set_fp32_math(&self, fp32: bool) -> Result<()> {
+        let mode = if fp32 || self.precision == GemmPrecision::Fp32 {
+            cublas_sys::cublasMath_t::CUBLAS_PEDANTIC_MATH
+        } else {
+            cublas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        };
+        // SAFETY: the handle is valid for the lifetime of `self.blas`.
+        unsafe { cublas_sys::cublasSetMathMode(*self.blas.handle(), mode) }
+            .result()
+            .map_err(err)
     }
 
     /// Wait for queued GPU work (for timing).

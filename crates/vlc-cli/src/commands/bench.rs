@@ -185,6 +185,7 @@ pub fn run(a: Args) -> Result<()> {
             let results = pool.install(|| {
                 sweep(
                     &index,
+                    &crate::backend::cpu_search(&index),
                     &queries.data,
                     &truth.data,
                     truth.cols,

@@ -74,7 +74,16 @@ pub fn run(a: Args) -> Result<()> {
         .into_iter()
         .filter(|&p| p <= index.num_anchors())
         .collect();
-    let points = sweep(&index, &queries.data, &truth, 100, &nprobes, 0, 1)?;
+    let points = sweep(
+        &index,
+        &crate::backend::cpu_search(&index),
+        &queries.data,
+        &truth,
+        100,
+        &nprobes,
+        0,
+        1,
+    )?;
 
     let show = a.examples.min(queries.rows);
     let mut examples = Vec::new();

@@ -1,15 +1,17 @@
+use crate::backend::{with_search, Search, SearchBackend};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
 use vlc::eval::recall_at;
-use vlc::{CpuBackend, Index, SearchParams};
+use vlc::{Index, SearchParams};
 
 /// Measure recall and speed of an index.
 ///
-/// For each nprobe, all queries are searched with k = 10 (timed: QPS and ms/query, on
-/// --threads threads; the fastest of --repeat passes) and once with k = 100 (untimed, for recall@100). Recall@k is the mean
-/// fraction of the true k nearest neighbours found among the k returned.
+/// For each nprobe, all queries are searched with k = 10 (timed: QPS and µs/query, on
+/// --threads threads or the GPU with --backend cuda; the fastest of --repeat passes) and once
+/// with k = 100 (untimed, for recall@100). Recall@k is the mean fraction of the true k nearest
+/// neighbours found among the k returned.
 #[derive(clap::Args)]
 pub struct Args {
     /// Index file.
@@ -36,6 +38,10 @@ pub struct Args {
     /// Print results as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Where the search runs: cpu (on --threads threads), cuda (a copy of the index on the GPU;
+    /// timings include moving queries and results), or auto (cuda when a device works).
+    #[arg(long, value_enum, default_value_t = SearchBackend::Cpu)]
+    pub backend: SearchBackend,
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -55,6 +61,7 @@ pub struct EvalPoint {
 /// Search `queries` at every nprobe and score against `truth` (num_queries, truth_cols).
 pub fn sweep(
     index: &Index,
+    search: &Search,
     queries: &[f32],
     truth: &[i64],
     truth_cols: usize,
@@ -71,8 +78,7 @@ pub fn sweep(
         let mut res = None;
         for _ in 0..repeat.max(1) {
             let t = Instant::now();
-            let r = index
-                .search_batch(queries, &params, &CpuBackend)
+            let r = search(queries, &params)
                 .with_context(|| format!("searching with nprobe {nprobe}"))?;
             secs = secs.min(t.elapsed().as_secs_f64());
             res = Some(r);
@@ -84,7 +90,7 @@ pub fn sweep(
                 nprobe,
                 rerank,
             };
-            let r = index.search_batch(queries, &p, &CpuBackend)?;
+            let r = search(queries, &p)?;
             Some(recall_at(&r.ids, 100, truth, truth_cols, 100))
         } else {
             None
@@ -105,13 +111,18 @@ pub fn sweep(
 pub fn print_table(points: &[EvalPoint]) {
     println!(
         "{:>7} {:>9} {:>10} {:>11} {:>10} {:>9}",
-        "nprobe", "recall@1", "recall@10", "recall@100", "QPS", "ms/query"
+        "nprobe", "recall@1", "recall@10", "recall@100", "QPS", "us/query"
     );
     for p in points {
         let r100 = p.recall_100.map_or("-".to_string(), |r| format!("{r:.4}"));
         println!(
-            "{:>7} {:>9.4} {:>10.4} {:>11} {:>10.0} {:>9.3}",
-            p.nprobe, p.recall_1, p.recall_10, r100, p.qps, p.ms_per_query
+            "{:>7} {:>9.4} {:>10.4} {:>11} {:>10.0} {:>9.2}",
+            p.nprobe,
+            p.recall_1,
+            p.recall_10,
+            r100,
+            p.qps,
+            p.ms_per_query * 1e3
         );
     }
 }
@@ -145,15 +156,18 @@ pub fn run(a: Args) -> Result<()> {
             index.num_anchors()
         );
     }
-    let points = sweep(
-        &index,
-        &queries.data,
-        &truth.data,
-        truth.cols,
-        &a.nprobe,
-        a.rerank,
-        a.repeat,
-    )?;
+    let points = with_search(a.backend, &index, |search| {
+        sweep(
+            &index,
+            search,
+            &queries.data,
+            &truth.data,
+            truth.cols,
+            &a.nprobe,
+            a.rerank,
+            a.repeat,
+        )
+    })?;
     let file_size = std::fs::metadata(&a.index)?.len();
     let bpv = file_size as f64 / index.len() as f64;
     let threads = rayon::current_num_threads();
@@ -161,7 +175,8 @@ pub fn run(a: Args) -> Result<()> {
         let j = serde_json::json!({
             "index": a.index, "vectors": index.len(), "dim": index.dim(), "anchors": index.num_anchors(),
             "codec": index.codec().name(), "refine": index.refine_codec().map(|c| c.name()),
-            "bytes_per_vector": bpv, "queries": queries.rows, "threads": threads, "results": points,
+            "bytes_per_vector": bpv, "queries": queries.rows, "threads": threads,
+            "backend": format!("{:?}", a.backend).to_lowercase(), "results": points,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {

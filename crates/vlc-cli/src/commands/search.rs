@@ -1,7 +1,8 @@
+use crate::backend::{with_search, SearchBackend};
 use crate::output::{npy_f32, npy_i64, write_atomic};
 use anyhow::{bail, Result};
 use std::path::PathBuf;
-use vlc::{CpuBackend, SearchParams};
+use vlc::SearchParams;
 
 /// Search an index.
 ///
@@ -29,6 +30,10 @@ pub struct Args {
     /// Open the index with a memory map instead of reading it.
     #[arg(long)]
     pub view: bool,
+    /// Where the search runs: cpu, cuda (a copy of the index on the GPU), or auto (cuda when a
+    /// device works).
+    #[arg(long, value_enum, default_value_t = SearchBackend::Cpu)]
+    pub backend: SearchBackend,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -38,7 +43,9 @@ pub fn run(a: Args) -> Result<()> {
         nprobe: a.nprobe,
         rerank: a.rerank,
     };
-    let res = index.search_batch(&queries.data, &params, &CpuBackend)?;
+    let res = with_search(a.backend, &index, |search| {
+        Ok(search(&queries.data, &params)?)
+    })?;
     let json = || {
         let rows: Vec<_> = (0..queries.rows)
             .map(|q| serde_json::json!({"query": q, "ids": &res.ids[q * a.k..(q + 1) * a.k], "distances": &res.distances[q * a.k..(q + 1) * a.k]}))

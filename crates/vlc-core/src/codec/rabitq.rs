@@ -104,6 +104,22 @@ impl RaBitQ {
         }
     }
 
+    /// The rotation as a matrix for batched (GEMM) use: row `i` is `P e_i`, zero-padded, so
+    /// `q · matrix` is [`rotate_query`](Self::rotate_query)'s output up to rounding. Returns
+    /// the matrix, layout (dim, padded_dim) row-major, and padded_dim = 8·⌈dim/8⌉.
+    pub fn rotation_matrix(&self) -> (Vec<f32>, usize) {
+        let padded = self.bytes() * 8;
+        let mut matrix = vec![0f32; self.dim * padded];
+        let mut unit = vec![0f32; self.dim];
+        for (i, row) in matrix.chunks_exact_mut(padded).enumerate() {
+            unit.fill(0.0);
+            unit[i] = 1.0;
+            self.rotation.apply(&mut unit);
+            row[..self.dim].copy_from_slice(&unit);
+        }
+        (matrix, padded)
+    }
+
     /// `P q`, zero-padded to ⌈D/8⌉·8 entries (for the fast-scan tables).
     pub fn rotate_query(&self, query: &[f32], out: &mut Vec<f32>) {
         out.clear();

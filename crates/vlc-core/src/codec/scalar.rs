@@ -156,6 +156,21 @@ impl ScalarQuantizer {
         self.per_anchor
     }
 
+    /// Bits per dimension (8 or 4).
+    pub fn bits(&self) -> u32 {
+        self.bits
+    }
+
+    /// Lower end of each dimension's range. Layout: (num_anchors with a Jacobian, else 1, dim).
+    pub fn lo(&self) -> &[f32] {
+        &self.lo
+    }
+
+    /// Grid step of each dimension. Layout: as [`lo`](Self::lo).
+    pub fn step(&self) -> &[f32] {
+        &self.step
+    }
+
     fn row(&self, anchor_id: u32) -> (&[f32], &[f32]) {
         let r = if self.per_anchor {
             anchor_id as usize

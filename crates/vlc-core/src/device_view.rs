@@ -1,0 +1,153 @@
+//! A flat, codec-explicit view of an [`Index`] for device backends.
+//!
+//! GPU backends build their own copy of an index from the canonical CPU one. They need every
+//! array in a plain layout and the parameters of each codec spelled out; [`Index::device_view`]
+//! gives exactly that, so no backend reaches into codec internals.
+
+use crate::codec::{Codec, ResidualCodec};
+use crate::index::{Index, Metric};
+
+/// How one stage (the primary scan or the refine rerank) scores a code.
+#[derive(Clone, Debug)]
+pub enum StageCodec {
+    /// No residual: every member of a list scores `‖q − anchor‖²`.
+    AnchorOnly,
+    /// RaBitQ-family code of `bits` bits per dimension (layout in [`crate::codec::rabitq`]).
+    RaBitQ {
+        bits: u32,
+        /// The rotation as a matrix: row `i` is `P e_i`, zero-padded, so the rotated query is
+        /// `q · rotation`. Layout: (dim, padded_dim), row-major, padded_dim = 8·⌈dim/8⌉.
+        rotation: Vec<f32>,
+        padded_dim: usize,
+    },
+    /// Scalar code: residual `r̂_d = lo[row][d] + step[row][d] · level_d`, row = the anchor
+    /// with a per-anchor Jacobian, else 0; the `f32` factor `‖r̂‖² + 2⟨r̂, c⟩` follows the
+    /// levels.
+    Scalar {
+        bits: u32,
+        per_anchor: bool,
+        /// Layout: (num_anchors if per_anchor else 1, dim), row-major.
+        lo: Vec<f32>,
+        /// Layout: as `lo`.
+        step: Vec<f32>,
+    },
+}
+
+/// One stage's codec and codes.
+#[derive(Clone, Debug)]
+pub struct DeviceStage<'a> {
+    pub codec: StageCodec,
+    /// Bytes per code.
+    pub code_size: usize,
+    /// Codes in list order. Layout: (num_vectors, code_size), row-major.
+    pub codes: &'a [u8],
+}
+
+/// Everything a batched device search needs.
+#[derive(Clone, Debug)]
+pub struct DeviceView<'a> {
+    pub dim: usize,
+    pub metric: Metric,
+    pub num_vectors: usize,
+    /// Layout: (num_anchors, dim), row-major.
+    pub anchors: &'a [f32],
+    /// Squared anchor norms. Layout: (num_anchors,).
+    pub anchor_norms: &'a [f32],
+    /// List `a` owns positions `list_offsets[a]..list_offsets[a+1]`. Layout: (num_anchors + 1,).
+    pub list_offsets: &'a [u64],
+    /// Caller ids in list order. Layout: (num_vectors,).
+    pub ids: &'a [u32],
+    /// The stage that scans the probed lists. For RaBitQ codes the scan reads only the 1-bit
+    /// part; the full code then rescores the candidate pool when there is no refine stage.
+    pub primary: DeviceStage<'a>,
+    /// The refine tier, when the index has one.
+    pub refine: Option<DeviceStage<'a>>,
+    /// Whether a second stage rescores the scan's candidate pool (see
+    /// [`Index::has_second_stage`]); sizes the pool through [`crate::SearchParams::pool_size`].
+    pub has_second_stage: bool,
+}
+
+fn stage_codec(codec: &Codec) -> StageCodec {
+    match codec {
+        Codec::AnchorOnly(_) => StageCodec::AnchorOnly,
+        Codec::RaBitQ(r) => {
+            let (rotation, padded_dim) = r.rotation_matrix();
+            StageCodec::RaBitQ {
+                bits: r.bits(),
+                rotation,
+                padded_dim,
+            }
+        }
+        Codec::Scalar(s) => StageCodec::Scalar {
+            bits: s.bits(),
+            per_anchor: s.per_anchor(),
+            lo: s.lo().to_vec(),
+            step: s.step().to_vec(),
+        },
+    }
+}
+
+impl Index {
+    /// The flat view a device backend builds its copy of this index from.
+    pub fn device_view(&self) -> DeviceView<'_> {
+        DeviceView {
+            dim: self.dim,
+            metric: self.metric,
+            num_vectors: self.num_vectors,
+            anchors: &self.anchors,
+            anchor_norms: &self.anchor_norms,
+            list_offsets: &self.list_offsets,
+            ids: &self.ids,
+            primary: DeviceStage {
+                codec: stage_codec(&self.codec),
+                code_size: self.codec.code_size(),
+                codes: &self.codes,
+            },
+            refine: self.refine.as_ref().map(|(c, codes)| DeviceStage {
+                codec: stage_codec(c),
+                code_size: c.code_size(),
+                codes,
+            }),
+            has_second_stage: self.has_second_stage(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::codec::{CodecKind, ResidualCodec};
+    use crate::{BuildParams, CpuBackend, Index};
+
+    #[test]
+    fn rotation_matrix_matches_the_fast_rotation() {
+        let dim = 20;
+        let data = crate::synthetic::clustered(400, dim, 8, 0.3, 5);
+        let params = BuildParams::default()
+            .with_codec(CodecKind::RaBitQ2)
+            .with_num_anchors(8);
+        let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+        let view = index.device_view();
+        let crate::device_view::StageCodec::RaBitQ {
+            rotation,
+            padded_dim,
+            bits,
+        } = &view.primary.codec
+        else {
+            panic!("expected a RaBitQ stage");
+        };
+        assert_eq!((*bits, *padded_dim), (2, 24));
+        let crate::codec::Codec::RaBitQ(r) = &index.codec else {
+            unreachable!()
+        };
+        let q = &data[..dim];
+        let mut fast = Vec::new();
+        r.rotate_query(q, &mut fast);
+        for j in 0..*padded_dim {
+            let by_matrix: f32 = (0..dim).map(|i| q[i] * rotation[i * padded_dim + j]).sum();
+            assert!((by_matrix - fast[j]).abs() < 1e-5, "column {j}");
+        }
+        assert_eq!(view.primary.code_size, index.codec.code_size());
+        assert_eq!(view.list_offsets.len(), 9);
+        assert!(view.refine.is_none());
+    }
+}

@@ -1,0 +1,308 @@
+// Batched inverted-list search, one thread block per query: rank the anchors, scan the probed
+// lists with the primary code, keep a candidate pool, rescore it with the second stage, top k.
+// The same steps and estimators as the CPU search (vlc-core src/search.rs), in float.
+//
+// Candidates are ordered by a 64-bit key: the distance's bits made order-preserving in the high
+// half, the list position (or anchor id) in the low half, as `vlc::linalg::order_key`; so ties
+// resolve by position, as on the CPU.
+//
+// The pool lives in shared memory: `cap` slots (a power of two, at least keep + blockDim).
+// Each round every thread scores at most one item and appends it when it beats the threshold;
+// when fewer than blockDim free slots are left the block sorts the pool (bitonic), keeps the
+// best `keep` and tightens the threshold to the worst kept distance.
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+#define KIND_NONE 0
+#define KIND_ANCHOR_ONLY 1
+#define KIND_RABITQ 2
+#define KIND_SCALAR 3
+
+struct SearchArgs {
+    const float* dots;            // (num_queries, num_anchors): q . c
+    const float* query_norms;     // (num_queries,)
+    const float* anchor_norms;    // (num_anchors,)
+    const u64* list_offsets;      // (num_anchors + 1,)
+    const u32* ids;               // (num_vectors,)
+    const float* queries;         // (num_queries, dim), prepared (normalised for cosine)
+    const float* rotated;         // (num_queries, padded_dim): P q, or null without RaBitQ
+    const unsigned char* codes1;  // primary codes (num_vectors, code_size1)
+    const unsigned char* codes2;  // second-stage codes (num_vectors, code_size2), or null
+    const float* lo1;             // scalar ranges of stage 1: (rows, dim), or null
+    const float* step1;
+    const float* lo2;             // scalar ranges of stage 2, or null
+    const float* step2;
+    long long* out_ids;           // (num_queries, k); -1 pads
+    float* out_dists;             // (num_queries, k); +inf pads
+    int num_queries, num_anchors, dim, padded_dim;
+    int nprobe, pool_size, k, cap;
+    int kind1, bits1, code_size1, per_anchor1;
+    int kind2, bits2, code_size2, per_anchor2;
+};
+
+__device__ __forceinline__ u64 order_key(float d, u32 id) {
+    u32 b = __float_as_uint(d);
+    u32 ordered = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((u64)ordered << 32) | (u64)id;
+}
+
+__device__ __forceinline__ float key_dist(u64 key) {
+    u32 k = (u32)(key >> 32);
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+__device__ __forceinline__ float infinity() { return __int_as_float(0x7f800000); }
+
+__device__ __forceinline__ float load_f32(const unsigned char* p) {
+    return __uint_as_float((u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24));
+}
+
+// Sort keys[0..n) ascending (n a power of two), carrying aux along.
+__device__ void bitonic_sort(u64* keys, u32* aux, int n) {
+    for (int size = 2; size <= n; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < (n >> 1); i += blockDim.x) {
+                int lo = 2 * stride * (i / stride) + (i % stride);
+                int hi = lo + stride;
+                bool ascending = (lo & size) == 0;
+                u64 a = keys[lo], b = keys[hi];
+                if ((a > b) == ascending) {
+                    keys[lo] = b;
+                    keys[hi] = a;
+                    u32 t = aux[lo];
+                    aux[lo] = aux[hi];
+                    aux[hi] = t;
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// Sort the pool and keep its best `keep`; called by the whole block.
+__device__ void compact(u64* keys, u32* aux, int* count, float* threshold, int keep, int cap) {
+    int c = *count;
+    for (int i = c + threadIdx.x; i < cap; i += blockDim.x) keys[i] = ~0ull;
+    __syncthreads();
+    bitonic_sort(keys, aux, cap);
+    if (threadIdx.x == 0) {
+        *count = c < keep ? c : keep;
+        *threshold = c >= keep ? key_dist(keys[keep - 1]) : infinity();
+    }
+    __syncthreads();
+}
+
+// Offer one scored item to the pool, then compact when the pool is nearly full. Every thread
+// of the block calls it once per round (valid = false for threads without an item).
+__device__ __forceinline__ void offer(bool valid, float d, u32 id, u32 tag, u64* keys, u32* aux,
+                                      int* count, float* threshold, int keep, int cap) {
+    if (valid && d < *threshold) {
+        int slot = atomicAdd(count, 1);
+        keys[slot] = order_key(d, id);
+        aux[slot] = tag;
+    }
+    __syncthreads();
+    int c = *count;
+    __syncthreads();  // every thread has read the count before anyone appends again
+    if (c > cap - (int)blockDim.x) compact(keys, aux, count, threshold, keep, cap);
+}
+
+// sum over the bytes of one bit plane of table[2i][low nibble] + table[2i+1][high nibble].
+__device__ __forceinline__ float plane_sum(const unsigned char* plane, int nb, bool words,
+                                           const float* table) {
+    float s = 0.f;
+    if (words) {
+        const u32* w = (const u32*)plane;
+        for (int i = 0; i < (nb >> 2); ++i) {
+            u32 v = w[i];
+            const float* t = table + i * 128;
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                u32 byte = (v >> (8 * b)) & 0xff;
+                s += t[b * 32 + (byte & 15)] + t[b * 32 + 16 + (byte >> 4)];
+            }
+        }
+    } else {
+        for (int i = 0; i < nb; ++i) {
+            u32 byte = plane[i];
+            s += table[i * 32 + (byte & 15)] + table[i * 32 + 16 + (byte >> 4)];
+        }
+    }
+    return s;
+}
+
+// Estimated squared distance of one code (see the codec docs in vlc-core).
+// `full`: for RaBitQ, all bits (else only the leading 1-bit code).
+__device__ float score(int kind, int bits, bool full, int code_size, int per_anchor,
+                       const unsigned char* code, const float* table, float constant,
+                       const float* q, const float* lo, const float* step, int dim,
+                       u32 anchor, float anchor_dist) {
+    if (kind == KIND_ANCHOR_ONLY) return anchor_dist;
+    if (kind == KIND_RABITQ) {
+        int nb = (dim + 7) >> 3;
+        bool words = (nb & 3) == 0 && (code_size & 3) == 0;
+        float ip;
+        int at;
+        if (!full || bits == 1) {
+            ip = constant + plane_sum(code, nb, words, table);
+            at = nb;
+        } else {
+            int low = bits - 1;
+            int ex = nb + 8;
+            ip = (float)((1 << bits) - 1) * constant + (float)(1 << low) * plane_sum(code, nb, words, table);
+            for (int j = 0; j < low; ++j)
+                ip += (float)(1 << j) * plane_sum(code + ex + j * nb, nb, words, table);
+            at = ex + low * nb;
+        }
+        return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * ip;
+    }
+    // Scalar: r = lo + step * level; distance = |q - c|^2 + factor - 2 <q, r>.
+    size_t row = per_anchor ? (size_t)anchor * dim : 0;
+    const float* l = lo + row;
+    const float* s = step + row;
+    float ip = 0.f;
+    int packed;
+    if (bits == 8) {
+        for (int d = 0; d < dim; ++d) ip += q[d] * (l[d] + s[d] * (float)code[d]);
+        packed = dim;
+    } else {
+        for (int d = 0; d < dim; ++d) {
+            u32 level = (code[d >> 1] >> ((d & 1) * 4)) & 15;
+            ip += q[d] * (l[d] + s[d] * (float)level);
+        }
+        packed = (dim + 1) >> 1;
+    }
+    return anchor_dist + load_f32(code + packed) - 2.f * ip;
+}
+
+extern "C" __global__ void search_queries(SearchArgs a) {
+    extern __shared__ unsigned char smem[];
+    const int query = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int bd = blockDim.x;
+    // Shared layout (8-byte aligned first): keys, aux, probe anchors, probe distances, probe
+    // list starts, prefix sums of probe sizes, RaBitQ table, query.
+    u64* keys = (u64*)smem;
+    u32* aux = (u32*)(keys + a.cap);
+    u32* probe_anchor = aux + a.cap;
+    float* probe_dist = (float*)(probe_anchor + a.nprobe);
+    u32* probe_start = (u32*)(probe_dist + a.nprobe);
+    u32* prefix = probe_start + a.nprobe;               // (nprobe + 1,)
+    float* table = (float*)(prefix + a.nprobe + 1);     // (padded_dim / 4, 16)
+    float* q = table + 4 * a.padded_dim;                 // (dim,)
+    __shared__ int count;
+    __shared__ float threshold;
+    __shared__ float constant;
+
+    // 1. The nprobe nearest anchors.
+    if (tid == 0) {
+        count = 0;
+        threshold = infinity();
+    }
+    __syncthreads();
+    const float* dots = a.dots + (size_t)query * a.num_anchors;
+    const float qn = a.query_norms[query];
+    for (int base = 0; base < a.num_anchors; base += bd) {
+        int j = base + tid;
+        bool valid = j < a.num_anchors;
+        float d = valid ? fmaxf(qn - 2.f * dots[j] + a.anchor_norms[j], 0.f) : 0.f;
+        offer(valid, d, (u32)j, 0, keys, aux, &count, &threshold, a.nprobe, a.cap);
+    }
+    compact(keys, aux, &count, &threshold, a.nprobe, a.cap);
+    for (int i = tid; i < a.nprobe; i += bd) {
+        u32 anchor = (u32)keys[i];
+        probe_anchor[i] = anchor;
+        probe_dist[i] = key_dist(keys[i]);
+        probe_start[i] = (u32)a.list_offsets[anchor];
+        prefix[i + 1] = (u32)(a.list_offsets[anchor + 1] - a.list_offsets[anchor]);
+    }
+    // The query and its tables.
+    const float* query_row = a.queries + (size_t)query * a.dim;
+    for (int d = tid; d < a.dim; d += bd) q[d] = query_row[d];
+    const bool rabitq = a.rotated != 0;
+    if (rabitq) {
+        const float* rq = a.rotated + (size_t)query * a.padded_dim;
+        const float scale = 2.f / sqrtf((float)a.dim);
+        for (int e = tid; e < 4 * a.padded_dim; e += bd) {
+            int g = e >> 4, m = e & 15;
+            float v = 0.f;
+            for (int t = 0; t < 4; ++t)
+                if (m >> t & 1) v += rq[4 * g + t];
+            table[e] = scale * v;
+        }
+    }
+    __syncthreads();
+    if (tid < 32) {
+        // Prefix sums of the probed list sizes (warp 0), then the RaBitQ constant -sum(Pq)/sqrt(D).
+        u32 carry = 0;
+        if (tid == 0) prefix[0] = 0;
+        for (int c = 0; c < a.nprobe; c += 32) {
+            int i = c + tid;
+            u32 v = i < a.nprobe ? prefix[i + 1] : 0;
+            for (int o = 1; o < 32; o <<= 1) {
+                u32 n = __shfl_up_sync(0xffffffff, v, o);
+                if (tid >= o) v += n;
+            }
+            if (i < a.nprobe) prefix[i + 1] = carry + v;
+            carry += __shfl_sync(0xffffffff, v, 31);
+        }
+        if (rabitq) {
+            const float* rq = a.rotated + (size_t)query * a.padded_dim;
+            float s = 0.f;
+            for (int j = tid; j < a.padded_dim; j += 32) s += rq[j];
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+            if (tid == 0) constant = -s / sqrtf((float)a.dim);
+        }
+        if (tid == 0) {
+            count = 0;
+            threshold = infinity();
+        }
+    }
+    __syncthreads();
+
+    // 2. Scan the probed lists as one flat range; each thread walks its probe cursor forward.
+    const u32 total = prefix[a.nprobe];
+    const float c_q = rabitq ? constant : 0.f;
+    int p = 0;
+    for (u32 base = 0; base < total; base += bd) {
+        u32 t = base + tid;
+        bool valid = t < total;
+        float d = 0.f;
+        u32 position = 0;
+        if (valid) {
+            while (prefix[p + 1] <= t) ++p;
+            position = probe_start[p] + (t - prefix[p]);
+            d = score(a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
+                      a.codes1 + (size_t)position * a.code_size1, table, c_q, q, a.lo1, a.step1,
+                      a.dim, probe_anchor[p], probe_dist[p]);
+        }
+        offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.pool_size, a.cap);
+    }
+    compact(keys, aux, &count, &threshold, a.pool_size, a.cap);
+
+    // 3. Rescore the pool with the second stage, then the top k.
+    const int found = count;
+    if (a.kind2 != KIND_NONE) {
+        for (int i = tid; i < found; i += bd) {
+            u32 position = (u32)keys[i];
+            u32 pr = aux[i];
+            float d = score(a.kind2, a.bits2, true, a.code_size2, a.per_anchor2,
+                            a.codes2 + (size_t)position * a.code_size2, table, c_q, q, a.lo2,
+                            a.step2, a.dim, probe_anchor[pr], probe_dist[pr]);
+            keys[i] = order_key(d, position);
+        }
+        __syncthreads();
+        compact(keys, aux, &count, &threshold, a.k, a.cap);
+    }
+    for (int i = tid; i < a.k; i += bd) {
+        size_t o = (size_t)query * a.k + i;
+        if (i < found) {
+            a.out_ids[o] = (long long)a.ids[(u32)keys[i]];
+            a.out_dists[o] = fmaxf(key_dist(keys[i]), 0.f);
+        } else {
+            a.out_ids[o] = -1;
+            a.out_dists[o] = infinity();
+        }
+    }
+}

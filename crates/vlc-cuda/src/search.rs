@@ -1,0 +1,401 @@
+//! Batched search on the GPU: a device copy of an [`Index`], searched by one kernel per block
+//! of queries after two cuBLAS GEMMs (query · anchors for the anchor ranking, query · rotation
+//! for the RaBitQ tables), both in full FP32 so the probed lists match the CPU's.
+
+use crate::{err, CudaBackend};
+use cudarc::cublas::sys as cublas_sys;
+use cudarc::cublas::{Gemm, GemmConfig};
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
+use std::sync::Mutex;
+use vlc::device_view::{DeviceStage, StageCodec};
+use vlc::{Index, Metric, Result, SearchParams, SearchResults, VlcError};
+
+/// Threads per query block.
+const BLOCK: usize = 256;
+/// Queries per kernel launch at most (the dot-product tile is also kept under 256 MiB).
+const MAX_QUERIES_PER_LAUNCH: usize = 16_384;
+
+const KIND_NONE: i32 = 0;
+const KIND_ANCHOR_ONLY: i32 = 1;
+const KIND_RABITQ: i32 = 2;
+const KIND_SCALAR: i32 = 3;
+
+/// Mirror of `struct SearchArgs` in `kernels/search.cu` (same field order, C layout).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct SearchArgs {
+    dots: u64,
+    query_norms: u64,
+    anchor_norms: u64,
+    list_offsets: u64,
+    ids: u64,
+    queries: u64,
+    rotated: u64,
+    codes1: u64,
+    codes2: u64,
+    lo1: u64,
+    step1: u64,
+    lo2: u64,
+    step2: u64,
+    out_ids: u64,
+    out_dists: u64,
+    num_queries: i32,
+    num_anchors: i32,
+    dim: i32,
+    padded_dim: i32,
+    nprobe: i32,
+    pool_size: i32,
+    k: i32,
+    cap: i32,
+    kind1: i32,
+    bits1: i32,
+    code_size1: i32,
+    per_anchor1: i32,
+    kind2: i32,
+    bits2: i32,
+    code_size2: i32,
+    per_anchor2: i32,
+}
+
+// SAFETY: plain-old-data with the C layout of the kernel's struct (u64 device pointers and
+// i32s, no padding between them), passed by value.
+unsafe impl DeviceRepr for SearchArgs {}
+
+/// One stage on the device.
+struct Stage {
+    kind: i32,
+    bits: i32,
+    code_size: usize,
+    per_anchor: bool,
+    /// Scalar ranges. Layout: (rows, dim), row-major.
+    lo: Option<CudaSlice<f32>>,
+    /// Layout: as `lo`.
+    step: Option<CudaSlice<f32>>,
+}
+
+/// Per-launch buffers, grown as needed.
+#[derive(Default)]
+struct Scratch {
+    /// Layout: (queries, dim).
+    queries: Option<CudaSlice<f32>>,
+    /// Layout: (queries,).
+    query_norms: Option<CudaSlice<f32>>,
+    /// Layout: (queries, padded_dim).
+    rotated: Option<CudaSlice<f32>>,
+    /// Layout: (queries, num_anchors).
+    dots: Option<CudaSlice<f32>>,
+    /// Layout: (queries, k).
+    out_ids: Option<CudaSlice<i64>>,
+    /// Layout: (queries, k).
+    out_dists: Option<CudaSlice<f32>>,
+}
+
+/// An index copied to the GPU, searched in batches. Build it once with [`CudaIndex::new`]; the
+/// CPU [`Index`] stays the canonical data.
+pub struct CudaIndex<'b> {
+    backend: &'b CudaBackend,
+    dim: usize,
+    metric: Metric,
+    num_vectors: usize,
+    num_anchors: usize,
+    has_second_stage: bool,
+    /// Layout: (num_anchors, dim), row-major.
+    anchors: CudaSlice<f32>,
+    /// Layout: (num_anchors,).
+    anchor_norms: CudaSlice<f32>,
+    /// Layout: (num_anchors + 1,).
+    list_offsets: CudaSlice<u64>,
+    /// Layout: (num_vectors,).
+    ids: CudaSlice<u32>,
+    /// Primary codes. Layout: (num_vectors, primary code_size).
+    codes: CudaSlice<u8>,
+    /// Refine codes, when the index has a refine tier. Layout: (num_vectors, its code_size).
+    refine_codes: Option<CudaSlice<u8>>,
+    /// RaBitQ rotation. Layout: (dim, padded_dim), row-major.
+    rotation: Option<CudaSlice<f32>>,
+    padded_dim: usize,
+    primary: Stage,
+    second: Option<Stage>,
+    scratch: Mutex<Scratch>,
+}
+
+impl CudaBackend {
+    fn upload<T: DeviceRepr + cudarc::driver::ValidAsZeroBits + Default + Clone>(
+        &self,
+        host: &[T],
+    ) -> Result<CudaSlice<T>> {
+        let mut slot = None;
+        self.put(&mut slot, host)?;
+        Ok(slot.expect("put fills the slot"))
+    }
+
+    fn stage(&self, stage: &DeviceStage<'_>) -> Result<Stage> {
+        Ok(match &stage.codec {
+            StageCodec::AnchorOnly => Stage {
+                kind: KIND_ANCHOR_ONLY,
+                bits: 0,
+                code_size: stage.code_size,
+                per_anchor: false,
+                lo: None,
+                step: None,
+            },
+            StageCodec::RaBitQ { bits, .. } => Stage {
+                kind: KIND_RABITQ,
+                bits: *bits as i32,
+                code_size: stage.code_size,
+                per_anchor: false,
+                lo: None,
+                step: None,
+            },
+            StageCodec::Scalar {
+                bits,
+                per_anchor,
+                lo,
+                step,
+            } => Stage {
+                kind: KIND_SCALAR,
+                bits: *bits as i32,
+                code_size: stage.code_size,
+                per_anchor: *per_anchor,
+                lo: Some(self.upload(lo)?),
+                step: Some(self.upload(step)?),
+            },
+        })
+    }
+}
+
+/// Device address of a buffer. Event tracking is off for this context (one stream), so the
+/// guard cudarc returns records nothing and can be dropped at once.
+fn addr<T>(backend: &CudaBackend, s: &CudaSlice<T>) -> u64 {
+    s.device_ptr(&backend.stream).0
+}
+
+impl<'b> CudaIndex<'b> {
+    /// Copy `index` to the GPU of `backend`.
+    pub fn new(backend: &'b CudaBackend, index: &Index) -> Result<Self> {
+        let view = index.device_view();
+        if view.num_vectors > u32::MAX as usize {
+            return Err(err(format!(
+                "GPU search handles up to {} vectors per index, this one has {}",
+                u32::MAX,
+                view.num_vectors
+            )));
+        }
+        // Compile and load the kernel now, so that the first search is not slower.
+        backend.search_kernel()?;
+        let primary = backend.stage(&view.primary)?;
+        let (rotation, padded_dim) = match &view.primary.codec {
+            StageCodec::RaBitQ {
+                rotation,
+                padded_dim,
+                ..
+            } => (Some(backend.upload(rotation)?), *padded_dim),
+            _ => (None, 0),
+        };
+        let (refine_codes, second) = match &view.refine {
+            Some(r) => (Some(backend.upload(r.codes)?), Some(backend.stage(r)?)),
+            // Without a refine tier, RaBitQ's full code rescores what its 1-bit part found.
+            None if view.has_second_stage => (
+                None,
+                Some(Stage {
+                    lo: None,
+                    step: None,
+                    ..primary
+                }),
+            ),
+            None => (None, None),
+        };
+        Ok(CudaIndex {
+            backend,
+            dim: view.dim,
+            metric: view.metric,
+            num_vectors: view.num_vectors,
+            num_anchors: view.anchor_norms.len(),
+            has_second_stage: view.has_second_stage,
+            anchors: backend.upload(view.anchors)?,
+            anchor_norms: backend.upload(view.anchor_norms)?,
+            list_offsets: backend.upload(view.list_offsets)?,
+            ids: backend.upload(view.ids)?,
+            codes: backend.upload(view.primary.codes)?,
+            refine_codes,
+            rotation,
+            padded_dim,
+            primary,
+            second,
+            scratch: Mutex::new(Scratch::default()),
+        })
+    }
+
+    /// Search a batch (num_queries, dim), as [`Index::search_batch`] does on the CPU.
+    pub fn search_batch(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
+        params.check(self.num_vectors, self.num_anchors)?;
+        vlc::vectors::validate_vectors(queries, self.dim, "queries")?;
+        let b = self.backend;
+        let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);
+        let pool_size = params.pool_size(self.has_second_stage);
+        let nq = queries.len() / dim;
+        // Pool slots: the larger of the two selections plus one round of the block.
+        let cap = (pool_size.max(nprobe) + BLOCK).next_power_of_two();
+        let shared = cap * 12 + nprobe * 12 + (nprobe + 1) * 4 + 16 * self.padded_dim + 4 * dim;
+        let kernel = b.search_kernel()?;
+        let limit = b
+            .ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(err)? as usize;
+        if shared + 64 > limit {
+            return Err(VlcError::param(
+                "nprobe/rerank",
+                format!(
+                    "GPU search needs {shared} bytes of shared memory per query at nprobe {nprobe} and a pool of {pool_size}; this device allows {limit} (lower nprobe or rerank, or search on the CPU)"
+                ),
+            ));
+        }
+        kernel
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared as i32,
+            )
+            .map_err(err)?;
+
+        let prepared_storage;
+        let prepared: &[f32] = if self.metric == Metric::Cosine {
+            prepared_storage = vlc::vectors::normalize_rows(queries, dim);
+            &prepared_storage
+        } else {
+            queries
+        };
+        let chunk = ((256usize << 20) / (self.num_anchors * 4)).clamp(1, MAX_QUERIES_PER_LAUNCH);
+        let mut ids = vec![-1i64; nq * k];
+        let mut distances = vec![f32::INFINITY; nq * k];
+        let _gpu = b.state.lock().unwrap();
+        let mut guard = self.scratch.lock().unwrap();
+        let s = &mut *guard;
+        b.set_fp32_math(true)?;
+        let result = (|| -> Result<()> {
+            for start in (0..nq).step_by(chunk) {
+                let rows = chunk.min(nq - start);
+                let block = &prepared[start * dim..(start + rows) * dim];
+                let q = b.put(&mut s.queries, block)?;
+                let q_norms = b.grow(&mut s.query_norms, rows)?;
+                b.row_norms(&q.slice(0..rows * dim), rows, dim, q_norms)?;
+                let dots = b.grow(&mut s.dots, rows * self.num_anchors)?;
+                let (ka, d_i32, r_i32) = (self.num_anchors as i32, dim as i32, rows as i32);
+                // SAFETY: column-major view: dotsᵀ (num_anchors × rows, ld num_anchors) =
+                // anchorsᵀ (dim × num_anchors)ᵀ · qᵀ (dim × rows); the buffers hold
+                // num_anchors·dim, rows·dim and rows·num_anchors floats.
+                unsafe {
+                    b.blas.gemm(
+                        GemmConfig {
+                            transa: cublas_sys::cublasOperation_t::CUBLAS_OP_T,
+                            transb: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                            m: ka,
+                            n: r_i32,
+                            k: d_i32,
+                            alpha: 1.0f32,
+                            lda: d_i32,
+                            ldb: d_i32,
+                            beta: 0.0f32,
+                            ldc: ka,
+                        },
+                        &self.anchors,
+                        &q.slice(0..rows * dim),
+                        &mut dots.slice_mut(0..rows * self.num_anchors),
+                    )
+                }
+                .map_err(err)?;
+                let rotated = match &self.rotation {
+                    Some(m) => {
+                        let p = self.padded_dim as i32;
+                        let r = b.grow(&mut s.rotated, rows * self.padded_dim)?;
+                        // SAFETY: column-major view: rotatedᵀ (padded × rows, ld padded) =
+                        // Mᵀ (padded × dim, ld padded) · qᵀ (dim × rows, ld dim), M being the
+                        // row-major (dim × padded) rotation; sizes as stated.
+                        unsafe {
+                            b.blas.gemm(
+                                GemmConfig {
+                                    transa: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                                    transb: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                                    m: p,
+                                    n: r_i32,
+                                    k: d_i32,
+                                    alpha: 1.0f32,
+                                    lda: p,
+                                    ldb: d_i32,
+                                    beta: 0.0f32,
+                                    ldc: p,
+                                },
+                                m,
+                                &q.slice(0..rows * dim),
+                                &mut r.slice_mut(0..rows * self.padded_dim),
+                            )
+                        }
+                        .map_err(err)?;
+                        addr(b, r)
+                    }
+                    None => 0,
+                };
+                let out_ids = b.grow(&mut s.out_ids, rows * k)?;
+                let out_dists = b.grow(&mut s.out_dists, rows * k)?;
+                let opt = |x: &Option<CudaSlice<f32>>| x.as_ref().map_or(0, |x| addr(b, x));
+                let second = self.second.as_ref();
+                let args = SearchArgs {
+                    dots: addr(b, dots),
+                    query_norms: addr(b, q_norms),
+                    anchor_norms: addr(b, &self.anchor_norms),
+                    list_offsets: addr(b, &self.list_offsets),
+                    ids: addr(b, &self.ids),
+                    queries: addr(b, q),
+                    rotated,
+                    codes1: addr(b, &self.codes),
+                    codes2: match (&self.refine_codes, second) {
+                        (Some(r), _) => addr(b, r),
+                        (None, Some(_)) => addr(b, &self.codes),
+                        (None, None) => 0,
+                    },
+                    lo1: opt(&self.primary.lo),
+                    step1: opt(&self.primary.step),
+                    lo2: second.map_or(0, |st| opt(&st.lo)),
+                    step2: second.map_or(0, |st| opt(&st.step)),
+                    out_ids: addr(b, out_ids),
+                    out_dists: addr(b, out_dists),
+                    num_queries: r_i32,
+                    num_anchors: ka,
+                    dim: d_i32,
+                    padded_dim: self.padded_dim as i32,
+                    nprobe: nprobe as i32,
+                    pool_size: pool_size as i32,
+                    k: k as i32,
+                    cap: cap as i32,
+                    kind1: self.primary.kind,
+                    bits1: self.primary.bits,
+                    code_size1: self.primary.code_size as i32,
+                    per_anchor1: self.primary.per_anchor as i32,
+                    kind2: second.map_or(KIND_NONE, |st| st.kind),
+                    bits2: second.map_or(0, |st| st.bits),
+                    code_size2: second.map_or(0, |st| st.code_size as i32),
+                    per_anchor2: second.is_some_and(|st| st.per_anchor) as i32,
+                };
+                let cfg = LaunchConfig {
+                    grid_dim: (rows as u32, 1, 1),
+                    block_dim: (BLOCK as u32, 1, 1),
+                    shared_mem_bytes: shared as u32,
+                };
+                // SAFETY: one block per query row; every pointer in `args` addresses a live
+                // buffer of the size its comment in search.cu states (dots rows·num_anchors,
+                // outputs rows·k, codes num_vectors·code_size), and the shared memory size is
+                // the kernel's layout for (cap, nprobe, padded_dim, dim), within the opt-in
+                // limit checked above.
+                unsafe { b.stream.launch_builder(&kernel).arg(&args).launch(cfg) }.map_err(err)?;
+                let got_ids = b.get(out_ids, rows * k)?;
+                let got_dists = b.get(out_dists, rows * k)?;
+                ids[start * k..(start + rows) * k].copy_from_slice(&got_ids);
+                distances[start * k..(start + rows) * k].copy_from_slice(&got_dists);
+            }
+            Ok(())
+        })();
+        b.set_fp32_math(false)?;
+        result?;
+        Ok(SearchResults { k, ids, distances })
+    }
+}
