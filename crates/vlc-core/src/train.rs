@@ -182,11 +182,18 @@ pub struct TrainReport {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PhaseSeconds {
+    /// Drawing the training sample, gathering it and handing it to the backend (a GPU backend
+    /// uploads it here).
+    pub sampling: f64,
     pub seeding: f64,
     pub assign: f64,
     pub statistics: f64,
     pub update: f64,
     pub maintenance: f64,
+    /// Part of `maintenance`: grouping members and merging near-duplicate anchors.
+    pub merge: f64,
+    /// Part of `maintenance`: splitting overloaded anchors and re-seeding empty ones.
+    pub split: f64,
     pub holdout: f64,
 }
 
@@ -215,6 +222,7 @@ pub fn train_anchors(
         params.num_anchors
     };
     let mut rng = Rng::new(params.seed);
+    let sampling = std::time::Instant::now();
 
     // Training sample in random order; the first `holdout` rows are held out.
     let cap = k.saturating_mul(params.max_points_per_anchor).max(k);
@@ -237,6 +245,7 @@ pub fn train_anchors(
     let train = gather(&order[holdout..]);
     let num_train = train.len() / dim;
     let _pinned = (backend.pin(&train)?, backend.pin(&held)?);
+    let sampling = sampling.elapsed().as_secs_f64();
 
     let seed_count = k
         .saturating_mul(params.seeding_points_per_anchor)
@@ -250,6 +259,7 @@ pub fn train_anchors(
         &mut rng.fork(1),
     )?;
     let mut phases = PhaseSeconds {
+        sampling,
         seeding: clock.elapsed().as_secs_f64(),
         ..Default::default()
     };
@@ -307,6 +317,7 @@ pub fn train_anchors(
             split: 0,
             reseeded: 0,
         };
+        let merge_before = phases.merge;
         let maintain = params.maintenance_interval > 0
             && (t + 1) % params.maintenance_interval == 0
             && t + 1 < params.max_iterations;
@@ -326,6 +337,7 @@ pub fn train_anchors(
                 params.merge_threshold,
             )?;
             stats.merged = free.len();
+            phases.merge += clock.elapsed().as_secs_f64();
             stats.split = split_overloaded(
                 &train,
                 dim,
@@ -346,7 +358,9 @@ pub fn train_anchors(
             );
         }
 
-        phases.maintenance += clock.elapsed().as_secs_f64();
+        let maintenance = clock.elapsed().as_secs_f64();
+        phases.split += maintenance - (phases.merge - merge_before);
+        phases.maintenance += maintenance;
         let clock = std::time::Instant::now();
         if holdout > 0 {
             let h = backend.nearest_anchors(&held, &anchors, dim, 1)?;
@@ -571,30 +585,31 @@ fn merge_close_anchors(
     Ok(freed)
 }
 
-/// Split anchor `big` in two (2-means step seeded by its farthest member), writing the second
-/// half into slot `free`. Returns false when `big` cannot be split (fewer than 2 distinct points).
-fn split_anchor(
-    points: &[f32],
-    dim: usize,
-    anchors: &mut [f32],
-    members: &mut Members,
-    big: usize,
-    free: usize,
-) -> bool {
-    let list = std::mem::take(&mut members.lists[big]);
+/// One anchor's list cut in two: the members on each side and their means.
+struct Split {
+    minus: Vec<u32>,
+    plus: Vec<u32>,
+    /// Layout: (dim,).
+    minus_mean: Vec<f32>,
+    /// Layout: (dim,).
+    plus_mean: Vec<f32>,
+}
+
+/// Cut `list` (members of the anchor at `center`) in two by a 2-means step seeded by its
+/// farthest member. `None` when it cannot be cut (fewer than 2 distinct points). Reads only,
+/// so several anchors' cuts can be computed at once.
+fn propose_split(points: &[f32], dim: usize, center: &[f32], list: &[u32]) -> Option<Split> {
     if list.len() < 2 {
-        members.lists[big] = list;
-        return false;
+        return None;
     }
     let row = |i: u32| &points[i as usize * dim..(i as usize + 1) * dim];
-    let center = anchors[big * dim..(big + 1) * dim].to_vec();
     // The farthest member (ties to the smaller id), one distance per member. Large lists are
     // scanned on all threads; every reduction below has a fixed order, so the result does not
     // depend on the thread count.
     let (far, _) = list
         .par_iter()
         .with_min_len(256)
-        .map(|&i| (i, l2_sq(row(i), &center)))
+        .map(|&i| (i, l2_sq(row(i), center)))
         .reduce_with(|x, y| {
             if y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)) == std::cmp::Ordering::Greater {
                 y
@@ -603,14 +618,14 @@ fn split_anchor(
             }
         })
         .unwrap();
-    let axis: Vec<f32> = row(far).iter().zip(&center).map(|(p, c)| p - c).collect();
+    let axis: Vec<f32> = row(far).iter().zip(center).map(|(p, c)| p - c).collect();
     let side: Vec<bool> = list
         .par_iter()
         .with_min_len(256)
         .map(|&i| {
             let proj: f32 = row(i)
                 .iter()
-                .zip(&center)
+                .zip(center)
                 .zip(&axis)
                 .map(|((x, c), a)| (x - c) * a)
                 .sum();
@@ -626,8 +641,7 @@ fn split_anchor(
         }
     }
     if plus.is_empty() || minus.is_empty() {
-        members.lists[big] = list;
-        return false;
+        return None;
     }
     // Sums over fixed chunks of 256 members, added in chunk order.
     let mean = |ids: &[u32]| -> Vec<f32> {
@@ -649,11 +663,51 @@ fn split_anchor(
             .map(|v| (v / ids.len() as f64) as f32)
             .collect()
     };
-    anchors[big * dim..(big + 1) * dim].copy_from_slice(&mean(&minus));
-    anchors[free * dim..(free + 1) * dim].copy_from_slice(&mean(&plus));
-    members.lists[big] = minus;
-    members.lists[free] = plus;
-    true
+    Some(Split {
+        minus_mean: mean(&minus),
+        plus_mean: mean(&plus),
+        minus,
+        plus,
+    })
+}
+
+/// Anchor `big` keeps the minus side of `split`; slot `free` gets the plus side.
+fn apply_split(
+    anchors: &mut [f32],
+    dim: usize,
+    members: &mut Members,
+    big: usize,
+    free: usize,
+    split: Split,
+) {
+    anchors[big * dim..(big + 1) * dim].copy_from_slice(&split.minus_mean);
+    anchors[free * dim..(free + 1) * dim].copy_from_slice(&split.plus_mean);
+    members.lists[big] = split.minus;
+    members.lists[free] = split.plus;
+}
+
+/// Split anchor `big` in two, writing the second half into slot `free`. Returns false when
+/// `big` cannot be split (fewer than 2 distinct points).
+fn split_anchor(
+    points: &[f32],
+    dim: usize,
+    anchors: &mut [f32],
+    members: &mut Members,
+    big: usize,
+    free: usize,
+) -> bool {
+    match propose_split(
+        points,
+        dim,
+        &anchors[big * dim..(big + 1) * dim],
+        &members.lists[big],
+    ) {
+        Some(split) => {
+            apply_split(anchors, dim, members, big, free, split);
+            true
+        }
+        None => false,
+    }
 }
 
 /// Index of the largest list (ties to the smaller id).
@@ -710,14 +764,35 @@ fn split_overloaded(
             free.push(a);
         }
     }
+    // The overloaded anchors are distinct and none is a free slot, so their cuts are
+    // independent: compute as many as there are free slots at once, then apply them in order,
+    // each success taking the next free slot (a failed cut leaves its slot to the next anchor,
+    // exactly as one cut at a time would).
     let mut splits = 0;
-    for big in overloaded {
-        let Some(slot) = free.pop() else { break };
-        if split_anchor(points, dim, anchors, members, big, slot) {
-            splits += 1;
-        } else {
-            free.push(slot);
+    let mut next = 0;
+    while !free.is_empty() && next < overloaded.len() {
+        let batch = &overloaded[next..(next + free.len()).min(overloaded.len())];
+        let cuts: Vec<Option<Split>> = batch
+            .par_iter()
+            .map(|&big| {
+                propose_split(
+                    points,
+                    dim,
+                    &anchors[big * dim..(big + 1) * dim],
+                    &members.lists[big],
+                )
+            })
+            .collect();
+        for (&big, cut) in batch.iter().zip(cuts) {
+            if let Some(cut) = cut {
+                let slot = free
+                    .pop()
+                    .expect("a batch has at most one cut per free slot");
+                apply_split(anchors, dim, members, big, slot, cut);
+                splits += 1;
+            }
         }
+        next += batch.len();
     }
     for slot in free {
         let big = largest(members);
