@@ -686,30 +686,6 @@ fn apply_split(
     members.lists[free] = split.plus;
 }
 
-/// Split anchor `big` in two, writing the second half into slot `free`. Returns false when
-/// `big` cannot be split (fewer than 2 distinct points).
-fn split_anchor(
-    points: &[f32],
-    dim: usize,
-    anchors: &mut [f32],
-    members: &mut Members,
-    big: usize,
-    free: usize,
-) -> bool {
-    match propose_split(
-        points,
-        dim,
-        &anchors[big * dim..(big + 1) * dim],
-        &members.lists[big],
-    ) {
-        Some(split) => {
-            apply_split(anchors, dim, members, big, free, split);
-            true
-        }
-        None => false,
-    }
-}
-
 /// Index of the largest list (ties to the smaller id).
 fn largest(members: &Members) -> usize {
     (0..members.lists.len())
@@ -794,13 +770,42 @@ fn split_overloaded(
         }
         next += batch.len();
     }
-    for slot in free {
-        let big = largest(members);
-        if split_anchor(points, dim, anchors, members, big, slot) {
-            splits += 1;
-        } else {
-            let p = rng.below(points.len() / dim);
-            anchors[slot * dim..(slot + 1) * dim].copy_from_slice(&points[p * dim..(p + 1) * dim]);
+    if free.is_empty() {
+        return splits;
+    }
+    // Slots still free go to the largest lists, one each (largest first, ties to the smaller
+    // id), all cut at once; a list that cannot be cut leaves its slot to a random point.
+    let mut biggest: Vec<usize> = (0..k).collect();
+    biggest.sort_by(|&a, &b| {
+        members.lists[b]
+            .len()
+            .cmp(&members.lists[a].len())
+            .then(a.cmp(&b))
+    });
+    biggest.truncate(free.len());
+    let cuts: Vec<Option<Split>> = biggest
+        .par_iter()
+        .map(|&big| {
+            propose_split(
+                points,
+                dim,
+                &anchors[big * dim..(big + 1) * dim],
+                &members.lists[big],
+            )
+        })
+        .collect();
+    for ((&big, cut), slot) in biggest.iter().zip(cuts).zip(free) {
+        // A free slot has no members, so it is never cut itself unless nothing else can be.
+        match cut {
+            Some(cut) if big != slot => {
+                apply_split(anchors, dim, members, big, slot, cut);
+                splits += 1;
+            }
+            _ => {
+                let p = rng.below(points.len() / dim);
+                anchors[slot * dim..(slot + 1) * dim]
+                    .copy_from_slice(&points[p * dim..(p + 1) * dim]);
+            }
         }
     }
     splits
