@@ -770,42 +770,50 @@ fn split_overloaded(
         }
         next += batch.len();
     }
-    if free.is_empty() {
-        return splits;
-    }
-    // Slots still free go to the largest lists, one each (largest first, ties to the smaller
-    // id), all cut at once; a list that cannot be cut leaves its slot to a random point.
-    let mut biggest: Vec<usize> = (0..k).collect();
-    biggest.sort_by(|&a, &b| {
-        members.lists[b]
-            .len()
-            .cmp(&members.lists[a].len())
-            .then(a.cmp(&b))
-    });
-    biggest.truncate(free.len());
-    let cuts: Vec<Option<Split>> = biggest
-        .par_iter()
-        .map(|&big| {
-            propose_split(
-                points,
-                dim,
-                &anchors[big * dim..(big + 1) * dim],
-                &members.lists[big],
-            )
-        })
-        .collect();
-    for ((&big, cut), slot) in biggest.iter().zip(cuts).zip(free) {
-        // A free slot has no members, so it is never cut itself unless nothing else can be.
-        match cut {
-            Some(cut) if big != slot => {
-                apply_split(anchors, dim, members, big, slot, cut);
-                splits += 1;
+    // Slots still free go to the largest list, one after another (a list just cut may still be
+    // the largest). A cut depends only on its anchor and its members, which change only when
+    // that anchor is cut or filled, so the cuts of the largest lists are computed together,
+    // in parallel, and kept until used or invalidated: the result is that of cutting one at a
+    // time.
+    let mut cached: Vec<Option<Option<Split>>> = (0..k).map(|_| None).collect();
+    let mut slots = free.into_iter();
+    while let Some(slot) = slots.next() {
+        let big = largest(members);
+        if cached[big].is_none() {
+            let mut batch: Vec<usize> = (0..k).filter(|&a| cached[a].is_none()).collect();
+            batch.sort_by(|&a, &b| {
+                members.lists[b]
+                    .len()
+                    .cmp(&members.lists[a].len())
+                    .then(a.cmp(&b))
+            });
+            batch.truncate(1 + slots.len());
+            let cuts: Vec<Option<Split>> = batch
+                .par_iter()
+                .map(|&a| {
+                    propose_split(
+                        points,
+                        dim,
+                        &anchors[a * dim..(a + 1) * dim],
+                        &members.lists[a],
+                    )
+                })
+                .collect();
+            for (a, cut) in batch.into_iter().zip(cuts) {
+                cached[a] = Some(cut);
             }
-            _ => {
-                let p = rng.below(points.len() / dim);
-                anchors[slot * dim..(slot + 1) * dim]
-                    .copy_from_slice(&points[p * dim..(p + 1) * dim]);
-            }
+        }
+        if matches!(cached[big], Some(Some(_))) {
+            let Some(Some(cut)) = cached[big].take() else {
+                unreachable!()
+            };
+            apply_split(anchors, dim, members, big, slot, cut);
+            cached[slot] = None;
+            splits += 1;
+        } else {
+            // Cannot be cut (kept as such: it stays the largest and the next slot fails too).
+            let p = rng.below(points.len() / dim);
+            anchors[slot * dim..(slot + 1) * dim].copy_from_slice(&points[p * dim..(p + 1) * dim]);
         }
     }
     splits
