@@ -671,6 +671,27 @@ fn propose_split(points: &[f32], dim: usize, center: &[f32], list: &[u32]) -> Op
     })
 }
 
+/// [`propose_split`] for each anchor of `batch`, in parallel; results in `batch` order.
+fn propose_splits(
+    points: &[f32],
+    dim: usize,
+    anchors: &[f32],
+    members: &Members,
+    batch: &[usize],
+) -> Vec<Option<Split>> {
+    batch
+        .par_iter()
+        .map(|&a| {
+            propose_split(
+                points,
+                dim,
+                &anchors[a * dim..(a + 1) * dim],
+                &members.lists[a],
+            )
+        })
+        .collect()
+}
+
 /// Anchor `big` keeps the minus side of `split`; slot `free` gets the plus side.
 fn apply_split(
     anchors: &mut [f32],
@@ -748,17 +769,7 @@ fn split_overloaded(
     let mut next = 0;
     while !free.is_empty() && next < overloaded.len() {
         let batch = &overloaded[next..(next + free.len()).min(overloaded.len())];
-        let cuts: Vec<Option<Split>> = batch
-            .par_iter()
-            .map(|&big| {
-                propose_split(
-                    points,
-                    dim,
-                    &anchors[big * dim..(big + 1) * dim],
-                    &members.lists[big],
-                )
-            })
-            .collect();
+        let cuts = propose_splits(points, dim, anchors, members, batch);
         for (&big, cut) in batch.iter().zip(cuts) {
             if let Some(cut) = cut {
                 let slot = free
@@ -788,17 +799,7 @@ fn split_overloaded(
                     .then(a.cmp(&b))
             });
             batch.truncate(1 + slots.len());
-            let cuts: Vec<Option<Split>> = batch
-                .par_iter()
-                .map(|&a| {
-                    propose_split(
-                        points,
-                        dim,
-                        &anchors[a * dim..(a + 1) * dim],
-                        &members.lists[a],
-                    )
-                })
-                .collect();
+            let cuts = propose_splits(points, dim, anchors, members, &batch);
             for (a, cut) in batch.into_iter().zip(cuts) {
                 cached[a] = Some(cut);
             }
