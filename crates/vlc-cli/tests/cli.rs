@@ -340,3 +340,43 @@ fn help_explains_commands() {
         .success()
         .stdout(predicate::str::contains("--codec").and(predicate::str::contains("anchor-only")));
 }
+
+#[test]
+fn pcaq_builds_at_the_bits_asked_and_rejects_bad_bits() {
+    let s = Set::new();
+    vlc()
+        .args([
+            "build",
+            "--codec",
+            "pcaq2.5",
+            "--anchors",
+            "16",
+            "-q",
+            "--json",
+        ])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("p.vlc"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("\"codec\": \"pcaq\""));
+    // 24 dims at 2.5 bits: 3 sign bytes, round(1.5 · 24 / 8) = 5 more, 16 of factors.
+    vlc()
+        .arg("info")
+        .arg(s.p("p.vlc"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("pcaq (24 bytes/vector)"));
+    for bad in ["pcaq1", "pcaq9", "pcaqz"] {
+        vlc()
+            .args(["build", "--codec", bad, "-q"])
+            .arg(s.p("base.npy"))
+            .arg("-o")
+            .arg(s.p("p.vlc"))
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(bad));
+    }
+    // The failed builds left the good index in place.
+    vlc().arg("info").arg(s.p("p.vlc")).assert().success();
+}

@@ -31,6 +31,9 @@ pub enum StageCodec {
         /// Layout: as `lo`.
         step: Vec<f32>,
     },
+    /// A codec the device kernels do not score yet; a device search refuses the index with a
+    /// typed error naming it, and the CPU search still serves it.
+    Unsupported(crate::codec::CodecKind),
 }
 
 /// One stage's codec and codes.
@@ -84,6 +87,7 @@ fn stage_codec(codec: &Codec) -> StageCodec {
             lo: s.lo().to_vec(),
             step: s.step().to_vec(),
         },
+        Codec::Pca(p) => StageCodec::Unsupported(p.kind()),
     }
 }
 

@@ -1,7 +1,9 @@
-//! Fast-scan layout for 1-bit (RaBitQ) codes: 32 vectors per block, sign bits transposed so
-//! that one 32-byte load holds the same code byte (8 dimensions = two 4-bit groups) of 32
-//! vectors. A query's inner-product table is quantised to `u8` per 4-bit group, so a block is
-//! scored with two byte shuffles per code byte (AVX2 `pshufb`) and 16-bit accumulation.
+//! Fast-scan layout for the first stage of RaBitQ-family codes (the 1-bit code of `rabitq*`;
+//! the sign plane plus a second-bit plane of `pcaq`): 32 vectors per block, code bytes
+//! transposed so that one 32-byte load holds the same code byte (8 bits = two 4-bit groups) of
+//! 32 vectors. A query's weights per bit are summed into a table per 4-bit group, quantised to
+//! `u8`, so a block is scored with two byte shuffles per code byte (AVX2 `pshufb`) and 16-bit
+//! accumulation.
 //!
 //! The quantised estimate only selects candidates: search rescores the candidate pool with the
 //! exact f32 estimator (or the refine tier), so this approximation does not reach the results.
@@ -18,9 +20,9 @@ pub const BLOCK: usize = 32;
 const PAIRS_PER_FLUSH: usize = 256;
 
 pub struct FastScan {
-    /// Code bytes per vector (⌈dim/8⌉), i.e. pairs of 4-bit groups.
+    /// First-stage code bytes per vector, i.e. pairs of 4-bit groups: ⌈dim/8⌉ for a 1-bit
+    /// RaBitQ code, more for a code whose first stage holds a second bit plane.
     pairs: usize,
-    dim: usize,
     /// List `a` owns blocks `block_offsets[a]..block_offsets[a+1]`. Layout: (num_anchors + 1,).
     block_offsets: Vec<usize>,
     /// Layout: (total_blocks, pairs, 32) bytes: `[blk][p][j]` = code byte p of slot j.
@@ -37,16 +39,16 @@ pub struct QueryLut {
     lut: Vec<u8>,
     delta: f32,
     bias: f32,
-    /// Σ (P q) / √D.
+    /// Subtracted from the scaled sum (Σ (P q) / √D for a 1-bit RaBitQ code).
     offset: f32,
     scale: f32,
 }
 
 impl FastScan {
-    /// Transpose the 1-bit part (sign plane and its two factors, the first `pairs + 8` bytes
-    /// of every code) of list-ordered RaBitQ codes of `code_size` bytes into blocks.
-    pub fn build(list_offsets: &[u64], codes: &[u8], dim: usize, code_size: usize) -> FastScan {
-        let pairs = dim.div_ceil(8);
+    /// Transpose the first stage (`pairs` bytes of bit planes, then its two `f32` factors: the
+    /// first `pairs + 8` bytes of every code) of list-ordered codes of `code_size` bytes into
+    /// blocks.
+    pub fn build(list_offsets: &[u64], codes: &[u8], pairs: usize, code_size: usize) -> FastScan {
         let cs = code_size;
         assert!(cs >= pairs + 8, "RaBitQ codes hold at least the 1-bit part");
         let mut block_offsets = vec![0usize; list_offsets.len()];
@@ -81,7 +83,6 @@ impl FastScan {
             });
         FastScan {
             pairs,
-            dim,
             block_offsets,
             codes: out,
             f1,
@@ -89,8 +90,12 @@ impl FastScan {
         }
     }
 
-    /// Quantise the table of a rotated query `rq` (padded to pairs·8 with zeros).
-    pub fn prepare(&self, rq: &[f32], out: &mut QueryLut) {
+    /// Quantise the table of a query whose first-stage estimate is
+    /// `ip = scale · Σ_i bit_i · weights[i] − offset` over the `pairs · 8` code bits
+    /// (`weights` zero-padded to that length). For a 1-bit RaBitQ code `weights` is the
+    /// rotated query `P q`, `scale` = 2/√D and `offset` = Σ (P q) / √D.
+    pub fn prepare(&self, weights: &[f32], scale: f32, offset: f32, out: &mut QueryLut) {
+        let rq = weights;
         let groups = self.pairs * 2;
         out.lut.clear();
         out.lut.resize(groups * 16, 0);
@@ -117,11 +122,10 @@ impl FastScan {
                 *o = ((v - min) / delta + 0.5).min(127.0) as u8;
             }
         }
-        let inv_sqrt_d = 1.0 / (self.dim as f32).sqrt();
         out.delta = delta;
         out.bias = bias;
-        out.offset = rq.iter().sum::<f32>() * inv_sqrt_d;
-        out.scale = 2.0 * inv_sqrt_d;
+        out.offset = offset;
+        out.scale = scale;
     }
 
     /// Number of vectors in list `a` rounded up to whole blocks.

@@ -532,21 +532,18 @@ fn assemble(
     let loff_r = need(b"LOFF", Some(mul(k + 1, 8)?))?;
     let ids_r = need(b"IDS_", Some(mul(n, 4)?))?;
     let cpar_r = need(b"CPAR", None)?;
-    let code_r = need(
-        b"CODE",
-        Some(mul(n, info.codec.code_size(info.dim) as u64)?),
-    )?;
     let codec = Codec::read_params(
         info.codec,
         info.dim,
         info.num_anchors,
         &bytes[cpar_r.0..cpar_r.1],
     )?;
+    let code_r = need(b"CODE", Some(mul(n, codec.code_size() as u64)?))?;
     let refine = match info.refine {
         Some(kind) => {
             let rpar = need(b"RPAR", None)?;
-            let rcod = need(b"RCOD", Some(mul(n, kind.code_size(info.dim) as u64)?))?;
             let c = Codec::read_params(kind, info.dim, info.num_anchors, &bytes[rpar.0..rpar.1])?;
+            let rcod = need(b"RCOD", Some(mul(n, c.code_size() as u64)?))?;
             Some((c, make_u8(rcod.0, rcod.1)?))
         }
         None => None,

@@ -355,12 +355,9 @@ impl Index {
         report: BuildReport,
     ) -> Index {
         let anchor_norms = crate::linalg::row_norms_sq(&anchors, dim);
-        let fastscan = match codec {
-            Codec::RaBitQ(ref c) => {
-                Some(FastScan::build(&list_offsets, &codes, dim, c.code_size()))
-            }
-            _ => None,
-        };
+        let fastscan = codec
+            .fast_scan_bytes()
+            .map(|pairs| FastScan::build(&list_offsets, &codes, pairs, codec.code_size()));
         Index {
             dim,
             metric,
@@ -397,6 +394,14 @@ impl Index {
     }
     pub fn refine_codec(&self) -> Option<CodecKind> {
         self.refine.as_ref().map(|r| r.0.kind())
+    }
+    /// Bytes of one primary code (per-vector factors included).
+    pub fn code_size(&self) -> usize {
+        self.codec.code_size()
+    }
+    /// Bytes of one refine code, when the index has a refine tier.
+    pub fn refine_code_size(&self) -> Option<usize> {
+        self.refine.as_ref().map(|r| r.0.code_size())
     }
     /// The anchors. Layout: (num_anchors, dim), row-major.
     pub fn anchors(&self) -> &[f32] {

@@ -155,7 +155,10 @@ struct Scratch {
     anchor_dists: Vec<f32>,
     /// The probed anchors as [`order_key`]s of (distance, anchor), nearest first.
     order: Vec<u64>,
+    /// The rotated query. Layout: (padded dim,).
     rotated: Vec<f32>,
+    /// Fast-scan weights of codecs whose first stage weighs bits unevenly.
+    weights: Vec<f32>,
     lut: QueryLut,
 }
 
@@ -285,16 +288,20 @@ impl Index {
     fn begin_query(&self, q: &[f32], scratch: &mut Scratch) {
         scratch.primary.query.clear();
         scratch.primary.query.extend_from_slice(q);
-        match (&self.fastscan, &self.codec) {
-            (Some(fs), Codec::RaBitQ(rabitq)) => {
-                rabitq.rotate_query(q, &mut scratch.rotated);
-                fs.prepare(&scratch.rotated, &mut scratch.lut);
+        match &self.fastscan {
+            Some(fs) => {
                 // The full-code tables are only needed when they rescore the pool.
-                if self.refine.is_none() {
-                    rabitq.prepare_rotated(&scratch.rotated, &mut scratch.primary);
-                }
+                let full = self.refine.is_none().then_some(&mut scratch.primary);
+                self.codec.prepare_fast_scan(
+                    q,
+                    fs,
+                    &mut scratch.rotated,
+                    &mut scratch.weights,
+                    &mut scratch.lut,
+                    full,
+                );
             }
-            _ => self.codec.prepare_query(&mut scratch.primary),
+            None => self.codec.prepare_query(&mut scratch.primary),
         }
         scratch.pool.clear();
         scratch.worst = f32::INFINITY;

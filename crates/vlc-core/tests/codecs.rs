@@ -61,10 +61,14 @@ fn scalar_estimates_equal_distance_to_decoded_vector() {
         let f = fixture(dim);
         for kind in [CodecKind::Sq8, CodecKind::Sq4] {
             for jacobian in [false, true] {
-                let p = CodecParams { jacobian, seed: 1 };
+                let p = CodecParams {
+                    jacobian,
+                    seed: 1,
+                    ..Default::default()
+                };
                 let codec =
                     Codec::train(kind, &p, &f.data, &f.anchors, &f.assignment, dim).unwrap();
-                assert_eq!(codec.code_size(), kind.code_size(dim));
+                assert_eq!(Some(codec.code_size()), kind.code_size(dim));
                 let codes = encode(&f, &codec);
                 let query = &f.data[dim * 3..dim * 4];
                 let est = estimates(&f, &codec, &codes, query);
@@ -125,18 +129,36 @@ fn train(f: &Fixture, kind: CodecKind) -> Codec {
     .unwrap()
 }
 
+/// The RaBitQ family: the four fixed widths and `pcaq` (default 3 bits per dimension).
+const RABITQ_FAMILY: [CodecKind; 5] = [
+    CodecKind::RaBitQ1,
+    CodecKind::RaBitQ2,
+    CodecKind::RaBitQ3,
+    CodecKind::RaBitQ4,
+    CodecKind::PcaRaBitQ,
+];
+
 #[test]
 fn rabitq_estimate_is_unbiased_and_ranks_well() {
-    for (kind, &dim) in RABITQ
+    for (kind, &dim) in RABITQ_FAMILY
         .into_iter()
         .flat_map(|k| [7usize, 65, 384].iter().map(move |d| (k, d)))
     {
         let f = fixture(dim);
         let codec = train(&f, kind);
-        let bits = kind.rabitq_bits().unwrap() as usize;
         let nb = dim.div_ceil(8);
-        let extended = if bits > 1 { (bits - 1) * nb + 8 } else { 0 };
-        assert_eq!(codec.code_size(), nb + 8 + extended);
+        if let Some(bits) = kind.rabitq_bits() {
+            let extended = if bits > 1 {
+                (bits as usize - 1) * nb + 8
+            } else {
+                0
+            };
+            assert_eq!(codec.code_size(), nb + 8 + extended);
+        } else {
+            // pcaq at 3 bits: 2·D/8 bytes (rounded) beyond the sign plane, two factor pairs.
+            let extra = (2.0 * dim as f64 / 8.0).round() as usize;
+            assert_eq!(codec.code_size(), nb + extra + 16, "{kind} dim {dim}");
+        }
         let codes = encode(&f, &codec);
         let mut bias = 0f64;
         let mut count = 0usize;
@@ -226,7 +248,7 @@ fn multi_bit_codes_start_with_the_one_bit_code() {
 /// `‖q − c − r̂‖² − ‖r̂‖² + ‖r‖²` with `r̂` the decoded residual and `r` the true one.
 #[test]
 fn rabitq_scan_agrees_with_decode() {
-    for (kind, dim) in RABITQ
+    for (kind, dim) in RABITQ_FAMILY
         .into_iter()
         .flat_map(|k| [7usize, 65].map(|d| (k, d)))
     {
@@ -246,8 +268,15 @@ fn rabitq_scan_agrees_with_decode() {
             let rhat_sq: f32 = decoded.iter().map(|v| v * v).sum();
             let recon: Vec<f32> = anchor.iter().zip(&decoded).map(|(c, r)| c + r).collect();
             let expected = l2_sq(query, &recon) - rhat_sq + r_sq;
+            // pcaq's rotation is orthogonal to f16 precision only (it is stored as f16), so
+            // norms taken before and after it agree to about 1e-3 of the residual's norm.
+            let slack = if kind == CodecKind::PcaRaBitQ {
+                r_sq
+            } else {
+                0.0
+            };
             assert!(
-                (est[i] - expected).abs() < 1e-3 * (1.0 + expected.abs()),
+                (est[i] - expected).abs() < 1e-3 * (1.0 + expected.abs() + slack),
                 "{kind} dim {dim} row {i}: scan {} vs decode {expected}",
                 est[i]
             );
@@ -283,7 +312,8 @@ fn params_round_trip_and_reject_garbage() {
         CodecKind::RaBitQ1,
         &CodecParams {
             jacobian: true,
-            seed: 1
+            seed: 1,
+            ..Default::default()
         },
         &f.data,
         &f.anchors,
@@ -300,4 +330,100 @@ fn codec_names_parse() {
         assert_eq!(CodecKind::from_u8(kind as u8), Some(kind));
     }
     assert!("pq8".parse::<CodecKind>().is_err());
+    use vlc::codec::parse_codec_spec;
+    assert_eq!(
+        parse_codec_spec("pcaq3.2").unwrap(),
+        (CodecKind::PcaRaBitQ, Some(3.2))
+    );
+    assert_eq!(
+        parse_codec_spec("PCAQ").unwrap(),
+        (CodecKind::PcaRaBitQ, None)
+    );
+    assert_eq!(
+        parse_codec_spec("rabitq2").unwrap(),
+        (CodecKind::RaBitQ2, None)
+    );
+    for bad in ["pcaq1", "pcaq0.5", "pcaq9", "pcaqx", "pcaq-2", "rabitq9"] {
+        let e = parse_codec_spec(bad).unwrap_err().to_string();
+        assert!(e.contains("codec"), "{bad}: {e}");
+    }
+}
+
+/// Anisotropic data, as real embeddings are: Gaussian clusters whose spread falls off
+/// geometrically over the dimensions (so half the variance sits in a few of them).
+fn anisotropic_fixture(dim: usize, n: usize) -> Fixture {
+    let mut rng = vlc::Rng::new(11);
+    let centres: Vec<f32> = (0..8 * dim).map(|_| rng.normal() as f32).collect();
+    let scale: Vec<f32> = (0..dim).map(|d| (-(d as f32) / 12.0).exp()).collect();
+    let data: Vec<f32> = (0..n)
+        .flat_map(|i| {
+            let c = i % 8;
+            let row: Vec<f32> = (0..dim)
+                .map(|d| centres[c * dim + d] + scale[d] * rng.normal() as f32)
+                .collect();
+            row
+        })
+        .collect();
+    let anchors = centres;
+    let assignment = CpuBackend
+        .nearest_anchors(&data, &anchors, dim, 1)
+        .unwrap()
+        .ids;
+    Fixture {
+        dim,
+        data,
+        anchors,
+        assignment,
+    }
+}
+
+/// On anisotropic residuals the variance-allocated code beats the evenly spread one at no
+/// more bytes per code: pcaq at 2.9 bits against rabitq3.
+#[test]
+fn pcaq_beats_rabitq3_per_byte_on_anisotropic_data() {
+    let f = anisotropic_fixture(64, 2000);
+    let rabitq3 = train(&f, CodecKind::RaBitQ3);
+    let pcaq = Codec::train(
+        CodecKind::PcaRaBitQ,
+        &CodecParams {
+            bits: 2.9,
+            ..Default::default()
+        },
+        &f.data,
+        &f.anchors,
+        &f.assignment,
+        f.dim,
+    )
+    .unwrap();
+    assert!(
+        pcaq.code_size() <= rabitq3.code_size(),
+        "{} vs {}",
+        pcaq.code_size(),
+        rabitq3.code_size()
+    );
+    let (e_pcaq, e_rabitq3) = (estimate_error(&f, &pcaq), estimate_error(&f, &rabitq3));
+    assert!(
+        e_pcaq < 0.7 * e_rabitq3,
+        "pcaq error {e_pcaq} vs rabitq3 {e_rabitq3}"
+    );
+}
+
+#[test]
+fn pcaq_rejects_bits_out_of_range() {
+    let f = fixture(16);
+    for bits in [1.0f32, 0.0, 8.5, f32::NAN] {
+        let e = Codec::train(
+            CodecKind::PcaRaBitQ,
+            &CodecParams {
+                bits,
+                ..Default::default()
+            },
+            &f.data,
+            &f.anchors,
+            &f.assignment,
+            16,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("bits"), "{bits}: {e}");
+    }
 }

@@ -161,6 +161,11 @@ impl CudaBackend {
                 lo: Some(self.upload(lo)?),
                 step: Some(self.upload(step)?),
             },
+            StageCodec::Unsupported(kind) => {
+                return Err(err(format!(
+                    "GPU search does not support the {kind} codec yet; search this index on the CPU (--backend cpu)"
+                )))
+            }
         })
     }
 }

@@ -25,15 +25,16 @@ pub struct Args {
     pub queries: Option<PathBuf>,
     #[arg(long)]
     pub groundtruth: Option<PathBuf>,
-    /// Index configurations, `codec` or `codec+refine`, comma separated.
+    /// Index configurations, `codec` or `codec+refine`, comma separated; `pcaqB` is the
+    /// variance-allocated codec at B bits per dimension (e.g. pcaq3.2).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "rabitq1+sq8,rabitq1+sq4,rabitq1,rabitq2,rabitq3,rabitq4,sq4,sq8,anchor-only"
+        default_value = "rabitq1+sq8,rabitq1+sq4,rabitq1,rabitq2,rabitq3,rabitq4,pcaq2,pcaq2.5,pcaq3,pcaq4,sq8,anchor-only"
     )]
     pub configs: Vec<String>,
     /// nprobe values (values above the anchor count are skipped).
-    #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128, 256])]
+    #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128, 256, 512])]
     pub nprobe: Vec<usize>,
     /// Candidate pool depths for configurations with a second stage (a refine tier, or the RaBitQ
     /// codecs, whose fast 1-bit pass is rescored with the full code); 0 = 10·k.
@@ -102,14 +103,17 @@ fn pick(
         .with_context(|| format!("{} has none of {names:?}", d.display()))
 }
 
-fn parse_config(spec: &str) -> Result<(CodecKind, Option<CodecKind>)> {
+/// A benchmark configuration: primary codec (with `pcaq`'s bits when given) and refine tier.
+type Config = (CodecKind, Option<f32>, Option<CodecKind>);
+
+fn parse_config(spec: &str) -> Result<Config> {
     let mut parts = spec.split('+');
-    let codec: CodecKind = parts.next().unwrap_or("").parse()?;
+    let (codec, bits) = vlc::codec::parse_codec_spec(parts.next().unwrap_or(""))?;
     let refine = parse_refine(parts.next().unwrap_or("none"))?;
     if parts.next().is_some() {
         bail!("config `{spec}`: expected codec or codec+refine");
     }
-    Ok((codec, refine))
+    Ok((codec, bits, refine))
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -126,10 +130,10 @@ pub fn run(a: Args) -> Result<()> {
         &["groundtruth.npy", "groundtruth.ivecs"],
         "groundtruth",
     )?;
-    let configs: Vec<(String, CodecKind, Option<CodecKind>)> = a
+    let configs: Vec<(String, Config)> = a
         .configs
         .iter()
-        .map(|s| parse_config(s).map(|(c, r)| (s.clone(), c, r)))
+        .map(|s| parse_config(s).map(|c| (s.clone(), c)))
         .collect::<Result<_>>()?;
     if a.search_threads == 0 {
         bail!("--search-threads must be at least 1");
@@ -156,11 +160,14 @@ pub fn run(a: Args) -> Result<()> {
         "{} vectors x {}, {} queries; searching on {} thread(s)",
         base.rows, base.cols, queries.rows, a.search_threads
     );
-    for (name, codec, refine) in &configs {
+    for (name, (codec, bits, refine)) in &configs {
         let mut params = BuildParams::default()
             .with_codec(*codec)
             .with_refine(*refine)
             .with_metric(a.metric);
+        if let Some(bits) = bits {
+            params.codec_params.bits = *bits;
+        }
         params.train.num_anchors = a.anchors.unwrap_or(0);
         let t = Instant::now();
         let (index, _) = Index::build(&base.data, base.cols, &params, &CpuBackend, &mut |_| {})

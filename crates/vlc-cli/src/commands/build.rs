@@ -16,10 +16,14 @@ pub struct Args {
     #[arg(short, long)]
     pub output: PathBuf,
     /// Residual codec, by bytes per vector at dim D: anchor-only (0), rabitq1 (D/8 + 8),
-    /// rabitq2 (D/4 + 16), rabitq3 (3D/8 + 16), rabitq4 (D/2 + 16), sq4 (D/2 + 4), sq8 (D + 4).
-    /// RaBitQ codes are scanned 1 bit at a time and their candidates rescored with all bits.
+    /// rabitq2 (D/4 + 16), rabitq3 (3D/8 + 16), rabitq4 (D/2 + 16), sq4 (D/2 + 4), sq8 (D + 4),
+    /// or pcaqB (about B·D/8 + 16, any B above 1 and up to 8, e.g. pcaq3.2; plus a D x D
+    /// rotation per index): RaBitQ codes in the principal axes of the residuals with the bits
+    /// allocated by variance, the best recall per byte on anisotropic data such as text
+    /// embeddings. RaBitQ-family codes are scanned a bit or two at a time and their candidates
+    /// rescored with all bits.
     #[arg(long, default_value = "sq8")]
-    pub codec: CodecKind,
+    pub codec: String,
     /// Finer codec stored beside the primary one to rerank candidates: none, sq4 or sq8.
     #[arg(long, default_value = "none")]
     pub refine: String,
@@ -77,8 +81,9 @@ pub fn parse_refine(text: &str) -> Result<Option<CodecKind>> {
 
 pub fn run(a: Args) -> Result<()> {
     let refine = parse_refine(&a.refine)?;
+    let (codec, bits) = vlc::codec::parse_codec_spec(&a.codec)?;
     let mut params = BuildParams::default()
-        .with_codec(a.codec)
+        .with_codec(codec)
         .with_refine(refine)
         .with_metric(a.metric)
         .with_seed(a.seed);
@@ -92,6 +97,9 @@ pub fn run(a: Args) -> Result<()> {
     params.train.cooling = a.cooling;
     params.train.maintenance_interval = a.maintenance_interval;
     params.codec_params.jacobian = a.jacobian;
+    if let Some(bits) = bits {
+        params.codec_params.bits = bits;
+    }
 
     let start = std::time::Instant::now();
     let data = vlc::io::read_vectors(&a.input, a.dim)

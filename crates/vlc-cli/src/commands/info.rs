@@ -27,8 +27,8 @@ pub fn run(a: Args) -> Result<()> {
         let j = serde_json::json!({
             "path": a.index, "format_version": info.version, "dim": info.dim, "vectors": info.num_vectors,
             "anchors": info.num_anchors, "metric": info.metric.name(), "normalized_on_input": info.metric == Metric::Cosine,
-            "codec": info.codec.name(), "code_size": info.codec.code_size(info.dim),
-            "refine": info.refine.map(|c| c.name()), "refine_code_size": info.refine.map(|c| c.code_size(info.dim)),
+            "codec": info.codec.name(), "code_size": index.code_size(),
+            "refine": info.refine.map(|c| c.name()), "refine_code_size": index.refine_code_size(),
             "file_bytes": info.file_size, "bytes_per_vector": bpv, "compression_vs_f32": (4 * info.dim) as f64 / bpv,
             "list_sizes": {"min": min, "median": median, "max": max, "empty": empty},
             "sections": info.sections.iter().map(|(t, o, l)| serde_json::json!({"tag": t, "offset": o, "bytes": l})).collect::<Vec<_>>(),
@@ -55,10 +55,10 @@ pub fn run(a: Args) -> Result<()> {
     println!(
         "  codec       {} ({} bytes/vector)",
         info.codec,
-        info.codec.code_size(info.dim)
+        index.code_size()
     );
-    if let Some(r) = info.refine {
-        println!("  refine      {r} ({} bytes/vector)", r.code_size(info.dim));
+    if let (Some(r), Some(size)) = (info.refine, index.refine_code_size()) {
+        println!("  refine      {r} ({size} bytes/vector)");
     }
     println!(
         "  file        {} = {bpv:.1} bytes/vector, {:.1}x smaller than f32",

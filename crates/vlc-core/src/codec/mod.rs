@@ -9,11 +9,13 @@
 //! per vector, so a query needs only `⟨r̂, q⟩`, computed from tables built once per query.
 
 pub mod anchor_only;
+pub mod pca;
 pub mod rabitq;
 pub mod scalar;
 
 use crate::error::{Result, VlcError};
 pub use anchor_only::AnchorOnly;
+pub use pca::PcaRaBitQ;
 pub use rabitq::RaBitQ;
 pub use scalar::ScalarQuantizer;
 
@@ -37,10 +39,13 @@ pub enum CodecKind {
     RaBitQ3 = 5,
     /// Extended RaBitQ with 4 bits per dimension (1-bit pass, then three finer planes).
     RaBitQ4 = 6,
+    /// Extended RaBitQ in the principal axes of the residuals, with bits per dimension
+    /// allocated by variance: any average from just over 1 to 8 bits ([`CodecParams::bits`]).
+    PcaRaBitQ = 7,
 }
 
 impl CodecKind {
-    pub const ALL: [CodecKind; 7] = [
+    pub const ALL: [CodecKind; 8] = [
         CodecKind::AnchorOnly,
         CodecKind::Sq8,
         CodecKind::Sq4,
@@ -48,6 +53,7 @@ impl CodecKind {
         CodecKind::RaBitQ2,
         CodecKind::RaBitQ3,
         CodecKind::RaBitQ4,
+        CodecKind::PcaRaBitQ,
     ];
 
     pub fn from_u8(v: u8) -> Option<Self> {
@@ -64,6 +70,7 @@ impl CodecKind {
             CodecKind::RaBitQ2 => "rabitq2",
             CodecKind::RaBitQ3 => "rabitq3",
             CodecKind::RaBitQ4 => "rabitq4",
+            CodecKind::PcaRaBitQ => "pcaq",
         }
     }
 
@@ -78,16 +85,18 @@ impl CodecKind {
         }
     }
 
-    /// Bytes one vector's code takes at dimension `dim` (factors included).
-    pub fn code_size(self, dim: usize) -> usize {
-        match self {
+    /// Bytes one vector's code takes at dimension `dim` (factors included); `None` for
+    /// `pcaq`, whose size follows its trained bit allocation ([`ResidualCodec::code_size`]).
+    pub fn code_size(self, dim: usize) -> Option<usize> {
+        Some(match self {
             CodecKind::AnchorOnly => 0,
             CodecKind::Sq8 => dim + 4,
             CodecKind::Sq4 => dim.div_ceil(2) + 4,
             CodecKind::RaBitQ1 | CodecKind::RaBitQ2 | CodecKind::RaBitQ3 | CodecKind::RaBitQ4 => {
                 rabitq::code_size(dim, self.rabitq_bits().unwrap())
             }
-        }
+            CodecKind::PcaRaBitQ => return None,
+        })
     }
 }
 
@@ -100,10 +109,35 @@ impl std::str::FromStr for CodecKind {
             .ok_or_else(|| {
                 VlcError::param(
                     "codec",
-                    format!("unknown codec `{s}` (expected anchor-only, sq8, sq4, rabitq1, rabitq2, rabitq3 or rabitq4)"),
+                    format!("unknown codec `{s}` (expected anchor-only, sq8, sq4, rabitq1, rabitq2, rabitq3, rabitq4 or pcaq)"),
                 )
             })
     }
+}
+
+/// Parse a codec spec: a codec name, or `pcaq` followed by its average bits per dimension
+/// (`pcaq3.2`). Returns the kind and the bits when the spec gives them.
+pub fn parse_codec_spec(text: &str) -> Result<(CodecKind, Option<f32>)> {
+    let lower = text.trim().to_ascii_lowercase();
+    if let Some(rest) = lower.strip_prefix("pcaq") {
+        if rest.is_empty() {
+            return Ok((CodecKind::PcaRaBitQ, None));
+        }
+        let bits: f32 = rest.parse().map_err(|_| {
+            VlcError::param(
+                "codec",
+                format!("`{text}`: expected pcaq followed by bits per dimension, e.g. pcaq3.2"),
+            )
+        })?;
+        if !(bits > 1.0 && bits <= pca::MAX_DIM_BITS as f32) {
+            return Err(VlcError::param(
+                "codec",
+                format!("`{text}`: pcaq needs more than 1 and at most 8 bits per dimension"),
+            ));
+        }
+        return Ok((CodecKind::PcaRaBitQ, Some(bits)));
+    }
+    Ok((lower.parse()?, None))
 }
 
 impl std::fmt::Display for CodecKind {
@@ -132,7 +166,9 @@ pub trait ResidualCodec {
     fn dim(&self) -> usize;
     /// Bytes per encoded vector (per-vector factors included).
     fn code_size(&self) -> usize {
-        self.kind().code_size(self.dim())
+        self.kind()
+            .code_size(self.dim())
+            .expect("codecs whose size depends on training override code_size")
     }
     /// Encode a block of points against their anchors.
     /// `points`: (m, dim); `anchors`: (num_anchors, dim); `assignment`: (m,);
@@ -164,6 +200,13 @@ pub struct CodecParams {
     pub jacobian: bool,
     /// Seed for random parts (the RaBitQ rotation).
     pub seed: u64,
+    /// Average bits per dimension of `pcaq` (more than 1, at most 8); ignored by the others.
+    #[serde(default = "default_pca_bits")]
+    pub bits: f32,
+}
+
+fn default_pca_bits() -> f32 {
+    pca::DEFAULT_BITS
 }
 
 impl Default for CodecParams {
@@ -171,6 +214,7 @@ impl Default for CodecParams {
         CodecParams {
             jacobian: false,
             seed: 0x5eed,
+            bits: pca::DEFAULT_BITS,
         }
     }
 }
@@ -181,6 +225,7 @@ pub enum Codec {
     AnchorOnly(AnchorOnly),
     Scalar(ScalarQuantizer),
     RaBitQ(RaBitQ),
+    Pca(PcaRaBitQ),
 }
 
 macro_rules! dispatch {
@@ -189,6 +234,7 @@ macro_rules! dispatch {
             Codec::AnchorOnly($c) => $body,
             Codec::Scalar($c) => $body,
             Codec::RaBitQ($c) => $body,
+            Codec::Pca($c) => $body,
         }
     };
 }
@@ -226,6 +272,14 @@ impl Codec {
             CodecKind::RaBitQ1 | CodecKind::RaBitQ2 | CodecKind::RaBitQ3 | CodecKind::RaBitQ4 => {
                 Codec::RaBitQ(RaBitQ::train(dim, kind.rabitq_bits().unwrap(), params.seed))
             }
+            CodecKind::PcaRaBitQ => Codec::Pca(PcaRaBitQ::train(
+                dim,
+                params.bits,
+                params.seed,
+                points,
+                anchors,
+                assignment,
+            )?),
         })
     }
 
@@ -248,12 +302,57 @@ impl Codec {
                     bytes,
                 )?)
             }
+            CodecKind::PcaRaBitQ => Codec::Pca(PcaRaBitQ::read_params(dim, bytes)?),
         })
     }
 
     /// Whether parameters depend on anchors (per-anchor Jacobian).
     pub fn has_jacobian(&self) -> bool {
         matches!(self, Codec::Scalar(s) if s.per_anchor())
+    }
+
+    /// For codecs searched in two stages (the RaBitQ family): the bytes of bit planes at the
+    /// start of each code that the fast scan reads (its two `f32` factors follow them).
+    pub fn fast_scan_bytes(&self) -> Option<usize> {
+        match self {
+            Codec::RaBitQ(r) => Some(r.dim().div_ceil(8)),
+            Codec::Pca(p) => Some(p.stage1_bytes()),
+            _ => None,
+        }
+    }
+
+    /// Prepare query `q` for a two-stage scan: the fast scan's table into `lut` and, when
+    /// `full` is given, the full code's tables into it. `rotated` and `weights` are scratch.
+    /// Does nothing for codecs without a fast scan.
+    pub(crate) fn prepare_fast_scan(
+        &self,
+        q: &[f32],
+        fast_scan: &crate::fastscan::FastScan,
+        rotated: &mut Vec<f32>,
+        weights: &mut Vec<f32>,
+        lut: &mut crate::fastscan::QueryLut,
+        full: Option<&mut QueryState>,
+    ) {
+        let inv_sqrt_d = 1.0 / (self.dim() as f32).sqrt();
+        match self {
+            Codec::RaBitQ(r) => {
+                r.rotate_query(q, rotated);
+                let offset = rotated.iter().sum::<f32>() * inv_sqrt_d;
+                fast_scan.prepare(rotated, 2.0 * inv_sqrt_d, offset, lut);
+                if let Some(state) = full {
+                    r.prepare_rotated(rotated, state);
+                }
+            }
+            Codec::Pca(p) => {
+                p.rotate_query(q, rotated);
+                let offset = p.stage1_weights(rotated, weights);
+                fast_scan.prepare(weights, 2.0 * inv_sqrt_d, offset, lut);
+                if let Some(state) = full {
+                    p.prepare_rotated(rotated, state);
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -263,6 +362,9 @@ impl ResidualCodec for Codec {
     }
     fn dim(&self) -> usize {
         dispatch!(self, c => c.dim())
+    }
+    fn code_size(&self) -> usize {
+        dispatch!(self, c => c.code_size())
     }
     fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {
         dispatch!(self, c => c.encode(points, anchors, assignment, out))
@@ -310,6 +412,9 @@ impl<'a> ParamReader<'a> {
     pub(crate) fn u64(&mut self) -> Result<u64> {
         let b = self.take(8)?;
         Ok(u64::from_le_bytes(b.try_into().unwrap()))
+    }
+    pub(crate) fn bytes(&mut self, count: usize) -> Result<&'a [u8]> {
+        self.take(count)
     }
     pub(crate) fn f32s(&mut self, count: usize) -> Result<Vec<f32>> {
         let len = count

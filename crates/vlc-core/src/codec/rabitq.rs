@@ -56,14 +56,146 @@ pub struct RaBitQ {
 struct EncodeScratch {
     /// Rotated residual. Layout: (dim,).
     rotated: Vec<f32>,
-    /// Dimensions by decreasing |rotated|, zeros left out.
+    levels: LevelScratch,
+}
+
+/// Scratch of [`choose_levels`], reused across vectors.
+#[derive(Default)]
+pub(crate) struct LevelScratch {
+    /// Dimensions by decreasing |v|, zeros left out.
     order: Vec<u32>,
-    /// Magnitude level of each dimension, `0..2^(b−1)`. Layout: (dim,).
-    levels: Vec<u8>,
-    /// `1/|rotated|` in `order`. Layout: (nonzero dims,).
+    /// `1/|v|` in `order`. Layout: (nonzero dims,).
     inverse: Vec<f32>,
     /// Dimensions in the order their level rises while the scale grows.
     events: Vec<u32>,
+    /// Per level k, the next position in `order` whose dimension can still reach k.
+    heads: Vec<usize>,
+    /// Pending events as (scale bits, level): the smallest scale first, ties by level.
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u32, u32)>>,
+    /// The chosen magnitude level of each dimension. Layout: (dim,).
+    pub(crate) levels: Vec<u8>,
+}
+
+/// Choose the magnitude levels of an extended code for the vector `v`: maximise
+/// `Σ (x_i + ½)|v_i| / √Σ (x_i + ½)²` over `x_i ∈ 0..=max_level(i)`, where `x_i` is the level
+/// of `|v_i|` at a common scale `t` (`x_i = min(⌊t |v_i|⌋, max_level(i))`). The objective
+/// changes only where some `t |v_i|` crosses an integer, so every such critical scale is visited
+/// in increasing order (a heap over levels) and the best prefix of level increments is kept.
+/// The result is in `scratch.levels`.
+pub(crate) fn choose_levels(
+    v: &[f32],
+    max_level: impl Fn(usize) -> u32,
+    top_level: u32,
+    scratch: &mut LevelScratch,
+) {
+    let dim = v.len();
+    scratch.order.clear();
+    scratch
+        .order
+        .extend((0..dim as u32).filter(|&i| v[i as usize] != 0.0));
+    scratch.order.sort_unstable_by(|&a, &b| {
+        v[b as usize]
+            .abs()
+            .total_cmp(&v[a as usize].abs())
+            .then(a.cmp(&b))
+    });
+    // Level k of dimension i is reached at t = k/|v_i|: for each k the dimensions arrive in
+    // `order`. Compared as squares: value² = num² / squares.
+    scratch.inverse.clear();
+    scratch
+        .inverse
+        .extend(scratch.order.iter().map(|&i| 1.0 / v[i as usize].abs()));
+    let n = scratch.order.len();
+    let order = &scratch.order;
+    let next = |k: u32, from: usize| (from..n).find(|&p| max_level(order[p] as usize) >= k);
+    scratch.heads.clear();
+    scratch.heads.resize(top_level as usize + 1, n);
+    scratch.heap.clear();
+    for k in 1..=top_level {
+        if let Some(p) = next(k, 0) {
+            scratch.heads[k as usize] = p;
+            // t > 0 and finite, so its bits order like its value.
+            let t = k as f32 * scratch.inverse[p];
+            scratch.heap.push(std::cmp::Reverse((t.to_bits(), k)));
+        }
+    }
+    let mut numerator: f64 = 0.5 * v.iter().map(|x| x.abs() as f64).sum::<f64>();
+    let mut squares: f64 = 0.25 * dim as f64;
+    let mut best = (numerator * numerator / squares, 0usize);
+    scratch.events.clear();
+    while let Some(std::cmp::Reverse((_, k))) = scratch.heap.pop() {
+        let p = scratch.heads[k as usize];
+        let d = order[p];
+        numerator += v[d as usize].abs() as f64;
+        squares += 2.0 * k as f64;
+        scratch.events.push(d);
+        let value = numerator * numerator / squares;
+        if value > best.0 {
+            best = (value, scratch.events.len());
+        }
+        if let Some(p) = next(k, p + 1) {
+            scratch.heads[k as usize] = p;
+            let t = k as f32 * scratch.inverse[p];
+            scratch.heap.push(std::cmp::Reverse((t.to_bits(), k)));
+        }
+    }
+    scratch.levels.clear();
+    scratch.levels.resize(dim, 0);
+    for &d in &scratch.events[..best.1] {
+        scratch.levels[d as usize] += 1;
+    }
+}
+
+/// `(f1, f2)` of the estimator for grid `w` (given by `grid(i)`), rotated residual `rr` and
+/// rotated anchor `pc` (see the module docs); zeros when `⟨w, P r⟩ ≤ 0`.
+pub(crate) fn grid_factors(rr: &[f32], pc: &[f32], grid: impl Fn(usize) -> f32) -> (f32, f32) {
+    let (mut norm_sq, mut w_r, mut w_c) = (0f32, 0f32, 0f32);
+    for d in 0..rr.len() {
+        let w = grid(d);
+        norm_sq += rr[d] * rr[d];
+        w_r += w * rr[d];
+        w_c += w * pc[d];
+    }
+    if w_r > 0.0 {
+        let sqrt_d = (rr.len() as f32).sqrt();
+        (norm_sq + 2.0 * norm_sq * w_c / w_r, -norm_sq * sqrt_d / w_r)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+/// `Σ_h table[h][nibble h]` over the 4-bit groups `h` of one bit plane; `table` holds 16
+/// entries per group, at least `2 · plane.len()` groups.
+#[inline]
+pub(crate) fn plane_sum(table: &[f32], plane: &[u8]) -> f32 {
+    let mut s = [0f32; 4];
+    let full = plane.len() / 2;
+    for c in 0..full {
+        let (a, b) = (plane[2 * c] as usize, plane[2 * c + 1] as usize);
+        let t = &table[c * 64..c * 64 + 64];
+        s[0] += t[a & 15];
+        s[1] += t[16 + (a >> 4)];
+        s[2] += t[32 + (b & 15)];
+        s[3] += t[48 + (b >> 4)];
+    }
+    let mut sum = (s[0] + s[1]) + (s[2] + s[3]);
+    if plane.len() % 2 == 1 {
+        let a = plane[plane.len() - 1] as usize;
+        sum += table[full * 64 + (a & 15)] + table[full * 64 + 16 + (a >> 4)];
+    }
+    sum
+}
+
+/// Fill `table` (16 entries per 4-bit group of `weights`) with
+/// `table[h][m] = scale · Σ_{bit l of m} weights[4h + l]`; `weights` has a multiple of 4 entries.
+pub(crate) fn fill_nibble_table(weights: &[f32], scale: f32, table: &mut [f32]) {
+    for (g, entries) in table.chunks_exact_mut(16).enumerate() {
+        entries[0] = 0.0;
+        for m in 1..16usize {
+            let low = m.trailing_zeros() as usize;
+            entries[m] = entries[m & (m - 1)] + scale * weights[g * 4 + low];
+        }
+    }
 }
 
 impl RaBitQ {
@@ -96,12 +228,7 @@ impl RaBitQ {
         state.constant = -rq.iter().sum::<f32>() * inv_sqrt_d;
         state.table.clear();
         state.table.resize(self.bytes() * 2 * 16, 0.0);
-        for (g, entries) in state.table.chunks_exact_mut(16).enumerate() {
-            for m in 1..16usize {
-                let low = m.trailing_zeros() as usize;
-                entries[m] = entries[m & (m - 1)] + 2.0 * inv_sqrt_d * rq[g * 4 + low];
-            }
-        }
+        fill_nibble_table(rq, 2.0 * inv_sqrt_d, &mut state.table);
     }
 
     /// The rotation as a matrix for batched (GEMM) use: row `i` is `P e_i`, zero-padded, so
@@ -137,85 +264,6 @@ impl RaBitQ {
         self.bytes() + 8
     }
 
-    /// Choose the magnitude levels of an extended code: maximise
-    /// `Σ (x_i + ½)|v_i| / √Σ (x_i + ½)²` over `x_i ∈ 0..=max_level`, where `x_i` is the level of
-    /// `|v_i|` at a common scale `t` (`x_i = min(⌊t |v_i|⌋, max_level)`). The objective changes
-    /// only where some `t |v_i|` crosses an integer, so every such critical scale is visited in
-    /// increasing order and the best prefix of level increments is kept.
-    fn choose_levels(&self, scratch: &mut EncodeScratch) {
-        let max_level = (1u32 << (self.bits - 1)) - 1;
-        let v = &scratch.rotated;
-        scratch.order.clear();
-        scratch
-            .order
-            .extend((0..self.dim as u32).filter(|&i| v[i as usize] != 0.0));
-        scratch.order.sort_unstable_by(|&a, &b| {
-            v[b as usize]
-                .abs()
-                .total_cmp(&v[a as usize].abs())
-                .then(a.cmp(&b))
-        });
-        // Level k of dimension i is reached at t = k/|v_i|: for each k the dimensions arrive in
-        // `order`; merge the max_level sequences. Compared as squares: value² = num² / squares.
-        scratch.inverse.clear();
-        scratch
-            .inverse
-            .extend(scratch.order.iter().map(|&i| 1.0 / v[i as usize].abs()));
-        let mut heads = [0usize; 8];
-        let mut numerator: f64 = 0.5 * v.iter().map(|x| x.abs() as f64).sum::<f64>();
-        let mut squares: f64 = 0.25 * self.dim as f64;
-        let mut best = (numerator * numerator / squares, 0usize);
-        scratch.events.clear();
-        let n = scratch.order.len();
-        let max_level = max_level as usize;
-        loop {
-            let (mut bt, mut bk) = (f32::INFINITY, 0usize);
-            for (k, &head) in heads.iter().enumerate().take(max_level + 1).skip(1) {
-                if head < n {
-                    let t = k as f32 * scratch.inverse[head];
-                    if t < bt {
-                        (bt, bk) = (t, k);
-                    }
-                }
-            }
-            if bk == 0 {
-                break;
-            }
-            let dim = scratch.order[heads[bk]];
-            heads[bk] += 1;
-            numerator += v[dim as usize].abs() as f64;
-            squares += 2.0 * bk as f64;
-            scratch.events.push(dim);
-            let value = numerator * numerator / squares;
-            if value > best.0 {
-                best = (value, scratch.events.len());
-            }
-        }
-        scratch.levels.clear();
-        scratch.levels.resize(self.dim, 0);
-        for &dim in &scratch.events[..best.1] {
-            scratch.levels[dim as usize] += 1;
-        }
-    }
-
-    /// `(f1, f2)` for grid `w` (given by `grid(i)`), rotated residual `rr` and rotated anchor
-    /// `pc` (see the module docs).
-    fn factors(&self, rr: &[f32], pc: &[f32], grid: impl Fn(usize) -> f32) -> (f32, f32) {
-        let (mut norm_sq, mut w_r, mut w_c) = (0f32, 0f32, 0f32);
-        for d in 0..self.dim {
-            let w = grid(d);
-            norm_sq += rr[d] * rr[d];
-            w_r += w * rr[d];
-            w_c += w * pc[d];
-        }
-        if w_r > 0.0 {
-            let sqrt_d = (self.dim as f32).sqrt();
-            (norm_sq + 2.0 * norm_sq * w_c / w_r, -norm_sq * sqrt_d / w_r)
-        } else {
-            (0.0, 0.0)
-        }
-    }
-
     fn encode_one(&self, pc: &[f32], scratch: &mut EncodeScratch, code: &mut [u8]) {
         let (dim, nb) = (self.dim, self.bytes());
         let rr = &scratch.rotated;
@@ -245,9 +293,15 @@ impl RaBitQ {
         if self.bits == 1 {
             return;
         }
-        self.choose_levels(scratch);
+        let max_level = (1u32 << (self.bits - 1)) - 1;
+        choose_levels(
+            &scratch.rotated,
+            |_| max_level,
+            max_level,
+            &mut scratch.levels,
+        );
         let rr = &scratch.rotated;
-        let levels = &scratch.levels;
+        let levels = &scratch.levels.levels;
         let half = 1u32 << (self.bits - 1);
         let ex = self.ex_offset();
         for d in 0..dim {
@@ -267,31 +321,10 @@ impl RaBitQ {
                 -w
             }
         };
-        let (f1, f2) = self.factors(rr, pc, grid);
+        let (f1, f2) = grid_factors(rr, pc, grid);
         let at = ex + (self.bits as usize - 1) * nb;
         code[at..at + 4].copy_from_slice(&f1.to_le_bytes());
         code[at + 4..at + 8].copy_from_slice(&f2.to_le_bytes());
-    }
-
-    /// `Σ_h table[h][nibble h]` over the 4-bit groups `h` of one bit plane.
-    #[inline]
-    fn plane_sum(table: &[f32], plane: &[u8]) -> f32 {
-        let mut s = [0f32; 4];
-        let full = plane.len() / 2;
-        for c in 0..full {
-            let (a, b) = (plane[2 * c] as usize, plane[2 * c + 1] as usize);
-            let t = &table[c * 64..c * 64 + 64];
-            s[0] += t[a & 15];
-            s[1] += t[16 + (a >> 4)];
-            s[2] += t[32 + (b & 15)];
-            s[3] += t[48 + (b >> 4)];
-        }
-        let mut sum = (s[0] + s[1]) + (s[2] + s[3]);
-        if plane.len() % 2 == 1 {
-            let a = plane[plane.len() - 1] as usize;
-            sum += table[full * 64 + (a & 15)] + table[full * 64 + 16 + (a >> 4)];
-        }
-        sum
     }
 }
 
@@ -388,10 +421,9 @@ impl ResidualCodec for RaBitQ {
         let ex = self.ex_offset();
         let weight = ((1u32 << self.bits) - 1) as f32 * state.constant;
         for (o, code) in out.iter_mut().zip(codes.chunks_exact(cs)) {
-            let mut ip = weight + (1u32 << low_planes) as f32 * Self::plane_sum(table, &code[..nb]);
+            let mut ip = weight + (1u32 << low_planes) as f32 * plane_sum(table, &code[..nb]);
             for j in 0..low_planes {
-                ip += (1u32 << j) as f32
-                    * Self::plane_sum(table, &code[ex + j * nb..ex + (j + 1) * nb]);
+                ip += (1u32 << j) as f32 * plane_sum(table, &code[ex + j * nb..ex + (j + 1) * nb]);
             }
             let at = if low_planes == 0 {
                 nb
