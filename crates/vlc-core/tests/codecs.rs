@@ -16,6 +16,11 @@ fn fixture(dim: usize) -> Fixture {
     let n = 600;
     let data = clustered(n, dim, 8, 0.4, dim as u64);
     let anchors: Vec<f32> = data[..8 * dim].to_vec();
+    fixture_from(dim, data, anchors)
+}
+
+/// `data` (n, dim) assigned to its nearest `anchors` (num_anchors, dim).
+fn fixture_from(dim: usize, data: Vec<f32>, anchors: Vec<f32>) -> Fixture {
     let assignment = CpuBackend
         .nearest_anchors(&data, &anchors, dim, 1)
         .unwrap()
@@ -364,17 +369,7 @@ fn anisotropic_fixture(dim: usize, n: usize) -> Fixture {
             row
         })
         .collect();
-    let anchors = centres;
-    let assignment = CpuBackend
-        .nearest_anchors(&data, &anchors, dim, 1)
-        .unwrap()
-        .ids;
-    Fixture {
-        dim,
-        data,
-        anchors,
-        assignment,
-    }
+    fixture_from(dim, data, centres)
 }
 
 /// On anisotropic residuals the variance-allocated code beats the evenly spread one at no
