@@ -1,8 +1,8 @@
 //! `pcaq`: extended RaBitQ codes in a data-shaped basis, with bits spent where the residuals
 //! vary.
 //!
-//! Embedding residuals are far from isotropic: on MiniLM sentence embeddings half of the
-//! residual variance lies in a sixth of the principal directions. A random rotation (the
+//! Embedding residuals are far from isotropic: a few principal directions hold much of their
+//! variance. A random rotation (the
 //! `rabitq*` codecs) spreads that variance evenly and every dimension gets the same bits; this
 //! codec instead rotates into the principal axes of the training residuals and allocates the
 //! bits by reverse water-filling: each further bit goes to the block of 8 axes whose quantisation
@@ -18,8 +18,8 @@
 //! Search runs in two stages. The first stage reads the top bit of every dimension and the
 //! second-highest bit of the widest dimensions (a prefix of `stage1_dims` axes, at most half),
 //! i.e. the code truncated to its coarse grid, with factors of its own: this is what the fast
-//! scan scores, and measured on MiniLM it prunes as well as the full code ranks. The full code
-//! then rescores the candidate pool.
+//! scan scores (a sign-only first stage prunes poorly in this basis, where the variance is
+//! uneven). The full code then rescores the candidate pool.
 //!
 //! Code layout, `nb = ⌈D/8⌉`, dimension `d` at byte `d/8`, bit `d%8` of each plane:
 //! - first stage: the sign plane (top bit of `u`, `nb` bytes), the second-highest bit of
@@ -59,6 +59,8 @@ pub struct PcaRaBitQ {
     plane_dims: Vec<usize>,
     /// Rows are the basis vectors, rounded to f16. Layout: (dim, dim), row-major.
     rotation: Vec<f32>,
+    /// Bytes of one code (fixed by the widths; kept so the scan does not recount it).
+    code_size: usize,
 }
 
 #[derive(Default)]
@@ -214,6 +216,11 @@ impl PcaRaBitQ {
     fn from_parts(dim: usize, bits: f32, dim_bits: Vec<u8>, rotation: Vec<f32>) -> Self {
         let stage1_dims = stage1_prefix(&dim_bits);
         let plane_dims = plane_prefixes(&dim_bits, stage1_dims);
+        let code_size = dim.div_ceil(8)
+            + stage1_dims.div_ceil(8)
+            + 8
+            + plane_dims.iter().map(|n| n.div_ceil(8)).sum::<usize>()
+            + 8;
         PcaRaBitQ {
             dim,
             bits,
@@ -221,6 +228,7 @@ impl PcaRaBitQ {
             stage1_dims,
             plane_dims,
             rotation,
+            code_size,
         }
     }
 
@@ -250,11 +258,6 @@ impl PcaRaBitQ {
             return Err(corrupt("non-finite rotation entry"));
         }
         Ok(Self::from_parts(dim, bits, dim_bits, rotation))
-    }
-
-    /// Bytes of one code.
-    pub fn code_bytes(&self) -> usize {
-        self.stage1_bytes() + 8 + self.plane_dims.iter().map(|n| n.div_ceil(8)).sum::<usize>() + 8
     }
 
     /// Bytes of the first stage's bit planes (sign plane, then the second-bit plane).
@@ -324,23 +327,28 @@ impl PcaRaBitQ {
     /// in `constant`.
     pub fn prepare_rotated(&self, rq: &[f32], state: &mut QueryState) {
         let scale = 2.0 / (self.dim as f32).sqrt();
-        let nb8 = self.nb() * 8;
         let groups = self.nb() * 2;
         state.table.clear();
         state.table.resize(3 * groups * 16, 0.0);
-        let mut weights = vec![0f32; nb8];
         let (sign, rest) = state.table.split_at_mut(groups * 16);
         let (second, low) = rest.split_at_mut(groups * 16);
-        for i in 0..self.dim {
-            weights[i] = (1u32 << (self.dim_bits[i] - 1)) as f32 * rq[i];
-        }
-        fill_nibble_table(&weights, scale, sign);
-        weights.fill(0.0);
-        for i in 0..self.stage1_dims {
-            weights[i] = (1u32 << (self.dim_bits[i] - 2)) as f32 * rq[i];
-        }
-        fill_nibble_table(&weights, scale, second);
-        fill_nibble_table(&rq[..nb8], scale, low);
+        let width = |i: usize| {
+            if i < self.dim {
+                self.dim_bits[i] as u32
+            } else {
+                1
+            }
+        };
+        fill_nibble_table(|i| (1u32 << (width(i) - 1)) as f32 * rq[i], scale, sign);
+        let second_weight = |i: usize| {
+            if i < self.stage1_dims {
+                (1u32 << (width(i) - 2)) as f32 * rq[i]
+            } else {
+                0.0
+            }
+        };
+        fill_nibble_table(second_weight, scale, second);
+        fill_nibble_table(|i| rq[i], scale, low);
         state.constant = -scale * (0..self.dim).map(|i| self.centre(i) * rq[i]).sum::<f32>();
     }
 
@@ -424,7 +432,7 @@ impl ResidualCodec for PcaRaBitQ {
         self.dim
     }
     fn code_size(&self) -> usize {
-        self.code_bytes()
+        self.code_size
     }
 
     fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {

@@ -186,14 +186,14 @@ pub(crate) fn plane_sum(table: &[f32], plane: &[u8]) -> f32 {
     sum
 }
 
-/// Fill `table` (16 entries per 4-bit group of `weights`) with
-/// `table[h][m] = scale · Σ_{bit l of m} weights[4h + l]`; `weights` has a multiple of 4 entries.
-pub(crate) fn fill_nibble_table(weights: &[f32], scale: f32, table: &mut [f32]) {
+/// Fill `table` (16 entries per 4-bit group) with
+/// `table[h][m] = scale · Σ_{bit l of m} weight(4h + l)`, for `table.len() / 16` groups.
+pub(crate) fn fill_nibble_table(weight: impl Fn(usize) -> f32, scale: f32, table: &mut [f32]) {
     for (g, entries) in table.chunks_exact_mut(16).enumerate() {
         entries[0] = 0.0;
         for m in 1..16usize {
             let low = m.trailing_zeros() as usize;
-            entries[m] = entries[m & (m - 1)] + scale * weights[g * 4 + low];
+            entries[m] = entries[m & (m - 1)] + scale * weight(g * 4 + low);
         }
     }
 }
@@ -228,7 +228,7 @@ impl RaBitQ {
         state.constant = -rq.iter().sum::<f32>() * inv_sqrt_d;
         state.table.clear();
         state.table.resize(self.bytes() * 2 * 16, 0.0);
-        fill_nibble_table(rq, 2.0 * inv_sqrt_d, &mut state.table);
+        fill_nibble_table(|i| rq[i], 2.0 * inv_sqrt_d, &mut state.table);
     }
 
     /// The rotation as a matrix for batched (GEMM) use: row `i` is `P e_i`, zero-padded, so
