@@ -4,15 +4,18 @@
 //! array in a plain layout and the parameters of each codec spelled out; [`Index::device_view`]
 //! gives exactly that, so no backend reaches into codec internals.
 
-use crate::codec::{Codec, ResidualCodec};
+use crate::codec::{Codec, FactorFormat, ResidualCodec};
 use crate::index::{Index, Metric};
+use std::borrow::Cow;
 
 /// How one stage (the primary scan or the refine rerank) scores a code.
 #[derive(Clone, Debug)]
 pub enum StageCodec {
     /// No residual: every member of a list scores `‖q − anchor‖²`.
     AnchorOnly,
-    /// RaBitQ-family code of `bits` bits per dimension (layout in [`crate::codec::rabitq`]).
+    /// RaBitQ-family code of `bits` bits per dimension (layout in [`crate::codec::rabitq`],
+    /// always with `f32` factors here: codes stored with `f16` factors are widened for the
+    /// device).
     RaBitQ {
         bits: u32,
         /// The rotation as a matrix: row `i` is `P e_i`, zero-padded, so the rotated query is
@@ -43,7 +46,7 @@ pub struct DeviceStage<'a> {
     /// Bytes per code.
     pub code_size: usize,
     /// Codes in list order. Layout: (num_vectors, code_size), row-major.
-    pub codes: &'a [u8],
+    pub codes: Cow<'a, [u8]>,
 }
 
 /// Everything a batched device search needs.
@@ -91,6 +94,38 @@ fn stage_codec(codec: &Codec) -> StageCodec {
     }
 }
 
+fn device_stage<'a>(codec: &Codec, codes: &'a [u8]) -> DeviceStage<'a> {
+    let code_size = codec.code_size();
+    match codec {
+        Codec::RaBitQ(r) if r.factors() != FactorFormat::F32 => {
+            // Widen the first stage's factors to f32: (planes, f1, f2, rest).
+            let nb = r.dim().div_ceil(8);
+            let narrow = r.factors().bytes();
+            let wide = code_size - narrow + 8;
+            let mut out = vec![0u8; codes.len() / code_size.max(1) * wide];
+            for (o, c) in out
+                .chunks_exact_mut(wide)
+                .zip(codes.chunks_exact(code_size))
+            {
+                o[..nb].copy_from_slice(&c[..nb]);
+                let (f1, f2) = r.factors().read(&c[nb..]);
+                FactorFormat::F32.write(&mut o[nb..], f1, f2);
+                o[nb + 8..].copy_from_slice(&c[nb + narrow..]);
+            }
+            DeviceStage {
+                codec: stage_codec(codec),
+                code_size: wide,
+                codes: Cow::Owned(out),
+            }
+        }
+        _ => DeviceStage {
+            codec: stage_codec(codec),
+            code_size,
+            codes: Cow::Borrowed(codes),
+        },
+    }
+}
+
 impl Index {
     /// The flat view a device backend builds its copy of this index from.
     pub fn device_view(&self) -> DeviceView<'_> {
@@ -102,16 +137,11 @@ impl Index {
             anchor_norms: &self.anchor_norms,
             list_offsets: &self.list_offsets,
             ids: &self.ids,
-            primary: DeviceStage {
-                codec: stage_codec(&self.codec),
-                code_size: self.codec.code_size(),
-                codes: &self.codes,
-            },
-            refine: self.refine.as_ref().map(|(c, codes)| DeviceStage {
-                codec: stage_codec(c),
-                code_size: c.code_size(),
-                codes,
-            }),
+            primary: device_stage(&self.codec, &self.codes),
+            refine: self
+                .refine
+                .as_ref()
+                .map(|(c, codes)| device_stage(c, codes)),
             has_second_stage: self.has_second_stage(),
         }
     }
@@ -150,7 +180,25 @@ mod tests {
             let by_matrix: f32 = (0..dim).map(|i| q[i] * rotation[i * padded_dim + j]).sum();
             assert!((by_matrix - fast[j]).abs() < 1e-5, "column {j}");
         }
-        assert_eq!(view.primary.code_size, index.codec.code_size());
+        // Widened to f32 factors for the device: 4 bytes more than the f16 ones in the file.
+        assert_eq!(view.primary.code_size, index.codec.code_size() + 4);
+        let cs = view.primary.code_size;
+        assert_eq!(view.primary.codes.len(), index.len() * cs);
+        // The widened factors are the stored ones, and the planes are unchanged.
+        let stage1 = r.factors();
+        assert_ne!(stage1, crate::codec::FactorFormat::F32);
+        for (wide, narrow) in view
+            .primary
+            .codes
+            .chunks_exact(cs)
+            .zip(index.codes.chunks_exact(index.codec.code_size()))
+        {
+            assert_eq!(wide[..3], narrow[..3]);
+            let f1 = f32::from_le_bytes(wide[3..7].try_into().unwrap());
+            let f2 = f32::from_le_bytes(wide[7..11].try_into().unwrap());
+            assert_eq!((f1, f2), stage1.read(&narrow[3..]));
+            assert_eq!(wide[11..], narrow[7..]);
+        }
         assert_eq!(view.list_offsets.len(), 9);
         assert!(view.refine.is_none());
     }

@@ -11,7 +11,7 @@
 //! Built in memory from the list-ordered codes of the index file (the file format does not
 //! depend on it).
 
-use crate::codec::read_f32;
+use crate::codec::FactorFormat;
 use crate::simd::{level, SimdLevel};
 use rayon::prelude::*;
 
@@ -45,12 +45,19 @@ pub struct QueryLut {
 }
 
 impl FastScan {
-    /// Transpose the first stage (`pairs` bytes of bit planes, then its two `f32` factors: the
-    /// first `pairs + 8` bytes of every code) of list-ordered codes of `code_size` bytes into
-    /// blocks.
-    pub fn build(list_offsets: &[u64], codes: &[u8], pairs: usize, code_size: usize) -> FastScan {
+    /// Transpose the first stage (`pairs` bytes of bit planes, then its two factors in
+    /// `factors`' format) of list-ordered codes of `code_size` bytes into blocks.
+    pub fn build(
+        list_offsets: &[u64],
+        codes: &[u8],
+        (pairs, factors): (usize, FactorFormat),
+        code_size: usize,
+    ) -> FastScan {
         let cs = code_size;
-        assert!(cs >= pairs + 8, "RaBitQ codes hold at least the 1-bit part");
+        assert!(
+            cs >= pairs + factors.bytes(),
+            "RaBitQ codes hold at least the first stage"
+        );
         let mut block_offsets = vec![0usize; list_offsets.len()];
         for a in 0..list_offsets.len() - 1 {
             let len = (list_offsets[a + 1] - list_offsets[a]) as usize;
@@ -77,8 +84,7 @@ impl FastScan {
                     for p in 0..pairs {
                         blk[p * BLOCK + j] = code[p];
                     }
-                    f1[j] = read_f32(code, pairs);
-                    f2[j] = read_f32(code, pairs + 4);
+                    (f1[j], f2[j]) = factors.read(&code[pairs..]);
                 }
             });
         FastScan {

@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "VLCINDEX"
-//!      8     4  format version (u32) = 1
+//!      8     4  format version (u32) = 2 (version 1 files are read too)
 //!     12     4  header size (u32) = 64
 //!     16     4  dim (u32)
 //!     20     4  num_anchors (u32)
@@ -12,7 +12,8 @@
 //!     32     1  metric (0 = l2, 1 = cosine)
 //!     33     1  primary codec kind
 //!     34     1  refine codec kind (0xFF = none)
-//!     35     1  flags: bit 0 = anchors stored as f16 (other bits 0)
+//!     35     1  flags: bit 0 = anchors stored as f16, bit 1 (version 2) = anchors stored as
+//!                 int8 with an f32 scale per anchor (at most one of them; other bits 0)
 //!     36     4  section count (u32, at most 16)
 //!     40     8  file size (u64)
 //!     48     4  CRC-32 of the section table
@@ -20,7 +21,8 @@
 //!     60     4  CRC-32 of bytes 0..60
 //!     64  32·S  section table: tag [4], reserved u32, offset u64, length u64, CRC-32 u32, reserved u32
 //! ```
-//! Sections (all offsets multiples of 64): `ANCH` anchors f16 or f32 (num_anchors, dim); `LOFF` list
+//! Sections (all offsets multiples of 64): `ANCH` anchors (num_anchors, dim) as f32, f16, or
+//! int8 (the num_anchors f32 scales first, see [`crate::anchor_store`]); `LOFF` list
 //! offsets u64 (num_anchors + 1); `IDS_` ids u32 (num_vectors); `CPAR` primary codec
 //! parameters; `CODE` primary codes (num_vectors, code_size); `RPAR`/`RCOD` the refine tier;
 //! `META` build report (JSON).
@@ -28,6 +30,7 @@
 //! Every size read from a file is checked against the file length with checked arithmetic
 //! before anything is allocated or indexed.
 
+use crate::anchor_store::{AnchorPrecision, StoredAnchors};
 use crate::codec::{Codec, CodecKind, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::index::{BuildReport, Index, Metric};
@@ -37,12 +40,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"VLCINDEX";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 pub const HEADER_SIZE: usize = 64;
 const ENTRY_SIZE: usize = 32;
 const MAX_SECTIONS: usize = 16;
 const ALIGN: u64 = 64;
 const NO_REFINE: u8 = 0xFF;
+const FLAG_F16_ANCHORS: u8 = 1;
+const FLAG_INT8_ANCHORS: u8 = 2;
 
 /// A typed array that is either owned or borrowed from a memory-mapped file.
 pub enum Section<T> {
@@ -89,7 +94,7 @@ fn as_bytes<T: bytemuck::Pod>(s: &[T]) -> &[u8] {
 /// The sections of an index in file order, as byte slices.
 fn sections<'a>(index: &'a Index, e: &'a Encoded) -> Vec<([u8; 4], &'a [u8])> {
     let (anchors, params, refine_params, meta) = (
-        &e.anchors[..],
+        &index.stored_anchors.bytes[..],
         &e.params[..],
         &e.refine_params[..],
         &e.meta[..],
@@ -116,8 +121,6 @@ compile_error!("the VLC index format is written by little-endian targets only");
 
 /// The serialised small sections of an index.
 struct Encoded {
-    anchors_f16: bool,
-    anchors: Vec<u8>,
     params: Vec<u8>,
     refine_params: Vec<u8>,
     meta: Vec<u8>,
@@ -131,23 +134,7 @@ fn encode_params(index: &Index) -> Encoded {
         c.write_params(&mut refine_params);
     }
     let meta = serde_json::to_vec(&index.report).unwrap_or_default();
-    // Anchors that f16 represents exactly (as `Index::build` leaves them) are stored as f16.
-    let anchors_f16 = index
-        .anchors
-        .iter()
-        .all(|&v| half::f16::from_f32(v).to_f32() == v);
-    let anchors = if anchors_f16 {
-        index
-            .anchors
-            .iter()
-            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
-            .collect()
-    } else {
-        as_bytes(&index.anchors).to_vec()
-    };
     Encoded {
-        anchors_f16,
-        anchors,
         params,
         refine_params,
         meta,
@@ -204,7 +191,11 @@ pub fn to_bytes(index: &Index) -> Vec<u8> {
             .as_ref()
             .map_or(NO_REFINE, |r| r.0.kind() as u8),
     );
-    out.push(encoded.anchors_f16 as u8);
+    out.push(match index.stored_anchors.precision {
+        AnchorPrecision::F32 => 0,
+        AnchorPrecision::F16 => FLAG_F16_ANCHORS,
+        AnchorPrecision::Int8 => FLAG_INT8_ANCHORS,
+    });
     out.extend((entries.len() as u32).to_le_bytes());
     out.extend(total.to_le_bytes());
     out.extend(crc32fast::hash(&table).to_le_bytes());
@@ -266,8 +257,8 @@ pub struct FileInfo {
     pub codec: CodecKind,
     pub refine: Option<CodecKind>,
     pub file_size: u64,
-    /// Anchors stored at f16 precision.
-    pub anchors_f16: bool,
+    /// How the anchors are stored.
+    pub anchor_precision: AnchorPrecision,
     /// (tag, offset, length) of each section.
     pub sections: Vec<(String, u64, u64)>,
 }
@@ -362,10 +353,17 @@ fn parse(bytes: &[u8]) -> Result<(FileInfo, Vec<(/*tag*/ [u8; 4], usize, usize)>
                 .ok_or_else(|| corrupt(format!("unknown refine codec {v}"), 34))?,
         ),
     };
-    if h[35] > 1 {
-        return Err(corrupt(format!("unknown flags {:#04x}", h[35]), 35));
-    }
-    let anchors_f16 = h[35] & 1 == 1;
+    let anchor_precision = match (h[35], version) {
+        (0, _) => AnchorPrecision::F32,
+        (FLAG_F16_ANCHORS, _) => AnchorPrecision::F16,
+        (FLAG_INT8_ANCHORS, 2..) => AnchorPrecision::Int8,
+        (flags, _) => {
+            return Err(corrupt(
+                format!("unknown flags {flags:#04x} for format version {version}"),
+                35,
+            ))
+        }
+    };
     let count = u32_at(h, 36) as usize;
     if count > MAX_SECTIONS {
         return Err(corrupt(
@@ -459,7 +457,7 @@ fn parse(bytes: &[u8]) -> Result<(FileInfo, Vec<(/*tag*/ [u8; 4], usize, usize)>
         codec,
         refine,
         file_size,
-        anchors_f16,
+        anchor_precision,
         sections: infos,
     };
     Ok((info, ranges))
@@ -497,7 +495,6 @@ fn open_map(path: &Path) -> Result<(std::fs::File, Mmap)> {
 /// Build an index from validated bytes; `make` turns a byte range into a section.
 fn assemble(
     bytes: &[u8],
-    mut make_f32: impl FnMut(usize, usize) -> Result<Section<f32>>,
     mut make_u64: impl FnMut(usize, usize) -> Result<Section<u64>>,
     mut make_u32: impl FnMut(usize, usize) -> Result<Section<u32>>,
     mut make_u8: impl FnMut(usize, usize) -> Result<Section<u8>>,
@@ -518,17 +515,16 @@ fn assemble(
         }
         Ok((lo, hi))
     };
-    let (dim, k, n) = (
-        info.dim as u64,
-        info.num_anchors as u64,
-        info.num_vectors as u64,
-    );
+    let (k, n) = (info.num_anchors as u64, info.num_vectors as u64);
     let mul = |a: u64, b: u64| {
         a.checked_mul(b)
             .ok_or_else(|| corrupt("sizes overflow", 16))
     };
-    let anchor_bytes = if info.anchors_f16 { 2 } else { 4 };
-    let anchors_r = need(b"ANCH", Some(mul(mul(k, dim)?, anchor_bytes)?))?;
+    let anchor_bytes = info
+        .anchor_precision
+        .section_bytes(info.num_anchors, info.dim)
+        .ok_or_else(|| corrupt("sizes overflow", 16))?;
+    let anchors_r = need(b"ANCH", Some(anchor_bytes as u64))?;
     let loff_r = need(b"LOFF", Some(mul(k + 1, 8)?))?;
     let ids_r = need(b"IDS_", Some(mul(n, 4)?))?;
     let cpar_r = need(b"CPAR", None)?;
@@ -553,16 +549,11 @@ fn assemble(
             .map_err(|e| corrupt(format!("META section: {e}"), lo as u64))?,
         None => BuildReport::default(),
     };
-    let anchors = if info.anchors_f16 {
-        let raw = &bytes[anchors_r.0..anchors_r.1];
-        Section::Owned(
-            raw.chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-        )
-    } else {
-        make_f32(anchors_r.0, anchors_r.1)?
+    let stored_anchors = StoredAnchors {
+        precision: info.anchor_precision,
+        bytes: bytes[anchors_r.0..anchors_r.1].to_vec(),
     };
+    let anchors = stored_anchors.decode(info.dim);
     if let Some(p) = anchors.iter().position(|v| !v.is_finite()) {
         return Err(corrupt(
             format!("anchor {} has a non-finite value", p / info.dim),
@@ -585,7 +576,7 @@ fn assemble(
         info.dim,
         info.metric,
         info.num_vectors,
-        anchors,
+        stored_anchors,
         list_offsets,
         ids,
         codec,
@@ -620,7 +611,6 @@ impl Index {
             bytes,
             |a, b| Ok(Section::Owned(cast_owned(&bytes[a..b]))),
             |a, b| Ok(Section::Owned(cast_owned(&bytes[a..b]))),
-            |a, b| Ok(Section::Owned(cast_owned(&bytes[a..b]))),
             |a, b| Ok(Section::Owned(bytes[a..b].to_vec())),
         )
     }
@@ -643,7 +633,6 @@ impl Index {
         let bytes: &[u8] = &map;
         assemble(
             bytes,
-            |a, b| mapped(&map, a, b),
             |a, b| mapped(&map, a, b),
             |a, b| mapped(&map, a, b),
             |a, b| mapped(&map, a, b),

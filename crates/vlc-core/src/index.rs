@@ -1,6 +1,7 @@
 //! The index: anchors, inverted lists (ids and codes stored contiguously, grouped by anchor),
 //! a primary codec and an optional finer refine tier.
 
+use crate::anchor_store::{AnchorPrecision, StoredAnchors};
 use crate::backend::{group_by_anchor, Backend};
 use crate::codec::{Codec, CodecKind, CodecParams, ResidualCodec};
 use crate::error::{Result, VlcError};
@@ -67,6 +68,9 @@ pub struct BuildParams {
     pub codec_params: CodecParams,
     /// Rows used to fit codec parameters (default 65,536).
     pub codec_training_points: usize,
+    /// How the anchors are stored (default int8 with a scale per anchor). Vectors are
+    /// assigned and encoded against the stored values, so this costs no code accuracy.
+    pub anchor_precision: AnchorPrecision,
 }
 
 impl Default for BuildParams {
@@ -78,6 +82,7 @@ impl Default for BuildParams {
             train: TrainParams::default(),
             codec_params: CodecParams::default(),
             codec_training_points: 65_536,
+            anchor_precision: AnchorPrecision::default(),
         }
     }
 }
@@ -137,8 +142,10 @@ pub struct Index {
     pub(crate) dim: usize,
     pub(crate) metric: Metric,
     pub(crate) num_vectors: usize,
-    /// Layout: (num_anchors, dim), row-major.
+    /// The decoded anchors. Layout: (num_anchors, dim), row-major.
     pub(crate) anchors: Section<f32>,
+    /// The anchors as the file stores them (the source of `anchors`).
+    pub(crate) stored_anchors: StoredAnchors,
     /// Squared norm of each anchor. Layout: (num_anchors,).
     pub(crate) anchor_norms: Vec<f32>,
     /// List `a` owns positions `list_offsets[a]..list_offsets[a+1]`. Layout: (num_anchors + 1,).
@@ -221,17 +228,10 @@ impl Index {
             progress(&BuildEvent::Iteration(s.clone()))
         })?;
         let num_anchors = anchors.len() / dim;
-        // Anchors are kept at f16 precision (half the file space) unless a value is out of f16's
-        // range; vectors are encoded against the rounded anchors, so nothing is lost downstream.
-        let anchors_f16 = anchors.iter().all(|v| v.abs() < 60_000.0);
-        let anchors: Vec<f32> = if anchors_f16 {
-            anchors
-                .iter()
-                .map(|&v| half::f16::from_f32(v).to_f32())
-                .collect()
-        } else {
-            anchors
-        };
+        // Anchors are rounded to their stored precision first; vectors are assigned and encoded
+        // against the rounded anchors, so nothing is lost downstream.
+        let stored_anchors = StoredAnchors::encode(&anchors, dim, params.anchor_precision);
+        let anchors = stored_anchors.decode(dim);
         let train_seconds = start.elapsed().as_secs_f64();
 
         // Assign every vector, in chunks so progress can be shown.
@@ -330,7 +330,7 @@ impl Index {
             dim,
             params.metric,
             n,
-            Section::Owned(anchors),
+            stored_anchors,
             Section::Owned(offsets.iter().map(|&o| o as u64).collect()),
             Section::Owned(order),
             codec,
@@ -346,7 +346,7 @@ impl Index {
         dim: usize,
         metric: Metric,
         num_vectors: usize,
-        anchors: Section<f32>,
+        stored_anchors: StoredAnchors,
         list_offsets: Section<u64>,
         ids: Section<u32>,
         codec: Codec,
@@ -354,15 +354,17 @@ impl Index {
         refine: Option<(Codec, Section<u8>)>,
         report: BuildReport,
     ) -> Index {
+        let anchors = Section::Owned(stored_anchors.decode(dim));
         let anchor_norms = crate::linalg::row_norms_sq(&anchors, dim);
         let fastscan = codec
             .fast_scan_bytes()
-            .map(|pairs| FastScan::build(&list_offsets, &codes, pairs, codec.code_size()));
+            .map(|stage1| FastScan::build(&list_offsets, &codes, stage1, codec.code_size()));
         Index {
             dim,
             metric,
             num_vectors,
             anchors,
+            stored_anchors,
             anchor_norms,
             list_offsets,
             ids,
@@ -406,6 +408,10 @@ impl Index {
     /// The anchors. Layout: (num_anchors, dim), row-major.
     pub fn anchors(&self) -> &[f32] {
         &self.anchors
+    }
+    /// How the anchors are stored.
+    pub fn anchor_precision(&self) -> AnchorPrecision {
+        self.stored_anchors.precision
     }
     /// Number of vectors in each inverted list. Layout: (num_anchors,).
     pub fn list_sizes(&self) -> Vec<usize> {

@@ -27,6 +27,7 @@
 //! # Ok::<(), vlc::VlcError>(())
 //! ```
 
+pub mod anchor_store;
 pub mod backend;
 pub mod codec;
 pub mod conformance;
@@ -46,6 +47,7 @@ pub mod synthetic;
 pub mod train;
 pub mod vectors;
 
+pub use anchor_store::AnchorPrecision;
 pub use backend::{Backend, CpuBackend};
 pub use codec::{Codec, CodecKind, CodecParams};
 pub use error::{Result, VlcError};

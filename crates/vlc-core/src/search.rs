@@ -190,7 +190,7 @@ impl Index {
             .iter()
             .map(|&k| (key_id(k), key_dist(k)))
             .collect();
-        Ok(self.search_prepared(&q, &probes, params, &mut scratch))
+        Ok(self.search_prepared(&q, None, &probes, params, &mut scratch))
     }
 
     /// Search a batch (num_queries, dim) on all threads of the current rayon pool; anchor
@@ -216,6 +216,8 @@ impl Index {
                 block.to_vec()
             };
             let near = backend.nearest_anchors(&prepared, &self.anchors, dim, params.nprobe)?;
+            // Codecs with a dense rotation rotate the whole block as one GEMM.
+            let rotated = self.codec.rotate_queries(&prepared);
             let m = block.len() / dim;
             let start = b * BLOCK;
             let ids = &mut ids[start * k..(start + m) * k];
@@ -233,8 +235,9 @@ impl Index {
                             )
                         })
                         .collect();
+                    let rq = rotated.as_ref().map(|r| &r[i * dim..(i + 1) * dim]);
                     for (slot, n) in self
-                        .search_prepared(q, &probes, params, scratch)
+                        .search_prepared(q, rq, &probes, params, scratch)
                         .into_iter()
                         .enumerate()
                     {
@@ -269,15 +272,17 @@ impl Index {
         smallest_keys(&scratch.anchor_dists, nprobe, &mut scratch.order);
     }
 
+    /// `rotated`: `q` already in the codec's basis, when the batch computed it.
     fn search_prepared(
         &self,
         q: &[f32],
+        rotated: Option<&[f32]>,
         probes: &[(u32, f32)],
         params: &SearchParams,
         scratch: &mut Scratch,
     ) -> Vec<Neighbor> {
         let pool_size = self.pool_size(params);
-        self.begin_query(q, scratch);
+        self.begin_query(q, rotated, scratch);
         for &(anchor, anchor_dist) in probes {
             self.scan_list(anchor, anchor_dist, pool_size, scratch);
         }
@@ -285,7 +290,7 @@ impl Index {
     }
 
     /// Build the query's tables and empty its candidate pool.
-    fn begin_query(&self, q: &[f32], scratch: &mut Scratch) {
+    fn begin_query(&self, q: &[f32], rotated: Option<&[f32]>, scratch: &mut Scratch) {
         scratch.primary.query.clear();
         scratch.primary.query.extend_from_slice(q);
         match &self.fastscan {
@@ -294,6 +299,7 @@ impl Index {
                 let full = self.refine.is_none().then_some(&mut scratch.primary);
                 self.codec.prepare_fast_scan(
                     q,
+                    rotated,
                     fs,
                     &mut scratch.rotated,
                     &mut scratch.weights,
@@ -409,8 +415,12 @@ impl Index {
                 *c = Candidate::new(out[0], p as u32, c.anchor, c.anchor_dist);
             }
         }
+        // Only the best k need ordering.
+        if found.len() > k {
+            found.select_nth_unstable(k - 1);
+            found.truncate(k);
+        }
         found.sort_unstable();
-        found.truncate(k);
         found
             .iter()
             .map(|c| Neighbor {

@@ -1,6 +1,6 @@
 //! Codecs: scan estimates agree with decoded residuals, parameters round-trip, sizes hold.
 
-use vlc::codec::{Codec, CodecKind, CodecParams, QueryState, ResidualCodec};
+use vlc::codec::{Codec, CodecKind, CodecParams, FactorFormat, QueryState, ResidualCodec};
 use vlc::linalg::l2_sq;
 use vlc::synthetic::clustered;
 use vlc::{Backend, CpuBackend};
@@ -152,17 +152,20 @@ fn rabitq_estimate_is_unbiased_and_ranks_well() {
         let f = fixture(dim);
         let codec = train(&f, kind);
         let nb = dim.div_ceil(8);
+        // Data near the origin (as here): the first stage's factors are two f16 values.
+        let (_, stage1) = codec.fast_scan_bytes().unwrap();
+        assert_eq!(stage1.bytes(), 4, "{kind} dim {dim}");
         if let Some(bits) = kind.rabitq_bits() {
             let extended = if bits > 1 {
                 (bits as usize - 1) * nb + 8
             } else {
                 0
             };
-            assert_eq!(codec.code_size(), nb + 8 + extended);
+            assert_eq!(codec.code_size(), nb + 4 + extended);
         } else {
             // pcaq at 3 bits: 2·D/8 bytes (rounded) beyond the sign plane, two factor pairs.
             let extra = (2.0 * dim as f64 / 8.0).round() as usize;
-            assert_eq!(codec.code_size(), nb + extra + 16, "{kind} dim {dim}");
+            assert_eq!(codec.code_size(), nb + extra + 12, "{kind} dim {dim}");
         }
         let codes = encode(&f, &codec);
         let mut bias = 0f64;
@@ -227,14 +230,16 @@ fn more_rabitq_bits_give_smaller_errors() {
     }
 }
 
-/// The fast-scan pass reads the first ⌈D/8⌉ + 8 bytes of every RaBitQ code as a 1-bit code:
-/// they must be exactly the 1-bit code of the same vector.
+/// The fast-scan pass reads the first ⌈D/8⌉ bytes and the two factors of every RaBitQ code as
+/// a 1-bit code: they must be exactly the 1-bit code of the same vector.
 #[test]
 fn multi_bit_codes_start_with_the_one_bit_code() {
     let dim = 65;
     let f = fixture(dim);
-    let one = encode(&f, &train(&f, CodecKind::RaBitQ1));
-    let head = dim.div_ceil(8) + 8;
+    let rabitq1 = train(&f, CodecKind::RaBitQ1);
+    let one = encode(&f, &rabitq1);
+    let head = dim.div_ceil(8) + rabitq1.fast_scan_bytes().unwrap().1.bytes();
+    assert_eq!(head, rabitq1.code_size());
     for kind in &RABITQ[1..] {
         let codec = train(&f, *kind);
         let codes = encode(&f, &codec);
@@ -275,10 +280,12 @@ fn rabitq_scan_agrees_with_decode() {
             let expected = l2_sq(query, &recon) - rhat_sq + r_sq;
             // pcaq's rotation is orthogonal to f16 precision only (it is stored as f16), so
             // norms taken before and after it agree to about 1e-3 of the residual's norm.
-            let slack = if kind == CodecKind::PcaRaBitQ {
-                r_sq
-            } else {
-                0.0
+            // rabitq1's estimate uses the first stage's f1, stored as f16: its rounding (up to
+            // 2^-11 |f1|, |f1| < (‖c‖ + ‖r‖)²) is not in the decoded vector.
+            let slack = match kind {
+                CodecKind::PcaRaBitQ => r_sq,
+                CodecKind::RaBitQ1 => (l2_sq(anchor, &vec![0.0; dim]).sqrt() + r_sq.sqrt()).powi(2),
+                _ => 0.0,
             };
             assert!(
                 (est[i] - expected).abs() < 1e-3 * (1.0 + expected.abs() + slack),
@@ -421,4 +428,53 @@ fn pcaq_rejects_bits_out_of_range() {
         .unwrap_err();
         assert!(e.to_string().contains("bits"), "{bits}: {e}");
     }
+}
+
+/// The first stage's factors are f16 for data near the origin, f32 where anchors are much
+/// longer than residuals; both formats read back what was written (f16 to its precision), and
+/// parameters written before the format existed read as f32.
+#[test]
+fn factor_format_follows_the_data_and_round_trips() {
+    let dim = 32;
+    let f = fixture(dim);
+    let near = FactorFormat::fit(&f.data, &f.anchors, &f.assignment, dim);
+    assert!(matches!(near, FactorFormat::F16 { .. }), "{near:?}");
+    let far = fixture_from(
+        dim,
+        f.data.iter().map(|v| v + 1000.0).collect(),
+        f.anchors.iter().map(|v| v + 1000.0).collect(),
+    );
+    assert_eq!(
+        FactorFormat::fit(&far.data, &far.anchors, &far.assignment, dim),
+        FactorFormat::F32
+    );
+    for format in [near, FactorFormat::F32] {
+        let mut bytes = [0u8; 8];
+        for (f1, f2) in [(1.2345f32, -0.5f32), (-37.0, 1e-3), (0.0, 0.0)] {
+            format.write(&mut bytes, f1, f2);
+            let (g1, g2) = format.read(&bytes);
+            assert!(
+                (g1 - f1).abs() <= 1e-3 * f1.abs(),
+                "{format:?}: {g1} vs {f1}"
+            );
+            assert!(
+                (g2 - f2).abs() <= 1e-3 * f2.abs(),
+                "{format:?}: {g2} vs {f2}"
+            );
+        }
+    }
+    // A rabitq codec's parameters: seed, then the factor format. Without it: f32 factors.
+    let codec = train(&f, CodecKind::RaBitQ2);
+    let mut params = Vec::new();
+    codec.write_params(&mut params);
+    assert_eq!(params.len(), 8 + 1 + 8);
+    let old = Codec::read_params(CodecKind::RaBitQ2, dim, 8, &params[..8]).unwrap();
+    assert_eq!(old.fast_scan_bytes().unwrap().1, FactorFormat::F32);
+    assert_eq!(old.code_size(), codec.code_size() + 4);
+    let mut bad = params.clone();
+    bad[8] = 7;
+    assert!(Codec::read_params(CodecKind::RaBitQ2, dim, 8, &bad).is_err());
+    let mut bad = params.clone();
+    bad[9..13].copy_from_slice(&f32::NAN.to_le_bytes());
+    assert!(Codec::read_params(CodecKind::RaBitQ2, dim, 8, &bad).is_err());
 }

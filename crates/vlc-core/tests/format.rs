@@ -3,9 +3,9 @@
 
 use proptest::prelude::*;
 use std::sync::OnceLock;
-use vlc::format::{to_bytes, HEADER_SIZE};
+use vlc::format::{to_bytes, FORMAT_VERSION, HEADER_SIZE};
 use vlc::synthetic::{clustered, queries_near};
-use vlc::{BuildParams, CodecKind, CpuBackend, Index, SearchParams, VlcError};
+use vlc::{AnchorPrecision, BuildParams, CodecKind, CpuBackend, Index, SearchParams, VlcError};
 
 const DIM: usize = 12;
 
@@ -89,22 +89,73 @@ fn foreign_and_newer_files_are_rejected() {
         Index::from_bytes(b"\x93NUMPY\x01\x00 this is a numpy file, not an index, padded out...")
             .unwrap_err();
     assert!(matches!(err, VlcError::NotAnIndex { .. }), "{err}");
-    let mut newer = bytes().to_vec();
-    newer[8..12].copy_from_slice(&2u32.to_le_bytes());
-    let crc = crc32fast::hash(&newer[..60]);
-    newer[60..64].copy_from_slice(&crc.to_le_bytes());
-    let err = Index::from_bytes(&newer).unwrap_err();
+    let next = FORMAT_VERSION + 1;
+    let err = Index::from_bytes(&with_header_field(bytes(), 8, &next.to_le_bytes())).unwrap_err();
     assert!(
         matches!(
             err,
-            VlcError::UnsupportedVersion {
-                found: 2,
-                supported: 1
-            }
+            VlcError::UnsupportedVersion { found, supported } if found == next && supported == FORMAT_VERSION
         ),
         "{err}"
     );
     assert!(err.to_string().contains("newer"));
+}
+
+/// `b` with `value` written at header offset `at` and the header checksum fixed.
+fn with_header_field(b: &[u8], at: usize, value: &[u8]) -> Vec<u8> {
+    let mut out = b.to_vec();
+    out[at..at + value.len()].copy_from_slice(value);
+    let crc = crc32fast::hash(&out[..60]);
+    out[60..64].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+#[test]
+fn int8_anchors_need_format_version_2_and_unknown_flags_are_rejected() {
+    let b = bytes();
+    assert_eq!(b[35], 2, "the default build stores int8 anchors");
+    // A version-1 header cannot announce int8 anchors (version 1 had no such flag).
+    let err = Index::from_bytes(&with_header_field(b, 8, &1u32.to_le_bytes())).unwrap_err();
+    assert!(err.to_string().contains("flags"), "{err}");
+    for flags in [3u8, 4, 0x80] {
+        let err = Index::from_bytes(&with_header_field(b, 35, &[flags])).unwrap_err();
+        assert!(err.to_string().contains("flags"), "{flags}: {err}");
+    }
+}
+
+#[test]
+fn every_anchor_precision_round_trips_with_the_same_answers() {
+    let data = clustered(300, DIM, 6, 0.3, 4);
+    let queries = queries_near(&data, DIM, 20, 0.05, 9);
+    let params = SearchParams {
+        k: 5,
+        nprobe: 3,
+        rerank: 20,
+    };
+    let mut sizes = Vec::new();
+    for precision in [
+        AnchorPrecision::F32,
+        AnchorPrecision::F16,
+        AnchorPrecision::Int8,
+    ] {
+        let mut build = BuildParams::default()
+            .with_codec(CodecKind::RaBitQ2)
+            .with_num_anchors(8);
+        build.anchor_precision = precision;
+        let (index, _) = Index::build(&data, DIM, &build, &CpuBackend, &mut |_| {}).unwrap();
+        assert_eq!(index.anchor_precision(), precision);
+        let reopened = Index::from_bytes(&to_bytes(&index)).unwrap();
+        assert_eq!(reopened.anchor_precision(), precision);
+        assert_eq!(reopened.anchors(), index.anchors());
+        let want = index.search_batch(&queries, &params, &CpuBackend).unwrap();
+        let got = reopened
+            .search_batch(&queries, &params, &CpuBackend)
+            .unwrap();
+        assert_eq!(got, want, "{precision}");
+        sizes.push(index.file_size());
+    }
+    // f32 > f16 > int8 (8 anchors x 12 dims: 384, 192, 128 bytes before alignment).
+    assert!(sizes[0] > sizes[1] && sizes[1] >= sizes[2], "{sizes:?}");
 }
 
 #[test]

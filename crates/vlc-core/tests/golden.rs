@@ -1,6 +1,7 @@
 //! Golden files: indexes written by each released format version stay readable and give the
-//! same answers. `tests/golden/v1-*.vlc` were written by format version 1, with the search
-//! results they gave recorded beside them (`.expected.json`).
+//! same answers. `tests/golden/v1-*.vlc` were written by format version 1 and `v2-*.vlc` by
+//! version 2 (int8 anchors, f16 first-stage RaBitQ factors, `pcaq`), with the search results
+//! they gave recorded beside them (`.expected.json`).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
 //! `v{FORMAT_VERSION}-*` files for the current version (existing files are never overwritten).
@@ -38,6 +39,13 @@ fn cases() -> Vec<(&'static str, BuildParams)> {
                 .with_codec(CodecKind::RaBitQ3)
                 .with_num_anchors(7),
         ),
+        ("pcaq2.5-l2", {
+            let mut p = BuildParams::default()
+                .with_codec(CodecKind::PcaRaBitQ)
+                .with_num_anchors(6);
+            p.codec_params.bits = 2.5;
+            p
+        }),
         (
             "anchor-only-l2",
             BuildParams::default()
@@ -89,7 +97,7 @@ fn golden_files_stay_readable_with_the_same_answers() {
             }
         }
     }
-    assert!(seen >= 3, "golden files missing from {}", dir().display());
+    assert!(seen >= 9, "golden files missing from {}", dir().display());
 }
 
 #[test]

@@ -199,7 +199,7 @@ impl<'b> CudaIndex<'b> {
             _ => (None, 0),
         };
         let (refine_codes, second) = match &view.refine {
-            Some(r) => (Some(backend.upload(r.codes)?), Some(backend.stage(r)?)),
+            Some(r) => (Some(backend.upload(&r.codes)?), Some(backend.stage(r)?)),
             // Without a refine tier, RaBitQ's full code rescores what its 1-bit part found.
             None if view.has_second_stage => (
                 None,
@@ -222,7 +222,7 @@ impl<'b> CudaIndex<'b> {
             anchor_norms: backend.upload(view.anchor_norms)?,
             list_offsets: backend.upload(view.list_offsets)?,
             ids: backend.upload(view.ids)?,
-            codes: backend.upload(view.primary.codes)?,
+            codes: backend.upload(&view.primary.codes)?,
             refine_codes,
             rotation,
             padded_dim,

@@ -15,10 +15,11 @@ pub struct Args {
     /// Where to write the index (written to a temporary file, then renamed).
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Residual codec, by bytes per vector at dim D: anchor-only (0), rabitq1 (D/8 + 8),
-    /// rabitq2 (D/4 + 16), rabitq3 (3D/8 + 16), rabitq4 (D/2 + 16), sq4 (D/2 + 4), sq8 (D + 4),
-    /// or pcaqB (about B·D/8 + 16, any B above 1 and up to 8, e.g. pcaq3.2; plus a D x D
-    /// rotation per index): RaBitQ codes in the principal axes of the residuals with the bits
+    /// Residual codec, by bytes per vector at dim D: anchor-only (0), rabitq1 (D/8 + 4),
+    /// rabitq2 (D/4 + 12), rabitq3 (3D/8 + 12), rabitq4 (D/2 + 12), sq4 (D/2 + 4), sq8 (D + 4),
+    /// or pcaqB (about B·D/8 + 12, any B above 1 and up to 8, e.g. pcaq1.5 or pcaq3.2; plus a
+    /// D x D rotation per index); RaBitQ-family sizes are 4 more for data far from the origin,
+    /// whose first-stage factors are kept as f32): RaBitQ codes in the principal axes of the residuals with the bits
     /// allocated by variance, the best recall per byte on anisotropic data such as text
     /// embeddings. RaBitQ-family codes are scanned a bit or two at a time and their candidates
     /// rescored with all bits.
@@ -39,6 +40,11 @@ pub struct Args {
     /// Seed: the same seed and input give the same index.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// How anchors are stored: int8 (1 byte per value and a scale per anchor), f16 or f32.
+    /// Vectors are encoded against the stored anchors, so this costs no code accuracy; int8
+    /// saves num_anchors·dim bytes over f16, which matters for small collections.
+    #[arg(long, default_value = "int8")]
+    pub anchor_precision: vlc::AnchorPrecision,
     /// Per-anchor, per-dimension quantisation ranges (diagonal Jacobian; sq8/sq4 only).
     #[arg(long)]
     pub jacobian: bool,
@@ -97,6 +103,7 @@ pub fn run(a: Args) -> Result<()> {
     params.train.cooling = a.cooling;
     params.train.maintenance_interval = a.maintenance_interval;
     params.codec_params.jacobian = a.jacobian;
+    params.anchor_precision = a.anchor_precision;
     if let Some(bits) = bits {
         params.codec_params.bits = bits;
     }

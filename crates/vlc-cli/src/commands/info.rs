@@ -26,7 +26,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.json {
         let j = serde_json::json!({
             "path": a.index, "format_version": info.version, "dim": info.dim, "vectors": info.num_vectors,
-            "anchors": info.num_anchors, "metric": info.metric.name(), "normalized_on_input": info.metric == Metric::Cosine,
+            "anchors": info.num_anchors, "anchor_precision": info.anchor_precision.name(), "metric": info.metric.name(), "normalized_on_input": info.metric == Metric::Cosine,
             "codec": info.codec.name(), "code_size": index.code_size(),
             "refine": info.refine.map(|c| c.name()), "refine_code_size": index.refine_code_size(),
             "file_bytes": info.file_size, "bytes_per_vector": bpv, "compression_vs_f32": (4 * info.dim) as f64 / bpv,
@@ -49,8 +49,8 @@ pub fn run(a: Args) -> Result<()> {
         }
     );
     println!(
-        "  anchors     {} (list sizes: min {min}, median {median}, max {max}; {empty} empty)",
-        info.num_anchors
+        "  anchors     {} stored as {} (list sizes: min {min}, median {median}, max {max}; {empty} empty)",
+        info.num_anchors, info.anchor_precision
     );
     println!(
         "  codec       {} ({} bytes/vector)",

@@ -17,6 +17,7 @@ use crate::error::{Result, VlcError};
 pub use anchor_only::AnchorOnly;
 pub use pca::PcaRaBitQ;
 pub use rabitq::RaBitQ;
+use rayon::prelude::*;
 pub use scalar::ScalarQuantizer;
 
 /// Which codec; the byte value is part of the file format and never changes meaning.
@@ -85,17 +86,15 @@ impl CodecKind {
         }
     }
 
-    /// Bytes one vector's code takes at dimension `dim` (factors included); `None` for
-    /// `pcaq`, whose size follows its trained bit allocation ([`ResidualCodec::code_size`]).
+    /// Bytes one vector's code takes at dimension `dim` (factors included); `None` for the
+    /// RaBitQ family, whose size follows training (the factor format, and for `pcaq` the bit
+    /// allocation; see [`ResidualCodec::code_size`]).
     pub fn code_size(self, dim: usize) -> Option<usize> {
         Some(match self {
             CodecKind::AnchorOnly => 0,
             CodecKind::Sq8 => dim + 4,
             CodecKind::Sq4 => dim.div_ceil(2) + 4,
-            CodecKind::RaBitQ1 | CodecKind::RaBitQ2 | CodecKind::RaBitQ3 | CodecKind::RaBitQ4 => {
-                rabitq::code_size(dim, self.rabitq_bits().unwrap())
-            }
-            CodecKind::PcaRaBitQ => return None,
+            _ => return None,
         })
     }
 }
@@ -270,7 +269,12 @@ impl Codec {
                 )?)
             }
             CodecKind::RaBitQ1 | CodecKind::RaBitQ2 | CodecKind::RaBitQ3 | CodecKind::RaBitQ4 => {
-                Codec::RaBitQ(RaBitQ::train(dim, kind.rabitq_bits().unwrap(), params.seed))
+                Codec::RaBitQ(RaBitQ::new(
+                    dim,
+                    kind.rabitq_bits().unwrap(),
+                    params.seed,
+                    FactorFormat::fit(points, anchors, assignment, dim),
+                ))
             }
             CodecKind::PcaRaBitQ => Codec::Pca(PcaRaBitQ::train(
                 dim,
@@ -312,21 +316,35 @@ impl Codec {
     }
 
     /// For codecs searched in two stages (the RaBitQ family): the bytes of bit planes at the
-    /// start of each code that the fast scan reads (its two `f32` factors follow them).
-    pub fn fast_scan_bytes(&self) -> Option<usize> {
+    /// start of each code that the fast scan reads, and the format of the two factors that
+    /// follow them.
+    pub fn fast_scan_bytes(&self) -> Option<(usize, FactorFormat)> {
         match self {
-            Codec::RaBitQ(r) => Some(r.dim().div_ceil(8)),
-            Codec::Pca(p) => Some(p.stage1_bytes()),
+            Codec::RaBitQ(r) => Some((r.dim().div_ceil(8), r.factors())),
+            Codec::Pca(p) => Some((p.stage1_bytes(), p.factors())),
+            _ => None,
+        }
+    }
+
+    /// Rotate a block of queries (m, dim) into the codec's basis with one GEMM, for codecs
+    /// whose rotation is a dense matrix (`pcaq`); `None` for the others (RaBitQ's structured
+    /// rotation is cheap per query). Layout of the result: (m, dim), row-major.
+    pub(crate) fn rotate_queries(&self, queries: &[f32]) -> Option<Vec<f32>> {
+        match self {
+            Codec::Pca(p) => Some(p.rotate_queries(queries)),
             _ => None,
         }
     }
 
     /// Prepare query `q` for a two-stage scan: the fast scan's table into `lut` and, when
-    /// `full` is given, the full code's tables into it. `rotated` and `weights` are scratch.
+    /// `full` is given, the full code's tables into it. `rotated` and `weights` are scratch;
+    /// `pre_rotated` is `q` already rotated by [`rotate_queries`](Self::rotate_queries).
     /// Does nothing for codecs without a fast scan.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn prepare_fast_scan(
         &self,
         q: &[f32],
+        pre_rotated: Option<&[f32]>,
         fast_scan: &crate::fastscan::FastScan,
         rotated: &mut Vec<f32>,
         weights: &mut Vec<f32>,
@@ -344,7 +362,14 @@ impl Codec {
                 }
             }
             Codec::Pca(p) => {
-                p.rotate_query(q, rotated);
+                match pre_rotated {
+                    Some(r) => {
+                        rotated.clear();
+                        rotated.extend_from_slice(r);
+                        rotated.resize(p.dim().div_ceil(8) * 8, 0.0);
+                    }
+                    None => p.rotate_query(q, rotated),
+                }
                 let offset = p.stage1_weights(rotated, weights);
                 fast_scan.prepare(weights, 2.0 * inv_sqrt_d, offset, lut);
                 if let Some(state) = full {
@@ -425,6 +450,10 @@ impl<'a> ParamReader<'a> {
             .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
             .collect())
     }
+    /// Bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
     pub(crate) fn finish(self) -> Result<()> {
         if self.pos != self.bytes.len() {
             return Err(self.corrupt(&format!("{} trailing bytes", self.bytes.len() - self.pos)));
@@ -443,7 +472,7 @@ impl<'a> ParamReader<'a> {
         self.pos += n;
         Ok(s)
     }
-    fn corrupt(&self, reason: &str) -> VlcError {
+    pub(crate) fn corrupt(&self, reason: &str) -> VlcError {
         VlcError::Corrupt {
             what: format!("{} parameters: {reason}", self.what),
             offset: self.pos as u64,
@@ -458,4 +487,120 @@ pub(crate) fn put_f32s(out: &mut Vec<u8>, values: &[f32]) {
 #[inline]
 pub(crate) fn read_f32(bytes: &[u8], at: usize) -> f32 {
     f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+/// How a code stores the two factors `(f1, f2)` of its first (fast-scan) stage.
+///
+/// `F16` keeps `f1 / f1_scale` and `f2 / f2_scale` as IEEE half floats (4 bytes instead of 8),
+/// the scales being powers of two near the training sample's mean `‖r‖²` and `‖r‖`, so the
+/// stored values sit near 1, far from f16's limits. Its relative rounding (2⁻¹¹) is far below
+/// the first stage's own estimation error. The factors hold a cross term with the anchor of
+/// size about `‖r‖ ‖c‖ / √D`; when anchors are much longer than residuals (data far from the
+/// origin) that term dominates and its rounding would not be negligible, so
+/// [`FactorFormat::fit`] keeps `F32` there.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FactorFormat {
+    F32,
+    F16 { f1_scale: f32, f2_scale: f32 },
+}
+
+/// Anchors up to this multiple of the mean residual norm keep f16 factors.
+const F16_FACTOR_MAX_ANCHOR_RATIO: f64 = 16.0;
+
+impl FactorFormat {
+    /// Bytes of the two factors in a code.
+    pub fn bytes(self) -> usize {
+        match self {
+            FactorFormat::F32 => 8,
+            FactorFormat::F16 { .. } => 4,
+        }
+    }
+
+    /// The format for residuals `points − anchors[assignment]` of a training sample:
+    /// `points` (m, dim), `anchors` (num_anchors, dim), `assignment` (m,).
+    pub fn fit(points: &[f32], anchors: &[f32], assignment: &[u32], dim: usize) -> Self {
+        let m = assignment.len();
+        if m == 0 || dim == 0 {
+            return FactorFormat::F32;
+        }
+        let (r_sq, r, c) = (0..m)
+            .into_par_iter()
+            .map(|i| {
+                let a = assignment[i] as usize;
+                let c = &anchors[a * dim..(a + 1) * dim];
+                let d = crate::linalg::l2_sq(&points[i * dim..(i + 1) * dim], c) as f64;
+                (d, d.sqrt(), (crate::linalg::dot(c, c) as f64).sqrt())
+            })
+            .reduce(|| (0.0, 0.0, 0.0), |x, y| (x.0 + y.0, x.1 + y.1, x.2 + y.2));
+        let (r_sq, r, c) = (r_sq / m as f64, r / m as f64, c / m as f64);
+        let pow2 = |v: f64| (2f64).powi(v.log2().round().clamp(-100.0, 100.0) as i32) as f32;
+        if r.is_nan() || r <= 0.0 || !r_sq.is_finite() || c > F16_FACTOR_MAX_ANCHOR_RATIO * r {
+            return FactorFormat::F32;
+        }
+        FactorFormat::F16 {
+            f1_scale: pow2(r_sq),
+            f2_scale: pow2(r),
+        }
+    }
+
+    /// Write `(f1, f2)` at the start of `out` (f16 values saturate at ±65504 times the scale).
+    #[inline]
+    pub fn write(self, out: &mut [u8], f1: f32, f2: f32) {
+        match self {
+            FactorFormat::F32 => {
+                out[..4].copy_from_slice(&f1.to_le_bytes());
+                out[4..8].copy_from_slice(&f2.to_le_bytes());
+            }
+            FactorFormat::F16 { f1_scale, f2_scale } => {
+                let h = |v: f32| half::f16::from_f32((v).clamp(-65504.0, 65504.0)).to_le_bytes();
+                out[..2].copy_from_slice(&h(f1 / f1_scale));
+                out[2..4].copy_from_slice(&h(f2 / f2_scale));
+            }
+        }
+    }
+
+    /// The factors stored at the start of `code`.
+    #[inline]
+    pub fn read(self, code: &[u8]) -> (f32, f32) {
+        match self {
+            FactorFormat::F32 => (read_f32(code, 0), read_f32(code, 4)),
+            FactorFormat::F16 { f1_scale, f2_scale } => (
+                half::f16::from_le_bytes([code[0], code[1]]).to_f32() * f1_scale,
+                half::f16::from_le_bytes([code[2], code[3]]).to_f32() * f2_scale,
+            ),
+        }
+    }
+
+    /// Serialise: one tag byte (0 = f32, 1 = f16), then the two scales for f16.
+    pub(crate) fn write_params(self, out: &mut Vec<u8>) {
+        match self {
+            FactorFormat::F32 => out.push(0),
+            FactorFormat::F16 { f1_scale, f2_scale } => {
+                out.push(1);
+                put_f32s(out, &[f1_scale, f2_scale]);
+            }
+        }
+    }
+
+    /// Read what [`write_params`](Self::write_params) wrote; parameters written before this
+    /// field existed (nothing left to read) mean f32.
+    pub(crate) fn read_params(r: &mut ParamReader) -> Result<Self> {
+        if r.remaining() == 0 {
+            return Ok(FactorFormat::F32);
+        }
+        match r.bytes(1)?[0] {
+            0 => Ok(FactorFormat::F32),
+            1 => {
+                let s = r.f32s(2)?;
+                if s.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+                    return Err(r.corrupt("factor scales must be positive and finite"));
+                }
+                Ok(FactorFormat::F16 {
+                    f1_scale: s[0],
+                    f2_scale: s[1],
+                })
+            }
+            t => Err(r.corrupt(&format!("unknown factor format {t}"))),
+        }
+    }
 }

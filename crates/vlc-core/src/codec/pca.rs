@@ -23,7 +23,8 @@
 //!
 //! Code layout, `nb = ⌈D/8⌉`, dimension `d` at byte `d/8`, bit `d%8` of each plane:
 //! - first stage: the sign plane (top bit of `u`, `nb` bytes), the second-highest bit of
-//!   dimensions `0..stage1_dims` (`⌈stage1_dims/8⌉` bytes), `f32` f1 and f2 of the coarse grid;
+//!   dimensions `0..stage1_dims` (`⌈stage1_dims/8⌉` bytes), f1 and f2 of the coarse grid in
+//!   the codec's [`FactorFormat`] (two scaled `f16`, or two `f32`);
 //! - the remaining bits of `u`, low bit first: plane `j` holds bit `j` of the first
 //!   `plane_dims[j]` dimensions (a prefix, as the remaining widths are non-increasing), then
 //!   `f32` f1 and f2 of the full code.
@@ -32,7 +33,7 @@
 //! precision everywhere, so a loaded index encodes and searches exactly like the built one.
 
 use super::rabitq::{choose_levels, fill_nibble_table, grid_factors, plane_sum, LevelScratch};
-use super::{read_f32, CodecKind, ParamReader, QueryState, ResidualCodec};
+use super::{read_f32, CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::linalg::{dot, gemm_nt};
 use rayon::prelude::*;
@@ -59,6 +60,8 @@ pub struct PcaRaBitQ {
     plane_dims: Vec<usize>,
     /// Rows are the basis vectors, rounded to f16. Layout: (dim, dim), row-major.
     rotation: Vec<f32>,
+    /// How the first stage's factors are stored.
+    factors: FactorFormat,
     /// Bytes of one code (fixed by the widths; kept so the scan does not recount it).
     code_size: usize,
 }
@@ -210,15 +213,22 @@ impl PcaRaBitQ {
         for r in rotation.iter_mut() {
             *r = half::f16::from_f32(*r).to_f32();
         }
-        Ok(Self::from_parts(dim, bits, dim_bits, rotation))
+        let factors = FactorFormat::fit(points, anchors, assignment, dim);
+        Ok(Self::from_parts(dim, bits, dim_bits, rotation, factors))
     }
 
-    fn from_parts(dim: usize, bits: f32, dim_bits: Vec<u8>, rotation: Vec<f32>) -> Self {
+    fn from_parts(
+        dim: usize,
+        bits: f32,
+        dim_bits: Vec<u8>,
+        rotation: Vec<f32>,
+        factors: FactorFormat,
+    ) -> Self {
         let stage1_dims = stage1_prefix(&dim_bits);
         let plane_dims = plane_prefixes(&dim_bits, stage1_dims);
         let code_size = dim.div_ceil(8)
             + stage1_dims.div_ceil(8)
-            + 8
+            + factors.bytes()
             + plane_dims.iter().map(|n| n.div_ceil(8)).sum::<usize>()
             + 8;
         PcaRaBitQ {
@@ -228,6 +238,7 @@ impl PcaRaBitQ {
             stage1_dims,
             plane_dims,
             rotation,
+            factors,
             code_size,
         }
     }
@@ -241,6 +252,7 @@ impl PcaRaBitQ {
             .chunks_exact(2)
             .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
             .collect();
+        let factors = FactorFormat::read_params(&mut r)?;
         r.finish()?;
         let corrupt = |what: &str| VlcError::Corrupt {
             what: format!("pcaq codec parameters: {what}"),
@@ -257,7 +269,12 @@ impl PcaRaBitQ {
         if rotation.iter().any(|v| !v.is_finite()) {
             return Err(corrupt("non-finite rotation entry"));
         }
-        Ok(Self::from_parts(dim, bits, dim_bits, rotation))
+        Ok(Self::from_parts(dim, bits, dim_bits, rotation, factors))
+    }
+
+    /// How the first stage's factors are stored.
+    pub fn factors(&self) -> FactorFormat {
+        self.factors
     }
 
     /// Bytes of the first stage's bit planes (sign plane, then the second-bit plane).
@@ -298,6 +315,17 @@ impl PcaRaBitQ {
                 .map(|row| dot(row, query)),
         );
         out.resize(self.nb() * 8, 0.0);
+    }
+
+    /// `P q` for a block of queries (m, dim) with one GEMM. Layout: (m, dim), row-major.
+    pub fn rotate_queries(&self, queries: &[f32]) -> Vec<f32> {
+        const ROWS: usize = 256;
+        let dim = self.dim;
+        let mut out = vec![0f32; queries.len()];
+        out.par_chunks_mut(ROWS * dim)
+            .zip(queries.par_chunks(ROWS * dim))
+            .for_each(|(o, q)| gemm_nt(q, q.len() / dim, &self.rotation, dim, dim, o));
+        out
     }
 
     /// First-stage weights for the fast scan from a rotated query `rq`: the sign plane's bit
@@ -389,9 +417,8 @@ impl PcaRaBitQ {
             (units[i] >> shift) as f32 * step + (step - 1.0) * 0.5 - self.centre(i)
         };
         let (f1, f2) = grid_factors(rr, pc, coarse);
-        code[at..at + 4].copy_from_slice(&f1.to_le_bytes());
-        code[at + 4..at + 8].copy_from_slice(&f2.to_le_bytes());
-        at += 8;
+        self.factors.write(&mut code[at..], f1, f2);
+        at += self.factors.bytes();
         for (j, &n) in self.plane_dims.iter().enumerate() {
             for (i, &u) in units[..n].iter().enumerate() {
                 code[at + i / 8] |= ((u >> j & 1) as u8) << (i % 8);
@@ -414,7 +441,7 @@ impl PcaRaBitQ {
             }
             *o = u;
         }
-        let mut at = self.stage1_bytes() + 8;
+        let mut at = self.stage1_bytes() + self.factors.bytes();
         for (j, &n) in self.plane_dims.iter().enumerate() {
             for (i, o) in out[..n].iter_mut().enumerate() {
                 *o |= ((code[at + i / 8] >> (i % 8) & 1) as u32) << j;
@@ -513,7 +540,7 @@ impl ResidualCodec for PcaRaBitQ {
         for (o, code) in out.iter_mut().zip(codes.chunks_exact(cs)) {
             let mut ip =
                 state.constant + plane_sum(sign, &code[..nb]) + plane_sum(second, &code[nb..s1]);
-            let mut at = s1 + 8;
+            let mut at = s1 + self.factors.bytes();
             for (j, &n) in self.plane_dims.iter().enumerate() {
                 let len = n.div_ceil(8);
                 ip += (1u32 << j) as f32 * plane_sum(low, &code[at..at + len]);
@@ -531,6 +558,7 @@ impl ResidualCodec for PcaRaBitQ {
                 .iter()
                 .flat_map(|&v| half::f16::from_f32(v).to_le_bytes()),
         );
+        self.factors.write_params(out);
     }
 }
 

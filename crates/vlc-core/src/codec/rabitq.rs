@@ -19,11 +19,13 @@
 //! with the fast-scan kernel and rescores only its candidate pool with the full code.
 //!
 //! Code layout, `nb = ⌈D/8⌉`, dimension `d` at byte `d/8`, bit `d%8` of each plane:
-//! - sign plane (`nb` bytes), then `f32` f1, `f32` f2 of the 1-bit code;
+//! - sign plane (`nb` bytes), then f1, f2 of the 1-bit code in the codec's
+//!   [`FactorFormat`] (two `f16` with a scale each, or two `f32` in older files and for data
+//!   far from the origin);
 //! - for `b > 1`: planes of bits `0..b−1` of `u` (`nb` bytes each), then `f32` f1, `f32` f2
 //!   of the full code.
 
-use super::{read_f32, CodecKind, ParamReader, QueryState, ResidualCodec};
+use super::{read_f32, CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
 use crate::error::Result;
 use crate::rotation::FastRotation;
 use rayon::prelude::*;
@@ -31,10 +33,11 @@ use rayon::prelude::*;
 /// Rows encoded per parallel task.
 const ENCODE_BLOCK: usize = 1024;
 
-/// Bytes of one vector's code at `dim` dimensions and `bits` bits per dimension (1..=4).
-pub fn code_size(dim: usize, bits: u32) -> usize {
+/// Bytes of one vector's code at `dim` dimensions and `bits` bits per dimension (1..=4),
+/// with the first stage's factors in `factors`.
+pub fn code_size(dim: usize, bits: u32, factors: FactorFormat) -> usize {
     let nb = dim.div_ceil(8);
-    nb + 8
+    nb + factors.bytes()
         + if bits > 1 {
             (bits as usize - 1) * nb + 8
         } else {
@@ -49,6 +52,9 @@ pub struct RaBitQ {
     bits: u32,
     seed: u64,
     rotation: FastRotation,
+    /// How the 1-bit stage's factors are stored.
+    factors: FactorFormat,
+    code_size: usize,
 }
 
 /// Per-thread encoding scratch.
@@ -199,21 +205,29 @@ pub(crate) fn fill_nibble_table(weight: impl Fn(usize) -> f32, scale: f32, table
 }
 
 impl RaBitQ {
-    pub(crate) fn train(dim: usize, bits: u32, seed: u64) -> Self {
+    pub(crate) fn new(dim: usize, bits: u32, seed: u64, factors: FactorFormat) -> Self {
         assert!((1..=4).contains(&bits), "RaBitQ bits must be 1..=4");
         RaBitQ {
             dim,
             bits,
             seed,
             rotation: FastRotation::new(dim, seed ^ 0x0b17_c0de),
+            factors,
+            code_size: code_size(dim, bits, factors),
         }
     }
 
     pub(crate) fn read_params(dim: usize, bits: u32, bytes: &[u8]) -> Result<Self> {
         let mut r = ParamReader::new(bytes, "rabitq codec");
         let seed = r.u64()?;
+        let factors = FactorFormat::read_params(&mut r)?;
         r.finish()?;
-        Ok(Self::train(dim, bits, seed))
+        Ok(Self::new(dim, bits, seed, factors))
+    }
+
+    /// How the 1-bit stage's factors are stored.
+    pub fn factors(&self) -> FactorFormat {
+        self.factors
     }
 
     /// Bits per dimension.
@@ -261,7 +275,7 @@ impl RaBitQ {
 
     /// Offset of the extended part (low planes, then its factors) in a code.
     fn ex_offset(&self) -> usize {
-        self.bytes() + 8
+        self.bytes() + self.factors.bytes()
     }
 
     fn encode_one(&self, pc: &[f32], scratch: &mut EncodeScratch, code: &mut [u8]) {
@@ -288,8 +302,7 @@ impl RaBitQ {
         } else {
             (0.0, 0.0)
         };
-        code[nb..nb + 4].copy_from_slice(&f1.to_le_bytes());
-        code[nb + 4..nb + 8].copy_from_slice(&f2.to_le_bytes());
+        self.factors.write(&mut code[nb..], f1, f2);
         if self.bits == 1 {
             return;
         }
@@ -373,7 +386,7 @@ impl ResidualCodec for RaBitQ {
         let nb = self.bytes();
         let sqrt_d = (self.dim as f32).sqrt();
         if self.bits == 1 {
-            let scale = -0.5 * read_f32(code, nb + 4) / sqrt_d;
+            let scale = -0.5 * self.factors.read(&code[nb..]).1 / sqrt_d;
             for (i, o) in out.iter_mut().enumerate() {
                 *o = if code[i / 8] >> (i % 8) & 1 == 1 {
                     scale
@@ -425,16 +438,22 @@ impl ResidualCodec for RaBitQ {
             for j in 0..low_planes {
                 ip += (1u32 << j) as f32 * plane_sum(table, &code[ex + j * nb..ex + (j + 1) * nb]);
             }
-            let at = if low_planes == 0 {
-                nb
+            let (f1, f2) = if low_planes == 0 {
+                self.factors.read(&code[nb..])
             } else {
-                ex + low_planes * nb
+                let at = ex + low_planes * nb;
+                (read_f32(code, at), read_f32(code, at + 4))
             };
-            *o = query_anchor_dist + read_f32(code, at) + read_f32(code, at + 4) * ip;
+            *o = query_anchor_dist + f1 + f2 * ip;
         }
+    }
+
+    fn code_size(&self) -> usize {
+        self.code_size
     }
 
     fn write_params(&self, out: &mut Vec<u8>) {
         out.extend(self.seed.to_le_bytes());
+        self.factors.write_params(out);
     }
 }
