@@ -371,7 +371,7 @@ fn pcaq_builds_at_the_bits_asked_and_rejects_bad_bits() {
             predicate::str::contains("pcaq (20 bytes/vector)")
                 .and(predicate::str::contains("stored as int8")),
         );
-    for bad in ["pcaq1", "pcaq9", "pcaqz"] {
+    for bad in ["pcaq0", "pcaq9", "pcaqz"] {
         vlc()
             .args(["build", "--codec", bad, "-q"])
             .arg(s.p("base.npy"))

@@ -235,7 +235,7 @@ impl Index {
                             )
                         })
                         .collect();
-                    let rq = rotated.as_ref().map(|r| &r[i * dim..(i + 1) * dim]);
+                    let rq = rotated.as_ref().map(|(r, w)| &r[i * w..(i + 1) * w]);
                     for (slot, n) in self
                         .search_prepared(q, rq, &probes, params, scratch)
                         .into_iter()

@@ -102,6 +102,55 @@ unsafe fn dot_u8_avx2(weights: &[f32], codes: &[u8]) -> f32 {
     s
 }
 
+/// `Σ weights[i]` over the set bits `i` of the bit plane `bits` (bit `i` is bit `i % 8` of
+/// byte `i / 8`); `weights` holds at least `8 · bits.len()` values.
+#[inline]
+pub fn bit_sum(weights: &[f32], bits: &[u8]) -> f32 {
+    assert!(weights.len() >= bits.len() * 8, "one weight per bit");
+    #[cfg(target_arch = "x86_64")]
+    if level() == SimdLevel::Avx2 {
+        // SAFETY: AVX2 was detected at run time; the length was checked above.
+        return unsafe { bit_sum_avx2(weights, bits) };
+    }
+    bit_sum_scalar(weights, bits)
+}
+
+/// Scalar reference of [`bit_sum`].
+pub fn bit_sum_scalar(weights: &[f32], bits: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (byte, w) in bits.iter().zip(weights.chunks_exact(8)) {
+        for l in 0..8 {
+            if byte >> l & 1 == 1 {
+                acc[l] += w[l];
+            }
+        }
+    }
+    acc.iter().sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn bit_sum_avx2(weights: &[f32], bits: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    // Lane l tests bit l of the broadcast byte.
+    let select = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for (j, &byte) in bits.iter().enumerate() {
+        let set = _mm256_cmpeq_epi32(
+            _mm256_and_si256(_mm256_set1_epi32(byte as i32), select),
+            select,
+        );
+        // SAFETY: the caller checked weights.len() >= 8 · bits.len(), so j·8 + 8 is in bounds.
+        let w = unsafe { _mm256_loadu_ps(weights.as_ptr().add(j * 8)) };
+        acc[j & 3] = _mm256_add_ps(acc[j & 3], _mm256_and_ps(w, _mm256_castsi256_ps(set)));
+    }
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds exactly 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+    lanes.iter().sum()
+}
+
 /// Bit j of the result is set when `values[j] < limit`, for the first min(len, 32) values
 /// (NaN never passes).
 #[inline]
@@ -152,6 +201,26 @@ mod tests {
             let (a, b) = (dot_u8(&w, &c), dot_u8_scalar(&w, &c));
             assert!((a - b).abs() <= 1e-3 * (1.0 + b.abs()), "n {n}: {a} vs {b}");
         }
+    }
+
+    #[test]
+    fn bit_sum_simd_matches_scalar_and_brute_force() {
+        let mut r = Rng::new(2);
+        for bytes in 0..13 {
+            let w: Vec<f32> = (0..bytes * 8 + 3).map(|_| r.normal() as f32).collect();
+            let plane: Vec<u8> = (0..bytes).map(|_| r.below(256) as u8).collect();
+            let brute: f32 = (0..bytes * 8)
+                .filter(|&i| plane[i / 8] >> (i % 8) & 1 == 1)
+                .map(|i| w[i])
+                .sum();
+            for got in [bit_sum(&w, &plane), bit_sum_scalar(&w, &plane)] {
+                assert!(
+                    (got - brute).abs() <= 1e-4 * (1.0 + brute.abs()),
+                    "{bytes} bytes: {got} vs {brute}"
+                );
+            }
+        }
+        assert_eq!(bit_sum(&[1.0; 16], &[0xFF, 0x01]), 9.0);
     }
 
     #[test]

@@ -355,7 +355,11 @@ fn codec_names_parse() {
         parse_codec_spec("rabitq2").unwrap(),
         (CodecKind::RaBitQ2, None)
     );
-    for bad in ["pcaq1", "pcaq0.5", "pcaq9", "pcaqx", "pcaq-2", "rabitq9"] {
+    assert_eq!(
+        parse_codec_spec("pcaq0.75").unwrap(),
+        (CodecKind::PcaRaBitQ, Some(0.75))
+    );
+    for bad in ["pcaq0", "pcaq9", "pcaqx", "pcaq-2", "rabitq9"] {
         let e = parse_codec_spec(bad).unwrap_err().to_string();
         assert!(e.contains("codec"), "{bad}: {e}");
     }
@@ -413,7 +417,7 @@ fn pcaq_beats_rabitq3_per_byte_on_anisotropic_data() {
 #[test]
 fn pcaq_rejects_bits_out_of_range() {
     let f = fixture(16);
-    for bits in [1.0f32, 0.0, 8.5, f32::NAN] {
+    for bits in [0.0f32, -1.0, 8.5, f32::NAN] {
         let e = Codec::train(
             CodecKind::PcaRaBitQ,
             &CodecParams {
@@ -477,4 +481,61 @@ fn factor_format_follows_the_data_and_round_trips() {
     let mut bad = params.clone();
     bad[9..13].copy_from_slice(&f32::NAN.to_le_bytes());
     assert!(Codec::read_params(CodecKind::RaBitQ2, dim, 8, &bad).is_err());
+}
+
+/// At one bit per dimension or less, `pcaq` codes only the leading principal axes, one bit each:
+/// the code is their sign plane and one factor pair (no second stage), the rotation keeps only
+/// their rows, and the estimate still agrees with the decoded residual (whose energy outside
+/// those axes enters `‖r‖²` only).
+#[test]
+fn pcaq_below_one_bit_codes_the_leading_axes() {
+    for (dim, bits, active) in [(65usize, 0.75f32, 48usize), (32, 1.0, 32), (7, 0.5, 7)] {
+        let f = fixture(dim);
+        let codec = Codec::train(
+            CodecKind::PcaRaBitQ,
+            &CodecParams {
+                bits,
+                ..Default::default()
+            },
+            &f.data,
+            &f.anchors,
+            &f.assignment,
+            dim,
+        )
+        .unwrap();
+        let Codec::Pca(p) = &codec else {
+            unreachable!()
+        };
+        assert_eq!(p.active_dims(), active, "dim {dim} bits {bits}");
+        assert_eq!(codec.code_size(), active.div_ceil(8) + 4, "dim {dim}");
+        let mut params = Vec::new();
+        codec.write_params(&mut params);
+        // bits, widths, active rows of the f16 rotation, factor format (tag + 2 scales).
+        assert_eq!(params.len(), 4 + dim + active * dim * 2 + 9);
+        let reread = Codec::read_params(CodecKind::PcaRaBitQ, dim, 8, &params).unwrap();
+        assert_eq!(reread.code_size(), codec.code_size());
+        let codes = encode(&f, &codec);
+        let cs = codec.code_size();
+        let query = &f.data[300 * dim..301 * dim];
+        let est = estimates(&f, &codec, &codes, query);
+        let mut decoded = vec![0f32; dim];
+        for i in 0..f.assignment.len() {
+            let a = f.assignment[i] as usize;
+            let anchor = &f.anchors[a * dim..(a + 1) * dim];
+            codec.decode(&codes[i * cs..(i + 1) * cs], a as u32, &mut decoded);
+            let x = &f.data[i * dim..(i + 1) * dim];
+            let r_sq: f32 = x.iter().zip(anchor).map(|(x, c)| (x - c).powi(2)).sum();
+            let rhat_sq: f32 = decoded.iter().map(|v| v * v).sum();
+            let recon: Vec<f32> = anchor.iter().zip(&decoded).map(|(c, r)| c + r).collect();
+            let expected = l2_sq(query, &recon) - rhat_sq + r_sq;
+            // f16 rotation and f16 factors: see `rabitq_scan_agrees_with_decode`.
+            let c_norm = l2_sq(anchor, &vec![0.0; dim]).sqrt();
+            let slack = r_sq + (c_norm + r_sq.sqrt()).powi(2);
+            assert!(
+                (est[i] - expected).abs() < 1e-3 * (1.0 + expected.abs() + slack),
+                "dim {dim} row {i}: scan {} vs decode {expected}",
+                est[i]
+            );
+        }
+    }
 }

@@ -128,10 +128,10 @@ pub fn parse_codec_spec(text: &str) -> Result<(CodecKind, Option<f32>)> {
                 format!("`{text}`: expected pcaq followed by bits per dimension, e.g. pcaq3.2"),
             )
         })?;
-        if !(bits > 1.0 && bits <= pca::MAX_DIM_BITS as f32) {
+        if !(bits > 0.0 && bits <= pca::MAX_DIM_BITS as f32) {
             return Err(VlcError::param(
                 "codec",
-                format!("`{text}`: pcaq needs more than 1 and at most 8 bits per dimension"),
+                format!("`{text}`: pcaq needs more than 0 and at most 8 bits per dimension"),
             ));
         }
         return Ok((CodecKind::PcaRaBitQ, Some(bits)));
@@ -199,7 +199,7 @@ pub struct CodecParams {
     pub jacobian: bool,
     /// Seed for random parts (the RaBitQ rotation).
     pub seed: u64,
-    /// Average bits per dimension of `pcaq` (more than 1, at most 8); ignored by the others.
+    /// Average bits per dimension of `pcaq` (more than 0, at most 8); ignored by the others.
     #[serde(default = "default_pca_bits")]
     pub bits: f32,
 }
@@ -328,10 +328,11 @@ impl Codec {
 
     /// Rotate a block of queries (m, dim) into the codec's basis with one GEMM, for codecs
     /// whose rotation is a dense matrix (`pcaq`); `None` for the others (RaBitQ's structured
-    /// rotation is cheap per query). Layout of the result: (m, dim), row-major.
-    pub(crate) fn rotate_queries(&self, queries: &[f32]) -> Option<Vec<f32>> {
+    /// rotation is cheap per query). Returns the rotated block, layout (m, width) row-major,
+    /// and its width (the coded dimensions).
+    pub(crate) fn rotate_queries(&self, queries: &[f32]) -> Option<(Vec<f32>, usize)> {
         match self {
-            Codec::Pca(p) => Some(p.rotate_queries(queries)),
+            Codec::Pca(p) => Some((p.rotate_queries(queries), p.active_dims())),
             _ => None,
         }
     }
@@ -366,12 +367,13 @@ impl Codec {
                     Some(r) => {
                         rotated.clear();
                         rotated.extend_from_slice(r);
-                        rotated.resize(p.dim().div_ceil(8) * 8, 0.0);
+                        rotated.resize(p.active_dims().div_ceil(8) * 8, 0.0);
                     }
                     None => p.rotate_query(q, rotated),
                 }
                 let offset = p.stage1_weights(rotated, weights);
-                fast_scan.prepare(weights, 2.0 * inv_sqrt_d, offset, lut);
+                let scale = 2.0 / (p.active_dims() as f32).sqrt();
+                fast_scan.prepare(weights, scale, offset, lut);
                 if let Some(state) = full {
                     p.prepare_rotated(rotated, state);
                 }

@@ -32,10 +32,11 @@
 //! The rotation is stored as an f16 matrix (dim² · 2 bytes in the file) and used at that
 //! precision everywhere, so a loaded index encodes and searches exactly like the built one.
 
-use super::rabitq::{choose_levels, fill_nibble_table, grid_factors, plane_sum, LevelScratch};
+use super::rabitq::{choose_levels, grid_factors, LevelScratch};
 use super::{read_f32, CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::linalg::{dot, gemm_nt};
+use crate::simd::bit_sum;
 use rayon::prelude::*;
 
 /// Rows encoded per parallel task.
@@ -54,11 +55,15 @@ pub struct PcaRaBitQ {
     bits: f32,
     /// Bits of each rotated dimension, non-increasing. Layout: (dim,).
     dim_bits: Vec<u8>,
+    /// Dimensions with at least one bit: `dim_bits[..active]` (all of them above one bit per
+    /// dimension on average).
+    active: usize,
     /// Dimensions whose second-highest bit belongs to the first stage (a prefix).
     stage1_dims: usize,
     /// Plane `j` of the remaining bits covers dimensions `0..plane_dims[j]`.
     plane_dims: Vec<usize>,
-    /// Rows are the basis vectors, rounded to f16. Layout: (dim, dim), row-major.
+    /// Rows are the basis vectors of the active dimensions, rounded to f16. Layout: (active,
+    /// dim), row-major.
     rotation: Vec<f32>,
     /// How the first stage's factors are stored.
     factors: FactorFormat,
@@ -103,6 +108,13 @@ fn allocate(variances: &[f64], extra_bytes: usize) -> Vec<u8> {
     (0..variances.len()).map(|d| bits[d / 8]).collect()
 }
 
+/// Widths at `bits ≤ 1` per dimension on average: one bit for the `bits · dim` leading
+/// principal axes (rounded to whole bytes, at least 8 axes or all), none for the others.
+fn one_bit_prefix(dim: usize, bits: f32) -> Vec<u8> {
+    let active = ((bits as f64 * dim as f64 / 8.0).round() as usize * 8).clamp(8.min(dim), dim);
+    (0..dim).map(|d| u8::from(d < active)).collect()
+}
+
 /// The first-stage prefix: the dimensions of width at least `w`, for the smallest `w ≥ 2`
 /// that keeps them to at most half of all dimensions (0 when no width qualifies).
 fn stage1_prefix(dim_bits: &[u8]) -> usize {
@@ -142,10 +154,10 @@ impl PcaRaBitQ {
         anchors: &[f32],
         assignment: &[u32],
     ) -> Result<Self> {
-        if !(bits > 1.0 && bits <= MAX_DIM_BITS as f32) {
+        if !(bits > 0.0 && bits <= MAX_DIM_BITS as f32) {
             return Err(VlcError::param(
                 "bits",
-                format!("pcaq needs more than 1 and at most {MAX_DIM_BITS} bits per dimension, got {bits}"),
+                format!("pcaq needs more than 0 and at most {MAX_DIM_BITS} bits per dimension, got {bits}"),
             ));
         }
         let m = assignment.len();
@@ -185,12 +197,18 @@ impl PcaRaBitQ {
             .iter()
             .map(|&a| eigen.eigenvalues[a].max(0.0))
             .collect();
-        let extra_bytes = (((bits - 1.0) as f64) * dim as f64 / 8.0).round() as usize;
-        let dim_bits = allocate(&variances, extra_bytes);
-        // Basis: the principal axes, mixed by a random rotation within each run of equal width.
-        let mut rotation = vec![0f32; dim * dim];
+        let dim_bits = if bits > 1.0 {
+            let extra_bytes = (((bits - 1.0) as f64) * dim as f64 / 8.0).round() as usize;
+            allocate(&variances, extra_bytes)
+        } else {
+            one_bit_prefix(dim, bits)
+        };
+        let active = dim_bits.iter().filter(|&&b| b > 0).count();
+        // Basis: the principal axes, mixed by a random rotation within each run of equal width;
+        // axes without bits are not stored.
+        let mut rotation = vec![0f32; active * dim];
         let mut start = 0;
-        while start < dim {
+        while start < active {
             let end = start
                 + dim_bits[start..]
                     .iter()
@@ -217,6 +235,22 @@ impl PcaRaBitQ {
         Ok(Self::from_parts(dim, bits, dim_bits, rotation, factors))
     }
 
+    /// Dimensions with at least one bit (a prefix of the rotated dimensions).
+    pub fn active_dims(&self) -> usize {
+        self.active
+    }
+
+    /// `√active`, the estimator's normalising constant (`√D` of [`super::rabitq`]).
+    fn root(&self) -> f32 {
+        (self.active as f32).sqrt()
+    }
+
+    /// Whether every dimension has at most one bit: the first stage is then the whole code,
+    /// which has no second set of factors.
+    fn single_stage(&self) -> bool {
+        self.plane_dims.is_empty() && self.stage1_dims == 0
+    }
+
     fn from_parts(
         dim: usize,
         bits: f32,
@@ -224,15 +258,22 @@ impl PcaRaBitQ {
         rotation: Vec<f32>,
         factors: FactorFormat,
     ) -> Self {
-        let stage1_dims = stage1_prefix(&dim_bits);
-        let plane_dims = plane_prefixes(&dim_bits, stage1_dims);
-        let code_size = dim.div_ceil(8)
+        let active = dim_bits.iter().filter(|&&b| b > 0).count();
+        let stage1_dims = stage1_prefix(&dim_bits[..active]);
+        let plane_dims = plane_prefixes(&dim_bits[..active], stage1_dims);
+        let full_factors = if plane_dims.is_empty() && stage1_dims == 0 {
+            0
+        } else {
+            8
+        };
+        let code_size = active.div_ceil(8)
             + stage1_dims.div_ceil(8)
             + factors.bytes()
             + plane_dims.iter().map(|n| n.div_ceil(8)).sum::<usize>()
-            + 8;
+            + full_factors;
         PcaRaBitQ {
             dim,
+            active,
             bits,
             dim_bits,
             stage1_dims,
@@ -247,8 +288,9 @@ impl PcaRaBitQ {
         let mut r = ParamReader::new(bytes, "pcaq codec");
         let bits = f32::from_bits(r.u32()?);
         let dim_bits = r.bytes(dim)?.to_vec();
+        let active = dim_bits.iter().filter(|&&b| b > 0).count();
         let rotation: Vec<f32> = r
-            .bytes(dim * dim * 2)?
+            .bytes(active * dim * 2)?
             .chunks_exact(2)
             .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
             .collect();
@@ -258,13 +300,15 @@ impl PcaRaBitQ {
             what: format!("pcaq codec parameters: {what}"),
             offset: 0,
         };
-        if !(bits > 1.0 && bits <= MAX_DIM_BITS as f32) {
+        if !(bits > 0.0 && bits <= MAX_DIM_BITS as f32) {
             return Err(corrupt(&format!("average bits {bits} out of range")));
         }
-        if dim_bits.iter().any(|&b| b == 0 || b > MAX_DIM_BITS)
+        if active == 0
+            || dim_bits.iter().any(|&b| b > MAX_DIM_BITS)
             || dim_bits.windows(2).any(|w| w[0] < w[1])
+            || (bits > 1.0 && active < dim)
         {
-            return Err(corrupt("dimension widths are not non-increasing in 1..=8"));
+            return Err(corrupt("dimension widths are not non-increasing in 0..=8"));
         }
         if rotation.iter().any(|v| !v.is_finite()) {
             return Err(corrupt("non-finite rotation entry"));
@@ -293,7 +337,7 @@ impl PcaRaBitQ {
     }
 
     fn nb(&self) -> usize {
-        self.dim.div_ceil(8)
+        self.active.div_ceil(8)
     }
 
     /// `(2^b_i − 1)/2`, the centre of dimension `i`'s grid.
@@ -317,14 +361,14 @@ impl PcaRaBitQ {
         out.resize(self.nb() * 8, 0.0);
     }
 
-    /// `P q` for a block of queries (m, dim) with one GEMM. Layout: (m, dim), row-major.
+    /// `P q` for a block of queries (m, dim) with one GEMM. Layout: (m, active), row-major.
     pub fn rotate_queries(&self, queries: &[f32]) -> Vec<f32> {
         const ROWS: usize = 256;
-        let dim = self.dim;
-        let mut out = vec![0f32; queries.len()];
-        out.par_chunks_mut(ROWS * dim)
+        let (dim, active) = (self.dim, self.active);
+        let mut out = vec![0f32; queries.len() / dim * active];
+        out.par_chunks_mut(ROWS * active)
             .zip(queries.par_chunks(ROWS * dim))
-            .for_each(|(o, q)| gemm_nt(q, q.len() / dim, &self.rotation, dim, dim, o));
+            .for_each(|(o, q)| gemm_nt(q, q.len() / dim, &self.rotation, active, dim, o));
         out
     }
 
@@ -337,7 +381,7 @@ impl PcaRaBitQ {
         weights.clear();
         weights.resize(self.stage1_bytes() * 8, 0.0);
         let mut constant = 0f32;
-        for i in 0..self.dim {
+        for i in 0..self.active {
             let b = self.dim_bits[i] as u32;
             weights[i] = (1u32 << (b - 1)) as f32 * rq[i];
             if i < self.stage1_dims {
@@ -347,41 +391,46 @@ impl PcaRaBitQ {
             let step = (1u32 << self.shift(i)) as f32;
             constant += ((step - 1.0) * 0.5 - self.centre(i)) * rq[i];
         }
-        -2.0 / (self.dim as f32).sqrt() * constant
+        -2.0 / self.root() * constant
     }
 
-    /// The full code's tables from a rotated query `rq`: three nibble tables (sign plane,
-    /// second-bit plane, remaining planes) of 2·⌈D/8⌉ groups each, and the grid-centre term
-    /// in `constant`.
+    /// The full code's weights from a rotated query `rq`: three vectors of 8·⌈active/8⌉
+    /// (sign plane `2^(b_i−1) s rq_i`, second-bit plane `2^(b_i−2) s rq_i` on the first-stage
+    /// prefix, remaining planes `s rq_i`, with `s = 2/√active`), and the grid-centre term in
+    /// `constant`.
     pub fn prepare_rotated(&self, rq: &[f32], state: &mut QueryState) {
-        let scale = 2.0 / (self.dim as f32).sqrt();
-        let groups = self.nb() * 2;
+        let scale = 2.0 / self.root();
+        let len = self.nb() * 8;
         state.table.clear();
-        state.table.resize(3 * groups * 16, 0.0);
-        let (sign, rest) = state.table.split_at_mut(groups * 16);
-        let (second, low) = rest.split_at_mut(groups * 16);
-        let width = |i: usize| {
-            if i < self.dim {
-                self.dim_bits[i] as u32
-            } else {
-                1
-            }
-        };
-        fill_nibble_table(|i| (1u32 << (width(i) - 1)) as f32 * rq[i], scale, sign);
-        let second_weight = |i: usize| {
+        state.table.resize(3 * len, 0.0);
+        let (sign, rest) = state.table.split_at_mut(len);
+        let (second, low) = rest.split_at_mut(len);
+        for i in 0..self.active {
+            let b = self.dim_bits[i] as u32;
+            let v = scale * rq[i];
+            sign[i] = (1u32 << (b - 1)) as f32 * v;
             if i < self.stage1_dims {
-                (1u32 << (width(i) - 2)) as f32 * rq[i]
-            } else {
-                0.0
+                second[i] = (1u32 << (b - 2)) as f32 * v;
             }
-        };
-        fill_nibble_table(second_weight, scale, second);
-        fill_nibble_table(|i| rq[i], scale, low);
-        state.constant = -scale * (0..self.dim).map(|i| self.centre(i) * rq[i]).sum::<f32>();
+            low[i] = v;
+        }
+        state.constant = -scale
+            * (0..self.active)
+                .map(|i| self.centre(i) * rq[i])
+                .sum::<f32>();
     }
 
-    fn encode_one(&self, rr: &[f32], pc: &[f32], scratch: &mut EncodeScratch, code: &mut [u8]) {
-        let (dim, nb) = (self.dim, self.nb());
+    /// Encode one rotated residual `rr` (active,) against its rotated anchor `pc` (active,);
+    /// `outside` is the squared norm of the residual outside the active dimensions.
+    fn encode_one(
+        &self,
+        rr: &[f32],
+        pc: &[f32],
+        outside: f32,
+        scratch: &mut EncodeScratch,
+        code: &mut [u8],
+    ) {
+        let (active, nb) = (self.active, self.nb());
         code.fill(0);
         let top = (1u32 << (self.dim_bits[0] - 1)) - 1;
         choose_levels(
@@ -392,7 +441,7 @@ impl PcaRaBitQ {
         );
         let levels = &scratch.levels.levels;
         scratch.units.clear();
-        scratch.units.extend((0..dim).map(|i| {
+        scratch.units.extend((0..active).map(|i| {
             let half = 1u32 << (self.dim_bits[i] - 1);
             let x = levels[i] as u32;
             if rr[i] > 0.0 {
@@ -416,16 +465,19 @@ impl PcaRaBitQ {
             let step = (1u32 << shift) as f32;
             (units[i] >> shift) as f32 * step + (step - 1.0) * 0.5 - self.centre(i)
         };
-        let (f1, f2) = grid_factors(rr, pc, coarse);
+        let (f1, f2) = grid_factors(rr, pc, outside, coarse);
         self.factors.write(&mut code[at..], f1, f2);
         at += self.factors.bytes();
+        if self.single_stage() {
+            return;
+        }
         for (j, &n) in self.plane_dims.iter().enumerate() {
             for (i, &u) in units[..n].iter().enumerate() {
                 code[at + i / 8] |= ((u >> j & 1) as u8) << (i % 8);
             }
             at += n.div_ceil(8);
         }
-        let (f1, f2) = grid_factors(rr, pc, |i| units[i] as f32 - self.centre(i));
+        let (f1, f2) = grid_factors(rr, pc, outside, |i| units[i] as f32 - self.centre(i));
         code[at..at + 4].copy_from_slice(&f1.to_le_bytes());
         code[at + 4..at + 8].copy_from_slice(&f2.to_le_bytes());
     }
@@ -463,14 +515,14 @@ impl ResidualCodec for PcaRaBitQ {
     }
 
     fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {
-        let (dim, cs) = (self.dim, self.code_size());
+        let (dim, active, cs) = (self.dim, self.active, self.code_size());
         let num_anchors = anchors.len() / dim;
-        let mut rotated_anchors = vec![0f32; anchors.len()];
+        let mut rotated_anchors = vec![0f32; num_anchors * active];
         gemm_nt(
             anchors,
             num_anchors,
             &self.rotation,
-            dim,
+            active,
             dim,
             &mut rotated_anchors,
         );
@@ -487,14 +539,23 @@ impl ResidualCodec for PcaRaBitQ {
                         *o = x - c;
                     }
                 }
-                let mut rotated = vec![0f32; rows * dim];
-                gemm_nt(&residuals, rows, &self.rotation, dim, dim, &mut rotated);
+                let mut rotated = vec![0f32; rows * active];
+                gemm_nt(&residuals, rows, &self.rotation, active, dim, &mut rotated);
                 let mut scratch = EncodeScratch::default();
                 for (r, code) in out.chunks_exact_mut(cs).enumerate() {
                     let a = assignment[start + r] as usize;
+                    let rr = &rotated[r * active..(r + 1) * active];
+                    // The residual's energy outside the coded dimensions (none when all are).
+                    let outside = if active < dim {
+                        let res = &residuals[r * dim..(r + 1) * dim];
+                        (dot(res, res) - dot(rr, rr)).max(0.0)
+                    } else {
+                        0.0
+                    };
                     self.encode_one(
-                        &rotated[r * dim..(r + 1) * dim],
-                        &rotated_anchors[a * dim..(a + 1) * dim],
+                        rr,
+                        &rotated_anchors[a * active..(a + 1) * active],
+                        outside,
                         &mut scratch,
                         code,
                     );
@@ -504,9 +565,14 @@ impl ResidualCodec for PcaRaBitQ {
 
     /// The reconstruction consistent with the estimator: `(−f2/√D) Pᵀ w`.
     fn decode(&self, code: &[u8], _anchor_id: u32, out: &mut [f32]) {
-        let mut units = vec![0u32; self.dim];
+        let mut units = vec![0u32; self.active];
         self.units(code, &mut units);
-        let scale = -read_f32(code, self.code_size() - 4) / (self.dim as f32).sqrt();
+        let f2 = if self.single_stage() {
+            self.factors.read(&code[self.stage1_bytes()..]).1
+        } else {
+            read_f32(code, self.code_size() - 4)
+        };
+        let scale = -f2 / self.root();
         out.fill(0.0);
         for (i, row) in self.rotation.chunks_exact(self.dim).enumerate() {
             let w = scale * (units[i] as f32 - self.centre(i));
@@ -516,7 +582,7 @@ impl ResidualCodec for PcaRaBitQ {
         }
     }
 
-    /// `table`: three (2⌈D/8⌉, 16) nibble tables, see [`PcaRaBitQ::prepare_rotated`].
+    /// `table`: three weight vectors, see [`PcaRaBitQ::prepare_rotated`].
     fn prepare_query(&self, state: &mut QueryState) {
         let mut rq = Vec::new();
         self.rotate_query(&state.query, &mut rq);
@@ -533,20 +599,25 @@ impl ResidualCodec for PcaRaBitQ {
         out: &mut [f32],
     ) {
         let (cs, nb) = (self.code_size(), self.nb());
-        let table_len = self.nb() * 2 * 16;
-        let (sign, rest) = state.table.split_at(table_len);
-        let (second, low) = rest.split_at(table_len);
+        let len = self.nb() * 8;
+        let (sign, rest) = state.table.split_at(len);
+        let (second, low) = rest.split_at(len);
         let s1 = self.stage1_bytes();
         for (o, code) in out.iter_mut().zip(codes.chunks_exact(cs)) {
             let mut ip =
-                state.constant + plane_sum(sign, &code[..nb]) + plane_sum(second, &code[nb..s1]);
+                state.constant + bit_sum(sign, &code[..nb]) + bit_sum(second, &code[nb..s1]);
             let mut at = s1 + self.factors.bytes();
             for (j, &n) in self.plane_dims.iter().enumerate() {
                 let len = n.div_ceil(8);
-                ip += (1u32 << j) as f32 * plane_sum(low, &code[at..at + len]);
+                ip += (1u32 << j) as f32 * bit_sum(low, &code[at..at + len]);
                 at += len;
             }
-            *o = query_anchor_dist + read_f32(code, at) + read_f32(code, at + 4) * ip;
+            let (f1, f2) = if self.single_stage() {
+                self.factors.read(&code[s1..])
+            } else {
+                (read_f32(code, at), read_f32(code, at + 4))
+            };
+            *o = query_anchor_dist + f1 + f2 * ip;
         }
     }
 

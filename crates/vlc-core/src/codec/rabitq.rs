@@ -8,9 +8,10 @@
 //! `⟨r, y⟩ ≈ ‖r‖ ⟨x̄, P y⟩ / ⟨x̄, o⟩` is unbiased (RaBitQ; extended RaBitQ for `b > 1`).
 //! Writing `y = q − c` and storing per vector
 //! `f2 = −‖r‖² √D / ⟨w, P r⟩` and `f1 = ‖r‖² + 2‖r‖² ⟨w, P c⟩ / ⟨w, P r⟩` gives
-//! `‖q − c − r‖² ≈ ‖q − c‖² + f1 + f2 · (2/√D) ⟨w, P q⟩`, whose query-dependent part is read
-//! from one lookup table per query (not per list): bit plane `j` of `u` contributes
-//! `2^j Σ_h table[h][nibble h of the plane]`.
+//! `‖q − c − r‖² ≈ ‖q − c‖² + f1 + f2 · (2/√D) ⟨w, P q⟩`, whose query-dependent part comes
+//! from one weight vector per query (not per list): bit plane `j` of `u` contributes
+//! `2^j Σ_{set bits i} (2/√D)(P q)_i` ([`crate::simd::bit_sum`]); the fast scan quantises the
+//! same weights into nibble lookup tables ([`crate::fastscan`]).
 //!
 //! For `b = 1` (`w = ±½`) this is the classic 1-bit estimator. For `b > 1`, the grid `x` of
 //! magnitudes maximising `⟨x̄, o⟩` is found exactly by walking the critical scales at which a
@@ -28,6 +29,7 @@
 use super::{read_f32, CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
 use crate::error::Result;
 use crate::rotation::FastRotation;
+use crate::simd::bit_sum;
 use rayon::prelude::*;
 
 /// Rows encoded per parallel task.
@@ -154,7 +156,14 @@ pub(crate) fn choose_levels(
 
 /// `(f1, f2)` of the estimator for grid `w` (given by `grid(i)`), rotated residual `rr` and
 /// rotated anchor `pc` (see the module docs); zeros when `⟨w, P r⟩ ≤ 0`.
-pub(crate) fn grid_factors(rr: &[f32], pc: &[f32], grid: impl Fn(usize) -> f32) -> (f32, f32) {
+/// `outside` is the squared norm of the residual outside the coded dimensions (0 when every
+/// dimension is coded): it adds to `‖r‖²` in f1 and is otherwise not estimated.
+pub(crate) fn grid_factors(
+    rr: &[f32],
+    pc: &[f32],
+    outside: f32,
+    grid: impl Fn(usize) -> f32,
+) -> (f32, f32) {
     let (mut norm_sq, mut w_r, mut w_c) = (0f32, 0f32, 0f32);
     for d in 0..rr.len() {
         let w = grid(d);
@@ -164,43 +173,12 @@ pub(crate) fn grid_factors(rr: &[f32], pc: &[f32], grid: impl Fn(usize) -> f32) 
     }
     if w_r > 0.0 {
         let sqrt_d = (rr.len() as f32).sqrt();
-        (norm_sq + 2.0 * norm_sq * w_c / w_r, -norm_sq * sqrt_d / w_r)
+        (
+            norm_sq + outside + 2.0 * norm_sq * w_c / w_r,
+            -norm_sq * sqrt_d / w_r,
+        )
     } else {
-        (0.0, 0.0)
-    }
-}
-
-/// `Σ_h table[h][nibble h]` over the 4-bit groups `h` of one bit plane; `table` holds 16
-/// entries per group, at least `2 · plane.len()` groups.
-#[inline]
-pub(crate) fn plane_sum(table: &[f32], plane: &[u8]) -> f32 {
-    let mut s = [0f32; 4];
-    let full = plane.len() / 2;
-    for c in 0..full {
-        let (a, b) = (plane[2 * c] as usize, plane[2 * c + 1] as usize);
-        let t = &table[c * 64..c * 64 + 64];
-        s[0] += t[a & 15];
-        s[1] += t[16 + (a >> 4)];
-        s[2] += t[32 + (b & 15)];
-        s[3] += t[48 + (b >> 4)];
-    }
-    let mut sum = (s[0] + s[1]) + (s[2] + s[3]);
-    if plane.len() % 2 == 1 {
-        let a = plane[plane.len() - 1] as usize;
-        sum += table[full * 64 + (a & 15)] + table[full * 64 + 16 + (a >> 4)];
-    }
-    sum
-}
-
-/// Fill `table` (16 entries per 4-bit group) with
-/// `table[h][m] = scale · Σ_{bit l of m} weight(4h + l)`, for `table.len() / 16` groups.
-pub(crate) fn fill_nibble_table(weight: impl Fn(usize) -> f32, scale: f32, table: &mut [f32]) {
-    for (g, entries) in table.chunks_exact_mut(16).enumerate() {
-        entries[0] = 0.0;
-        for m in 1..16usize {
-            let low = m.trailing_zeros() as usize;
-            entries[m] = entries[m & (m - 1)] + scale * weight(g * 4 + low);
-        }
+        (norm_sq + outside, 0.0)
     }
 }
 
@@ -241,8 +219,8 @@ impl RaBitQ {
         let inv_sqrt_d = 1.0 / (self.dim as f32).sqrt();
         state.constant = -rq.iter().sum::<f32>() * inv_sqrt_d;
         state.table.clear();
-        state.table.resize(self.bytes() * 2 * 16, 0.0);
-        fill_nibble_table(|i| rq[i], 2.0 * inv_sqrt_d, &mut state.table);
+        state.table.extend(rq.iter().map(|v| 2.0 * inv_sqrt_d * v));
+        state.table.resize(self.bytes() * 8, 0.0);
     }
 
     /// The rotation as a matrix for batched (GEMM) use: row `i` is `P e_i`, zero-padded, so
@@ -334,7 +312,7 @@ impl RaBitQ {
                 -w
             }
         };
-        let (f1, f2) = grid_factors(rr, pc, grid);
+        let (f1, f2) = grid_factors(rr, pc, 0.0, grid);
         let at = ex + (self.bits as usize - 1) * nb;
         code[at..at + 4].copy_from_slice(&f1.to_le_bytes());
         code[at + 4..at + 8].copy_from_slice(&f2.to_le_bytes());
@@ -410,9 +388,9 @@ impl ResidualCodec for RaBitQ {
         self.rotation.apply_inverse(out);
     }
 
-    /// `table`: (2⌈D/8⌉, 16), entry `[h][m]` = (2/√D) Σ_{bit j of m} (P q)[4h + j], one row
-    /// per 4-bit group (small enough to stay in L1); `constant` = −Σ (P q) / √D, so
-    /// `(2/√D)⟨w, P q⟩ = (2^b − 1)·constant + Σ_planes 2^j Σ_h table[h][nibble h of the plane]`.
+    /// `table`: the weights `(2/√D)(P q)_i`, zero-padded to 8·⌈D/8⌉; `constant` =
+    /// −Σ (P q) / √D, so `(2/√D)⟨w, P q⟩ = (2^b − 1)·constant + Σ_planes 2^j bit_sum(table,
+    /// plane)`.
     fn prepare_query(&self, state: &mut QueryState) {
         let mut rq = Vec::new();
         self.rotate_query(&state.query, &mut rq);
@@ -434,9 +412,9 @@ impl ResidualCodec for RaBitQ {
         let ex = self.ex_offset();
         let weight = ((1u32 << self.bits) - 1) as f32 * state.constant;
         for (o, code) in out.iter_mut().zip(codes.chunks_exact(cs)) {
-            let mut ip = weight + (1u32 << low_planes) as f32 * plane_sum(table, &code[..nb]);
+            let mut ip = weight + (1u32 << low_planes) as f32 * bit_sum(table, &code[..nb]);
             for j in 0..low_planes {
-                ip += (1u32 << j) as f32 * plane_sum(table, &code[ex + j * nb..ex + (j + 1) * nb]);
+                ip += (1u32 << j) as f32 * bit_sum(table, &code[ex + j * nb..ex + (j + 1) * nb]);
             }
             let (f1, f2) = if low_planes == 0 {
                 self.factors.read(&code[nb..])
