@@ -264,35 +264,50 @@ fn rabitq_scan_agrees_with_decode() {
     {
         let f = fixture(dim);
         let codec = train(&f, kind);
-        let codes = encode(&f, &codec);
-        let cs = codec.code_size();
-        let query = &f.data[300 * dim..301 * dim];
-        let est = estimates(&f, &codec, &codes, query);
-        let mut decoded = vec![0f32; dim];
-        for i in 0..f.assignment.len() {
-            let a = f.assignment[i] as usize;
-            let anchor = &f.anchors[a * dim..(a + 1) * dim];
-            codec.decode(&codes[i * cs..(i + 1) * cs], a as u32, &mut decoded);
-            let x = &f.data[i * dim..(i + 1) * dim];
-            let r_sq: f32 = x.iter().zip(anchor).map(|(x, c)| (x - c).powi(2)).sum();
-            let rhat_sq: f32 = decoded.iter().map(|v| v * v).sum();
-            let recon: Vec<f32> = anchor.iter().zip(&decoded).map(|(c, r)| c + r).collect();
-            let expected = l2_sq(query, &recon) - rhat_sq + r_sq;
-            // pcaq's rotation is orthogonal to f16 precision only (it is stored as f16), so
-            // norms taken before and after it agree to about 1e-3 of the residual's norm.
-            // rabitq1's estimate uses the first stage's f1, stored as f16: its rounding (up to
-            // 2^-11 |f1|, |f1| < (‖c‖ + ‖r‖)²) is not in the decoded vector.
-            let slack = match kind {
+        // pcaq's rotation is orthogonal to f16 precision only (it is stored as f16), so
+        // norms taken before and after it agree to about 1e-3 of the residual's norm.
+        // rabitq1's estimate uses the first stage's f1, stored as f16: its rounding (up to
+        // 2^-11 |f1|, |f1| < (‖c‖ + ‖r‖)²) is not in the decoded vector.
+        assert_scan_agrees_with_decode(&f, &codec, &format!("{kind} dim {dim}"), |r_sq, c| {
+            match kind {
                 CodecKind::PcaRaBitQ => r_sq,
-                CodecKind::RaBitQ1 => (l2_sq(anchor, &vec![0.0; dim]).sqrt() + r_sq.sqrt()).powi(2),
+                CodecKind::RaBitQ1 => (c + r_sq.sqrt()).powi(2),
                 _ => 0.0,
-            };
-            assert!(
-                (est[i] - expected).abs() < 1e-3 * (1.0 + expected.abs() + slack),
-                "{kind} dim {dim} row {i}: scan {} vs decode {expected}",
-                est[i]
-            );
-        }
+            }
+        });
+    }
+}
+
+/// Scan and decode read the same code layout: for every code of `f`, the scanned estimate is
+/// `‖q − c − r̂‖² − ‖r̂‖² + ‖r‖²` (with `r̂` the decoded residual and `r` the true one) to 1e-3
+/// of `1 + |value| + slack(‖r‖², ‖c‖)`.
+fn assert_scan_agrees_with_decode(
+    f: &Fixture,
+    codec: &Codec,
+    label: &str,
+    slack: impl Fn(f32, f32) -> f32,
+) {
+    let dim = f.dim;
+    let codes = encode(f, codec);
+    let cs = codec.code_size();
+    let query = &f.data[300 * dim..301 * dim];
+    let est = estimates(f, codec, &codes, query);
+    let mut decoded = vec![0f32; dim];
+    for i in 0..f.assignment.len() {
+        let a = f.assignment[i] as usize;
+        let anchor = &f.anchors[a * dim..(a + 1) * dim];
+        codec.decode(&codes[i * cs..(i + 1) * cs], a as u32, &mut decoded);
+        let x = &f.data[i * dim..(i + 1) * dim];
+        let r_sq: f32 = x.iter().zip(anchor).map(|(x, c)| (x - c).powi(2)).sum();
+        let rhat_sq: f32 = decoded.iter().map(|v| v * v).sum();
+        let recon: Vec<f32> = anchor.iter().zip(&decoded).map(|(c, r)| c + r).collect();
+        let expected = l2_sq(query, &recon) - rhat_sq + r_sq;
+        let c_norm = l2_sq(anchor, &vec![0.0; dim]).sqrt();
+        assert!(
+            (est[i] - expected).abs() < 1e-3 * (1.0 + expected.abs() + slack(r_sq, c_norm)),
+            "{label} row {i}: scan {} vs decode {expected}",
+            est[i]
+        );
     }
 }
 
@@ -414,22 +429,27 @@ fn pcaq_beats_rabitq3_per_byte_on_anisotropic_data() {
     );
 }
 
+/// `pcaq` at `bits` per dimension on the fixture.
+fn train_pcaq(f: &Fixture, bits: f32) -> vlc::Result<Codec> {
+    let params = CodecParams {
+        bits,
+        ..Default::default()
+    };
+    Codec::train(
+        CodecKind::PcaRaBitQ,
+        &params,
+        &f.data,
+        &f.anchors,
+        &f.assignment,
+        f.dim,
+    )
+}
+
 #[test]
 fn pcaq_rejects_bits_out_of_range() {
     let f = fixture(16);
     for bits in [0.0f32, -1.0, 8.5, f32::NAN] {
-        let e = Codec::train(
-            CodecKind::PcaRaBitQ,
-            &CodecParams {
-                bits,
-                ..Default::default()
-            },
-            &f.data,
-            &f.anchors,
-            &f.assignment,
-            16,
-        )
-        .unwrap_err();
+        let e = train_pcaq(&f, bits).unwrap_err();
         assert!(e.to_string().contains("bits"), "{bits}: {e}");
     }
 }
@@ -491,18 +511,7 @@ fn factor_format_follows_the_data_and_round_trips() {
 fn pcaq_below_one_bit_codes_the_leading_axes() {
     for (dim, bits, active) in [(65usize, 0.75f32, 48usize), (32, 1.0, 32), (7, 0.5, 7)] {
         let f = fixture(dim);
-        let codec = Codec::train(
-            CodecKind::PcaRaBitQ,
-            &CodecParams {
-                bits,
-                ..Default::default()
-            },
-            &f.data,
-            &f.anchors,
-            &f.assignment,
-            dim,
-        )
-        .unwrap();
+        let codec = train_pcaq(&f, bits).unwrap();
         let Codec::Pca(p) = &codec else {
             unreachable!()
         };
@@ -514,28 +523,9 @@ fn pcaq_below_one_bit_codes_the_leading_axes() {
         assert_eq!(params.len(), 4 + dim + active * dim * 2 + 9);
         let reread = Codec::read_params(CodecKind::PcaRaBitQ, dim, 8, &params).unwrap();
         assert_eq!(reread.code_size(), codec.code_size());
-        let codes = encode(&f, &codec);
-        let cs = codec.code_size();
-        let query = &f.data[300 * dim..301 * dim];
-        let est = estimates(&f, &codec, &codes, query);
-        let mut decoded = vec![0f32; dim];
-        for i in 0..f.assignment.len() {
-            let a = f.assignment[i] as usize;
-            let anchor = &f.anchors[a * dim..(a + 1) * dim];
-            codec.decode(&codes[i * cs..(i + 1) * cs], a as u32, &mut decoded);
-            let x = &f.data[i * dim..(i + 1) * dim];
-            let r_sq: f32 = x.iter().zip(anchor).map(|(x, c)| (x - c).powi(2)).sum();
-            let rhat_sq: f32 = decoded.iter().map(|v| v * v).sum();
-            let recon: Vec<f32> = anchor.iter().zip(&decoded).map(|(c, r)| c + r).collect();
-            let expected = l2_sq(query, &recon) - rhat_sq + r_sq;
-            // f16 rotation and f16 factors: see `rabitq_scan_agrees_with_decode`.
-            let c_norm = l2_sq(anchor, &vec![0.0; dim]).sqrt();
-            let slack = r_sq + (c_norm + r_sq.sqrt()).powi(2);
-            assert!(
-                (est[i] - expected).abs() < 1e-3 * (1.0 + expected.abs() + slack),
-                "dim {dim} row {i}: scan {} vs decode {expected}",
-                est[i]
-            );
-        }
+        // f16 rotation and f16 factors: see `rabitq_scan_agrees_with_decode`.
+        assert_scan_agrees_with_decode(&f, &codec, &format!("dim {dim}"), |r_sq, c| {
+            r_sq + (c + r_sq.sqrt()).powi(2)
+        });
     }
 }
