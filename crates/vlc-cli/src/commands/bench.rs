@@ -26,7 +26,8 @@ pub struct Args {
     #[arg(long)]
     pub groundtruth: Option<PathBuf>,
     /// Index configurations, `codec` or `codec+refine`, comma separated; `pcaqB` is the
-    /// variance-allocated codec at B bits per dimension (e.g. pcaq3.2).
+    /// variance-allocated codec at B bits per dimension (e.g. pcaq3.2; pcaq0.75 codes one bit
+    /// on the leading three quarters of the principal axes).
     #[arg(
         long,
         value_delimiter = ',',

@@ -29,8 +29,16 @@
 //!   `plane_dims[j]` dimensions (a prefix, as the remaining widths are non-increasing), then
 //!   `f32` f1 and f2 of the full code.
 //!
-//! The rotation is stored as an f16 matrix (dim² · 2 bytes in the file) and used at that
-//! precision everywhere, so a loaded index encodes and searches exactly like the built one.
+//! At `bits ≤ 1` per dimension on average, only the leading `bits · dim` principal axes (whole
+//! bytes of them) get one bit each and the others none: those axes form the one run of equal
+//! width, the code is their sign plane and one factor pair (a single stage, scanned and
+//! rescored like `rabitq1`), the estimator's `√D` becomes `√active`, and the residual energy
+//! outside the coded axes enters only the `‖r‖²` term of f1 (its inner product with the query
+//! is not estimated).
+//!
+//! The rotation's rows of the coded axes are stored as an f16 matrix (active · dim · 2 bytes in
+//! the file) and used at that precision everywhere, so a loaded index encodes and searches
+//! exactly like the built one.
 
 use super::rabitq::{choose_levels, grid_factors, LevelScratch};
 use super::{read_f32, CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
