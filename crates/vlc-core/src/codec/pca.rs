@@ -259,6 +259,18 @@ impl PcaRaBitQ {
         self.plane_dims.is_empty() && self.stage1_dims == 0
     }
 
+    /// `(f1, f2)` of the finest grid `code` holds: the full code's (its last 8 bytes), or the
+    /// first stage's for a single-stage code.
+    #[inline]
+    fn finest_factors(&self, code: &[u8]) -> (f32, f32) {
+        if self.single_stage() {
+            self.factors.read(&code[self.stage1_bytes()..])
+        } else {
+            let at = self.code_size - 8;
+            (read_f32(code, at), read_f32(code, at + 4))
+        }
+    }
+
     fn from_parts(
         dim: usize,
         bits: f32,
@@ -575,12 +587,7 @@ impl ResidualCodec for PcaRaBitQ {
     fn decode(&self, code: &[u8], _anchor_id: u32, out: &mut [f32]) {
         let mut units = vec![0u32; self.active];
         self.units(code, &mut units);
-        let f2 = if self.single_stage() {
-            self.factors.read(&code[self.stage1_bytes()..]).1
-        } else {
-            read_f32(code, self.code_size() - 4)
-        };
-        let scale = -f2 / self.root();
+        let scale = -self.finest_factors(code).1 / self.root();
         out.fill(0.0);
         for (i, row) in self.rotation.chunks_exact(self.dim).enumerate() {
             let w = scale * (units[i] as f32 - self.centre(i));
@@ -607,9 +614,9 @@ impl ResidualCodec for PcaRaBitQ {
         out: &mut [f32],
     ) {
         let (cs, nb) = (self.code_size(), self.nb());
-        let len = self.nb() * 8;
-        let (sign, rest) = state.table.split_at(len);
-        let (second, low) = rest.split_at(len);
+        let weights = nb * 8;
+        let (sign, rest) = state.table.split_at(weights);
+        let (second, low) = rest.split_at(weights);
         let s1 = self.stage1_bytes();
         for (o, code) in out.iter_mut().zip(codes.chunks_exact(cs)) {
             let mut ip =
@@ -620,11 +627,7 @@ impl ResidualCodec for PcaRaBitQ {
                 ip += (1u32 << j) as f32 * bit_sum(low, &code[at..at + len]);
                 at += len;
             }
-            let (f1, f2) = if self.single_stage() {
-                self.factors.read(&code[s1..])
-            } else {
-                (read_f32(code, at), read_f32(code, at + 4))
-            };
+            let (f1, f2) = self.finest_factors(code);
             *o = query_anchor_dist + f1 + f2 * ip;
         }
     }

@@ -251,6 +251,19 @@ impl RaBitQ {
         self.dim.div_ceil(8)
     }
 
+    /// `(f1, f2)` of the finest grid `code` holds: the 1-bit stage's for `bits = 1`, else the
+    /// full code's.
+    #[inline]
+    fn finest_factors(&self, code: &[u8]) -> (f32, f32) {
+        let nb = self.bytes();
+        if self.bits == 1 {
+            self.factors.read(&code[nb..])
+        } else {
+            let at = self.ex_offset() + (self.bits as usize - 1) * nb;
+            (read_f32(code, at), read_f32(code, at + 4))
+        }
+    }
+
     /// Offset of the extended part (low planes, then its factors) in a code.
     fn ex_offset(&self) -> usize {
         self.bytes() + self.factors.bytes()
@@ -364,7 +377,7 @@ impl ResidualCodec for RaBitQ {
         let nb = self.bytes();
         let sqrt_d = (self.dim as f32).sqrt();
         if self.bits == 1 {
-            let scale = -0.5 * self.factors.read(&code[nb..]).1 / sqrt_d;
+            let scale = -0.5 * self.finest_factors(code).1 / sqrt_d;
             for (i, o) in out.iter_mut().enumerate() {
                 *o = if code[i / 8] >> (i % 8) & 1 == 1 {
                     scale
@@ -375,7 +388,7 @@ impl ResidualCodec for RaBitQ {
         } else {
             let ex = self.ex_offset();
             let low_planes = self.bits as usize - 1;
-            let scale = -read_f32(code, ex + low_planes * nb + 4) / sqrt_d;
+            let scale = -self.finest_factors(code).1 / sqrt_d;
             let centre = ((1u32 << self.bits) - 1) as f32 * 0.5;
             for (i, o) in out.iter_mut().enumerate() {
                 let mut u = ((code[i / 8] >> (i % 8) & 1) as u32) << low_planes;
@@ -416,12 +429,7 @@ impl ResidualCodec for RaBitQ {
             for j in 0..low_planes {
                 ip += (1u32 << j) as f32 * bit_sum(table, &code[ex + j * nb..ex + (j + 1) * nb]);
             }
-            let (f1, f2) = if low_planes == 0 {
-                self.factors.read(&code[nb..])
-            } else {
-                let at = ex + low_planes * nb;
-                (read_f32(code, at), read_f32(code, at + 4))
-            };
+            let (f1, f2) = self.finest_factors(code);
             *o = query_anchor_dist + f1 + f2 * ip;
         }
     }
