@@ -91,6 +91,7 @@ fn stage_codec(codec: &Codec) -> StageCodec {
             step: s.step().to_vec(),
         },
         Codec::Pca(p) => StageCodec::Unsupported(p.kind()),
+        Codec::Float16(h) => StageCodec::Unsupported(h.kind()),
     }
 }
 

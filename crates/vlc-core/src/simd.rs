@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SimdLevel {
     Scalar,
-    /// x86-64 with AVX2 and FMA.
+    /// x86-64 with AVX2, FMA and F16C (every AVX2 CPU in practice has all three).
     Avx2,
 }
 
@@ -21,7 +21,10 @@ fn detect() -> SimdLevel {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
             return SimdLevel::Avx2;
         }
     }
@@ -98,6 +101,68 @@ unsafe fn dot_u8_avx2(weights: &[f32], codes: &[u8]) -> f32 {
     let mut s: f32 = lanes.iter().sum();
     for i in chunks * 16..n {
         s += weights[i] * codes[i] as f32;
+    }
+    s
+}
+
+/// Σ weights[i] · h[i], `h` being IEEE half floats stored little-endian in `halves`
+/// (two bytes each); `halves` holds at least `2 · weights.len()` bytes.
+#[inline]
+pub fn dot_f16(weights: &[f32], halves: &[u8]) -> f32 {
+    assert!(halves.len() >= weights.len() * 2, "two bytes per weight");
+    #[cfg(target_arch = "x86_64")]
+    if level() == SimdLevel::Avx2 {
+        // SAFETY: AVX2, FMA and F16C were detected at run time; the length was checked above.
+        return unsafe { dot_f16_avx2(weights, halves) };
+    }
+    dot_f16_scalar(weights, halves)
+}
+
+/// Scalar reference of [`dot_f16`].
+pub fn dot_f16_scalar(weights: &[f32], halves: &[u8]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = weights.len() / 8;
+    let half_at = |i: usize| half::f16::from_le_bytes([halves[2 * i], halves[2 * i + 1]]).to_f32();
+    for c in 0..chunks {
+        for l in 0..8 {
+            acc[l] += weights[c * 8 + l] * half_at(c * 8 + l);
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for i in chunks * 8..weights.len() {
+        s += weights[i] * half_at(i);
+    }
+    s
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_avx2(weights: &[f32], halves: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = weights.len();
+    let chunks = n / 16;
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for c in 0..chunks {
+        let i = c * 16;
+        // SAFETY: i + 16 <= n and halves holds 2n bytes, so both 16-byte loads at 2i and
+        // 2i + 16 and both 8-float loads at i and i + 8 are in bounds.
+        let (h0, h1, w0, w1) = unsafe {
+            (
+                _mm_loadu_si128(halves.as_ptr().add(2 * i) as *const __m128i),
+                _mm_loadu_si128(halves.as_ptr().add(2 * i + 16) as *const __m128i),
+                _mm256_loadu_ps(weights.as_ptr().add(i)),
+                _mm256_loadu_ps(weights.as_ptr().add(i + 8)),
+            )
+        };
+        a0 = _mm256_fmadd_ps(w0, _mm256_cvtph_ps(h0), a0);
+        a1 = _mm256_fmadd_ps(w1, _mm256_cvtph_ps(h1), a1);
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds exactly 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(a0, a1)) };
+    let mut s: f32 = lanes.iter().sum();
+    for i in chunks * 16..n {
+        s += weights[i] * half::f16::from_le_bytes([halves[2 * i], halves[2 * i + 1]]).to_f32();
     }
     s
 }
@@ -200,6 +265,30 @@ mod tests {
             let c: Vec<u8> = (0..n).map(|_| r.below(256) as u8).collect();
             let (a, b) = (dot_u8(&w, &c), dot_u8_scalar(&w, &c));
             assert!((a - b).abs() <= 1e-3 * (1.0 + b.abs()), "n {n}: {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn dot_f16_simd_matches_scalar_for_every_tail() {
+        let mut r = Rng::new(3);
+        for n in 0..70 {
+            let w: Vec<f32> = (0..n).map(|_| r.normal() as f32).collect();
+            let values: Vec<f32> = (0..n).map(|_| r.normal() as f32).collect();
+            let halves: Vec<u8> = values
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect();
+            let exact: f32 = w
+                .iter()
+                .zip(&values)
+                .map(|(w, v)| w * half::f16::from_f32(*v).to_f32())
+                .sum();
+            let (a, b) = (dot_f16(&w, &halves), dot_f16_scalar(&w, &halves));
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "n={n}: {a} vs {b}");
+            assert!(
+                (b - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
+                "n={n}: {b} vs {exact}"
+            );
         }
     }
 

@@ -61,11 +61,14 @@ fn estimates(f: &Fixture, codec: &Codec, codes: &[u8], query: &[f32]) -> Vec<f32
 }
 
 #[test]
-fn scalar_estimates_equal_distance_to_decoded_vector() {
+fn grid_estimates_equal_distance_to_decoded_vector() {
     for &dim in &[1usize, 7, 65, 384] {
         let f = fixture(dim);
-        for kind in [CodecKind::Sq8, CodecKind::Sq4] {
+        for kind in [CodecKind::Sq8, CodecKind::Sq4, CodecKind::F16] {
             for jacobian in [false, true] {
+                if kind == CodecKind::F16 && jacobian {
+                    continue;
+                }
                 let p = CodecParams {
                     jacobian,
                     seed: 1,
@@ -102,14 +105,18 @@ fn scalar_estimates_equal_distance_to_decoded_vector() {
                     worst = worst.max((want.sqrt() - truth.sqrt()).abs());
                     mean_truth += truth / f.assignment.len() as f64;
                 }
-                // 8-bit codes: every distance within 1% of the typical distance.
-                if kind == CodecKind::Sq8 {
-                    assert!(
-                        worst < 0.01 * mean_truth.sqrt(),
-                        "sq8 dim {dim}: distance off by {worst}, typical {}",
-                        mean_truth.sqrt()
-                    );
-                }
+                // Every distance within 1% (8-bit codes) or 0.1% (half floats) of the
+                // typical distance.
+                let tolerance = match kind {
+                    CodecKind::Sq8 => 0.01,
+                    CodecKind::F16 => 0.001,
+                    _ => f64::INFINITY,
+                };
+                assert!(
+                    worst < tolerance * mean_truth.sqrt(),
+                    "{kind} dim {dim}: distance off by {worst}, typical {}",
+                    mean_truth.sqrt()
+                );
             }
         }
     }
@@ -335,6 +342,7 @@ fn params_round_trip_and_reject_garbage() {
             assert!(Codec::read_params(kind, 65, 8, &longer).is_err());
         }
     }
+    assert!(Codec::read_params(CodecKind::F16, 65, 8, &[0]).is_err());
     assert!(Codec::train(
         CodecKind::RaBitQ1,
         &CodecParams {

@@ -1,6 +1,6 @@
 //! Golden files: indexes written by each released format version stay readable and give the
 //! same answers. `tests/golden/v1-*.vlc` were written by format version 1 and `v2-*.vlc` by
-//! version 2 (int8 anchors, f16 first-stage RaBitQ factors, `pcaq`), with the search results
+//! version 2 (int8 anchors, f16 first-stage RaBitQ factors, `pcaq`, the `f16` codec), with the search results
 //! they gave recorded beside them (`.expected.json`).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
@@ -46,6 +46,13 @@ fn cases() -> Vec<(&'static str, BuildParams)> {
             p.codec_params.bits = 2.5;
             p
         }),
+        (
+            "rabitq2-f16-l2",
+            BuildParams::default()
+                .with_codec(CodecKind::RaBitQ2)
+                .with_refine(Some(CodecKind::F16))
+                .with_num_anchors(5),
+        ),
         (
             "anchor-only-l2",
             BuildParams::default()
@@ -97,7 +104,7 @@ fn golden_files_stay_readable_with_the_same_answers() {
             }
         }
     }
-    assert!(seen >= 9, "golden files missing from {}", dir().display());
+    assert!(seen >= 10, "golden files missing from {}", dir().display());
 }
 
 #[test]

@@ -17,6 +17,7 @@ pub struct Args {
     pub output: PathBuf,
     /// Residual codec, by bytes per vector at dim D: anchor-only (0), rabitq1 (D/8 + 4),
     /// rabitq2 (D/4 + 12), rabitq3 (3D/8 + 12), rabitq4 (D/2 + 12), sq4 (D/2 + 4), sq8 (D + 4),
+    /// f16 (2·D + 4, half-float residuals; mostly a refine tier, see --refine),
     /// or pcaqB (about B·D/8 + 12, any B above 0 and up to 8, e.g. pcaq0.75, pcaq1.5 or
     /// pcaq3.2; plus a D x D rotation per index; at B ≤ 1, one bit on the leading B·D principal
     /// axes only, B·D/8 + 4 bytes); RaBitQ-family sizes are 4 more for data far from the
@@ -26,7 +27,9 @@ pub struct Args {
     /// rescored with all bits.
     #[arg(long, default_value = "sq8")]
     pub codec: String,
-    /// Finer codec stored beside the primary one to rerank candidates: none, sq4 or sq8.
+    /// Finer codec stored beside the primary one to rerank the candidate pool: none, sq4
+    /// (D/2 + 4 bytes per vector), sq8 (D + 4) or f16 (2·D + 4: each residual dimension as a
+    /// half float, so the rerank is near exact and recall is what the probed lists hold).
     #[arg(long, default_value = "none")]
     pub refine: String,
     /// Number of anchors (inverted lists); default about 4·√n, a power of two.
@@ -80,8 +83,8 @@ pub fn parse_refine(text: &str) -> Result<Option<CodecKind>> {
         return Ok(None);
     }
     let kind: CodecKind = text.parse()?;
-    if !matches!(kind, CodecKind::Sq8 | CodecKind::Sq4) {
-        bail!("--refine must be none, sq8 or sq4 (got {kind})");
+    if !matches!(kind, CodecKind::Sq8 | CodecKind::Sq4 | CodecKind::F16) {
+        bail!("--refine must be none, f16, sq8 or sq4 (got {kind})");
     }
     Ok(Some(kind))
 }

@@ -9,12 +9,14 @@
 //! per vector, so a query needs only `⟨r̂, q⟩`, computed from tables built once per query.
 
 pub mod anchor_only;
+pub mod float16;
 pub mod pca;
 pub mod rabitq;
 pub mod scalar;
 
 use crate::error::{Result, VlcError};
 pub use anchor_only::AnchorOnly;
+pub use float16::Float16;
 pub use pca::PcaRaBitQ;
 pub use rabitq::RaBitQ;
 use rayon::prelude::*;
@@ -43,10 +45,13 @@ pub enum CodecKind {
     /// Extended RaBitQ in the principal axes of the residuals, with bits per dimension
     /// allocated by variance: any average from just over 1 to 8 bits ([`CodecParams::bits`]).
     PcaRaBitQ = 7,
+    /// Each residual dimension as a half float (2 bytes per dimension): the near-exact refine
+    /// tier (`rabitq1+f16`).
+    F16 = 8,
 }
 
 impl CodecKind {
-    pub const ALL: [CodecKind; 8] = [
+    pub const ALL: [CodecKind; 9] = [
         CodecKind::AnchorOnly,
         CodecKind::Sq8,
         CodecKind::Sq4,
@@ -55,6 +60,7 @@ impl CodecKind {
         CodecKind::RaBitQ3,
         CodecKind::RaBitQ4,
         CodecKind::PcaRaBitQ,
+        CodecKind::F16,
     ];
 
     pub fn from_u8(v: u8) -> Option<Self> {
@@ -72,6 +78,7 @@ impl CodecKind {
             CodecKind::RaBitQ3 => "rabitq3",
             CodecKind::RaBitQ4 => "rabitq4",
             CodecKind::PcaRaBitQ => "pcaq",
+            CodecKind::F16 => "f16",
         }
     }
 
@@ -94,6 +101,7 @@ impl CodecKind {
             CodecKind::AnchorOnly => 0,
             CodecKind::Sq8 => dim + 4,
             CodecKind::Sq4 => dim.div_ceil(2) + 4,
+            CodecKind::F16 => 2 * dim + 4,
             _ => return None,
         })
     }
@@ -108,7 +116,7 @@ impl std::str::FromStr for CodecKind {
             .ok_or_else(|| {
                 VlcError::param(
                     "codec",
-                    format!("unknown codec `{s}` (expected anchor-only, sq8, sq4, rabitq1, rabitq2, rabitq3, rabitq4 or pcaq)"),
+                    format!("unknown codec `{s}` (expected anchor-only, sq8, sq4, f16, rabitq1, rabitq2, rabitq3, rabitq4 or pcaq)"),
                 )
             })
     }
@@ -225,6 +233,7 @@ pub enum Codec {
     Scalar(ScalarQuantizer),
     RaBitQ(RaBitQ),
     Pca(PcaRaBitQ),
+    Float16(Float16),
 }
 
 macro_rules! dispatch {
@@ -234,6 +243,7 @@ macro_rules! dispatch {
             Codec::Scalar($c) => $body,
             Codec::RaBitQ($c) => $body,
             Codec::Pca($c) => $body,
+            Codec::Float16($c) => $body,
         }
     };
 }
@@ -257,6 +267,7 @@ impl Codec {
         }
         Ok(match kind {
             CodecKind::AnchorOnly => Codec::AnchorOnly(AnchorOnly::new(dim)),
+            CodecKind::F16 => Codec::Float16(Float16::new(dim)),
             CodecKind::Sq8 | CodecKind::Sq4 => {
                 let bits = if kind == CodecKind::Sq8 { 8 } else { 4 };
                 Codec::Scalar(ScalarQuantizer::train(
@@ -296,6 +307,7 @@ impl Codec {
     ) -> Result<Codec> {
         Ok(match kind {
             CodecKind::AnchorOnly => Codec::AnchorOnly(AnchorOnly::read_params(dim, bytes)?),
+            CodecKind::F16 => Codec::Float16(Float16::read_params(dim, bytes)?),
             CodecKind::Sq8 | CodecKind::Sq4 => {
                 Codec::Scalar(ScalarQuantizer::read_params(kind, dim, num_anchors, bytes)?)
             }
