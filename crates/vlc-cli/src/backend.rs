@@ -101,6 +101,12 @@ pub fn with_search<R>(
         SearchBackend::Auto => {
             #[cfg(feature = "cuda")]
             if vlc_cuda::device_available() {
+                if let Some(kind) = index.device_unsupported_codec() {
+                    eprintln!(
+                        "search backend: cpu (GPU search does not support the {kind} codec yet)"
+                    );
+                    return cpu(Box::new(body));
+                }
                 return search_cuda(index, Box::new(body));
             }
             eprintln!("search backend: cpu (no CUDA device)");

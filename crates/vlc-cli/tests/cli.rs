@@ -130,6 +130,53 @@ fn build_eval_search_info_end_to_end() {
     assert_eq!(j["refine"], "sq8");
 }
 
+/// `--refine f16` reranks with half-float residuals: at full probe, recall@10 is near exact,
+/// above what the 1-bit code alone gives; a refine tier that is not a refine codec is refused.
+#[test]
+fn f16_refine_is_near_exact_at_full_probe() {
+    let s = Set::new();
+    let recall = |refine: &str| {
+        let index = s.p(&format!("r-{refine}.vlc"));
+        vlc()
+            .args(["build", "--codec", "rabitq1", "--anchors", "16", "-q"])
+            .args(["--refine", refine])
+            .arg(s.p("base.npy"))
+            .arg("-o")
+            .arg(&index)
+            .assert()
+            .success();
+        let out = vlc()
+            .args(["eval", "--nprobe", "16", "--json"])
+            .arg(&index)
+            .arg("--queries")
+            .arg(s.p("queries.npy"))
+            .arg("--groundtruth")
+            .arg(s.p("gt.npy"))
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        j["results"][0]["recall@10"].as_f64().unwrap()
+    };
+    let (exact, one_bit) = (recall("f16"), recall("none"));
+    assert!(exact >= 0.99, "rabitq1+f16 recall@10 {exact}");
+    assert!(
+        exact > one_bit,
+        "f16 rerank {exact} vs 1-bit alone {one_bit}"
+    );
+    vlc()
+        .args(["build", "--codec", "rabitq1", "--refine", "rabitq2"])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("bad.vlc"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("f16, sq8 or sq4"));
+    assert!(!s.p("bad.vlc").exists());
+}
+
 #[test]
 fn build_json_and_cosine() {
     let s = Set::new();

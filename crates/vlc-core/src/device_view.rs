@@ -4,7 +4,7 @@
 //! array in a plain layout and the parameters of each codec spelled out; [`Index::device_view`]
 //! gives exactly that, so no backend reaches into codec internals.
 
-use crate::codec::{Codec, FactorFormat, ResidualCodec};
+use crate::codec::{Codec, CodecKind, FactorFormat, ResidualCodec};
 use crate::index::{Index, Metric};
 use std::borrow::Cow;
 
@@ -73,6 +73,14 @@ pub struct DeviceView<'a> {
     pub has_second_stage: bool,
 }
 
+/// Whether device kernels score `codec` (the others map to [`StageCodec::Unsupported`]).
+fn device_scores(codec: &Codec) -> bool {
+    matches!(
+        codec,
+        Codec::AnchorOnly(_) | Codec::RaBitQ(_) | Codec::Scalar(_)
+    )
+}
+
 fn stage_codec(codec: &Codec) -> StageCodec {
     match codec {
         Codec::AnchorOnly(_) => StageCodec::AnchorOnly,
@@ -128,6 +136,16 @@ fn device_stage<'a>(codec: &Codec, codes: &'a [u8]) -> DeviceStage<'a> {
 }
 
 impl Index {
+    /// The first of this index's codecs (primary, then refine tier) that device kernels do not
+    /// score yet, if any: a device search of this index is refused, so callers choosing a
+    /// backend automatically should search on the CPU. Cheap (no view is built).
+    pub fn device_unsupported_codec(&self) -> Option<CodecKind> {
+        std::iter::once(&self.codec)
+            .chain(self.refine.as_ref().map(|(c, _)| c))
+            .find(|c| !device_scores(c))
+            .map(|c| c.kind())
+    }
+
     /// The flat view a device backend builds its copy of this index from.
     pub fn device_view(&self) -> DeviceView<'_> {
         DeviceView {
@@ -202,5 +220,41 @@ mod tests {
         }
         assert_eq!(view.list_offsets.len(), 9);
         assert!(view.refine.is_none());
+    }
+
+    #[test]
+    fn unsupported_codecs_are_named_and_match_the_view() {
+        let dim = 16;
+        let data = crate::synthetic::clustered(300, dim, 4, 0.3, 7);
+        let cases = [
+            (CodecKind::RaBitQ1, Some(CodecKind::Sq8), None),
+            (CodecKind::Sq4, None, None),
+            (
+                CodecKind::RaBitQ1,
+                Some(CodecKind::F16),
+                Some(CodecKind::F16),
+            ),
+            (CodecKind::PcaRaBitQ, None, Some(CodecKind::PcaRaBitQ)),
+        ];
+        for (codec, refine, want) in cases {
+            let params = BuildParams::default()
+                .with_codec(codec)
+                .with_refine(refine)
+                .with_num_anchors(4);
+            let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+            assert_eq!(
+                index.device_unsupported_codec(),
+                want,
+                "{codec} + {refine:?}"
+            );
+            let view = index.device_view();
+            let unsupported = std::iter::once(&view.primary)
+                .chain(view.refine.as_ref())
+                .find_map(|s| match s.codec {
+                    crate::device_view::StageCodec::Unsupported(k) => Some(k),
+                    _ => None,
+                });
+            assert_eq!(unsupported, want, "{codec} + {refine:?}");
+        }
     }
 }

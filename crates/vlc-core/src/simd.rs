@@ -36,6 +36,23 @@ pub fn level() -> SimdLevel {
     *LEVEL
 }
 
+static AVX512: LazyLock<bool> = LazyLock::new(|| {
+    #[cfg(target_arch = "x86_64")]
+    {
+        level() == SimdLevel::Avx2
+            && std::env::var_os("VLC_NO_AVX512").is_none()
+            && is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+});
+
+/// Whether the AVX-512 variants run (the AVX2 level plus AVX-512F, detected once; set
+/// `VLC_NO_AVX512=1` to keep the AVX2 ones). Only kernels that gain from 16-lane masks have one.
+pub fn has_avx512() -> bool {
+    *AVX512
+}
+
 /// Σ weights[i] · codes[i] (codes as unsigned integers).
 #[inline]
 pub fn dot_u8(weights: &[f32], codes: &[u8]) -> f32 {
@@ -129,8 +146,8 @@ pub fn dot_f16_scalar(weights: &[f32], halves: &[u8]) -> f32 {
         }
     }
     let mut s: f32 = acc.iter().sum();
-    for i in chunks * 8..weights.len() {
-        s += weights[i] * half_at(i);
+    for (i, w) in weights.iter().enumerate().skip(chunks * 8) {
+        s += w * half_at(i);
     }
     s
 }
@@ -173,6 +190,11 @@ unsafe fn dot_f16_avx2(weights: &[f32], halves: &[u8]) -> f32 {
 pub fn bit_sum(weights: &[f32], bits: &[u8]) -> f32 {
     assert!(weights.len() >= bits.len() * 8, "one weight per bit");
     #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: AVX-512F was detected at run time; the length was checked above.
+        return unsafe { bit_sum_avx512(weights, bits) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if level() == SimdLevel::Avx2 {
         // SAFETY: AVX2 was detected at run time; the length was checked above.
         return unsafe { bit_sum_avx2(weights, bits) };
@@ -214,6 +236,36 @@ unsafe fn bit_sum_avx2(weights: &[f32], bits: &[u8]) -> f32 {
     // SAFETY: `lanes` holds exactly 8 floats.
     unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
     lanes.iter().sum()
+}
+
+/// [`bit_sum`] with AVX-512F: every two bytes of the plane are the mask of one masked add
+/// of 16 weights.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn bit_sum_avx512(weights: &[f32], bits: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    let pairs = bits.len() / 2;
+    let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for p in 0..pairs {
+        let mask = u16::from_le_bytes([bits[2 * p], bits[2 * p + 1]]);
+        // SAFETY: the caller checked weights.len() >= 8 · bits.len() >= 16·p + 16.
+        let w = unsafe { _mm512_loadu_ps(weights.as_ptr().add(16 * p)) };
+        if p & 1 == 0 {
+            a0 = _mm512_mask_add_ps(a0, mask, a0, w);
+        } else {
+            a1 = _mm512_mask_add_ps(a1, mask, a1, w);
+        }
+    }
+    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    if bits.len() % 2 == 1 {
+        let j = bits.len() - 1;
+        for l in 0..8 {
+            if bits[j] >> l & 1 == 1 {
+                s += weights[8 * j + l];
+            }
+        }
+    }
+    s
 }
 
 /// Bit j of the result is set when `values[j] < limit`, for the first min(len, 32) values
@@ -295,14 +347,25 @@ mod tests {
     #[test]
     fn bit_sum_simd_matches_scalar_and_brute_force() {
         let mut r = Rng::new(2);
-        for bytes in 0..13 {
+        for bytes in 0..37 {
             let w: Vec<f32> = (0..bytes * 8 + 3).map(|_| r.normal() as f32).collect();
             let plane: Vec<u8> = (0..bytes).map(|_| r.below(256) as u8).collect();
             let brute: f32 = (0..bytes * 8)
                 .filter(|&i| plane[i / 8] >> (i % 8) & 1 == 1)
                 .map(|i| w[i])
                 .sum();
-            for got in [bit_sum(&w, &plane), bit_sum_scalar(&w, &plane)] {
+            let mut variants = vec![bit_sum(&w, &plane), bit_sum_scalar(&w, &plane)];
+            #[cfg(target_arch = "x86_64")]
+            if level() == SimdLevel::Avx2 {
+                // SAFETY: AVX2 was detected; w holds 8 · bytes + 3 weights.
+                variants.push(unsafe { bit_sum_avx2(&w, &plane) });
+            }
+            #[cfg(target_arch = "x86_64")]
+            if has_avx512() {
+                // SAFETY: AVX-512F was detected; w holds 8 · bytes + 3 weights.
+                variants.push(unsafe { bit_sum_avx512(&w, &plane) });
+            }
+            for got in variants {
                 assert!(
                     (got - brute).abs() <= 1e-4 * (1.0 + brute.abs()),
                     "{bytes} bytes: {got} vs {brute}"
