@@ -65,7 +65,8 @@ pub fn open_wgpu(_allow_software: bool) -> Result<Box<dyn Backend>> {
 /// Where a batched search runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SearchBackend {
-    /// CUDA when a device works, else the CPU.
+    /// CUDA when a device works and scores the index's codecs (not yet `pcaq` or `f16`), else
+    /// the CPU.
     Auto,
     Cpu,
     /// A copy of the index on the first CUDA device.

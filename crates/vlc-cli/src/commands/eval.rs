@@ -39,7 +39,8 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Where the search runs: cpu (on --threads threads), cuda (a copy of the index on the GPU;
-    /// timings include moving queries and results), or auto (cuda when a device works).
+    /// timings include moving queries and results), or auto (cuda when a device works and
+    /// scores the index's codecs, else cpu).
     #[arg(long, value_enum, default_value_t = SearchBackend::Cpu)]
     pub backend: SearchBackend,
 }

@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long)]
     pub view: bool,
     /// Where the search runs: cpu, cuda (a copy of the index on the GPU), or auto (cuda when a
-    /// device works).
+    /// device works and scores the index's codecs, else cpu).
     #[arg(long, value_enum, default_value_t = SearchBackend::Cpu)]
     pub backend: SearchBackend,
 }
