@@ -45,6 +45,23 @@ impl Set {
     }
 }
 
+/// `vlc eval --json` of `index` on the set's queries at the given nprobe list.
+fn eval_json(s: &Set, index: &Path, nprobe: &str) -> serde_json::Value {
+    let out = vlc()
+        .args(["eval", "--nprobe", nprobe, "--json"])
+        .arg(index)
+        .arg("--queries")
+        .arg(s.p("queries.npy"))
+        .arg("--groundtruth")
+        .arg(s.p("gt.npy"))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).unwrap()
+}
+
 #[test]
 fn build_eval_search_info_end_to_end() {
     let s = Set::new();
@@ -65,19 +82,7 @@ fn build_eval_search_info_end_to_end() {
         .assert()
         .success()
         .stdout(predicate::str::contains("bytes/vector").and(predicate::str::contains("32 (")));
-    let out = vlc()
-        .args(["eval", "--nprobe", "4,32", "--json"])
-        .arg(s.p("i.vlc"))
-        .arg("--queries")
-        .arg(s.p("queries.npy"))
-        .arg("--groundtruth")
-        .arg(s.p("gt.npy"))
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let j = eval_json(&s, &s.p("i.vlc"), "4,32");
     let results = j["results"].as_array().unwrap();
     assert_eq!(results.len(), 2);
     let r10 = results[1]["recall@10"].as_f64().unwrap();
@@ -145,20 +150,9 @@ fn f16_refine_is_near_exact_at_full_probe() {
             .arg(&index)
             .assert()
             .success();
-        let out = vlc()
-            .args(["eval", "--nprobe", "16", "--json"])
-            .arg(&index)
-            .arg("--queries")
-            .arg(s.p("queries.npy"))
-            .arg("--groundtruth")
-            .arg(s.p("gt.npy"))
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
-        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        j["results"][0]["recall@10"].as_f64().unwrap()
+        eval_json(&s, &index, "16")["results"][0]["recall@10"]
+            .as_f64()
+            .unwrap()
     };
     let (exact, one_bit) = (recall("f16"), recall("none"));
     assert!(exact >= 0.99, "rabitq1+f16 recall@10 {exact}");

@@ -3,7 +3,7 @@
 //! list is by id: recall is what it is, and VLC reports it as measured.
 
 use super::{CodecKind, QueryState, ResidualCodec};
-use crate::error::{Result, VlcError};
+use crate::error::Result;
 
 #[derive(Clone, Debug)]
 pub struct AnchorOnly {
@@ -15,12 +15,7 @@ impl AnchorOnly {
         AnchorOnly { dim }
     }
     pub(crate) fn read_params(dim: usize, bytes: &[u8]) -> Result<Self> {
-        if !bytes.is_empty() {
-            return Err(VlcError::Corrupt {
-                what: "anchor-only parameters must be empty".into(),
-                offset: 0,
-            });
-        }
+        super::expect_no_params(CodecKind::AnchorOnly, bytes)?;
         Ok(AnchorOnly { dim })
     }
 }

@@ -9,7 +9,7 @@
 //! `f32` factor `‖r̂‖² + 2⟨r̂, c⟩`.
 
 use super::{read_f32, CodecKind, QueryState, ResidualCodec};
-use crate::error::{Result, VlcError};
+use crate::error::Result;
 use rayon::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -23,15 +23,7 @@ impl Float16 {
     }
 
     pub(crate) fn read_params(dim: usize, bytes: &[u8]) -> Result<Self> {
-        if !bytes.is_empty() {
-            return Err(VlcError::Corrupt {
-                what: format!(
-                    "f16 codec parameters must be empty, found {} bytes",
-                    bytes.len()
-                ),
-                offset: 0,
-            });
-        }
+        super::expect_no_params(CodecKind::F16, bytes)?;
         Ok(Float16 { dim })
     }
 }

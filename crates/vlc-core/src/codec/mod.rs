@@ -494,6 +494,20 @@ impl<'a> ParamReader<'a> {
     }
 }
 
+/// Check the parameter blob of a codec that has none (`anchor-only`, `f16`).
+pub(crate) fn expect_no_params(kind: CodecKind, bytes: &[u8]) -> Result<()> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    Err(VlcError::Corrupt {
+        what: format!(
+            "{kind} codec parameters must be empty, found {} bytes",
+            bytes.len()
+        ),
+        offset: 0,
+    })
+}
+
 pub(crate) fn put_f32s(out: &mut Vec<u8>, values: &[f32]) {
     out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
 }
