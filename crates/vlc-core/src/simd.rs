@@ -177,11 +177,7 @@ unsafe fn dot_f16_avx2(weights: &[f32], halves: &[u8]) -> f32 {
     let mut lanes = [0f32; 8];
     // SAFETY: `lanes` holds exactly 8 floats.
     unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(a0, a1)) };
-    let mut s: f32 = lanes.iter().sum();
-    for i in chunks * 16..n {
-        s += weights[i] * half::f16::from_le_bytes([halves[2 * i], halves[2 * i + 1]]).to_f32();
-    }
-    s
+    lanes.iter().sum::<f32>() + dot_f16_scalar(&weights[chunks * 16..], &halves[chunks * 32..])
 }
 
 /// `Σ weights[i]` over the set bits `i` of the bit plane `bits` (bit `i` is bit `i % 8` of
@@ -256,16 +252,8 @@ unsafe fn bit_sum_avx512(weights: &[f32], bits: &[u8]) -> f32 {
             a1 = _mm512_mask_add_ps(a1, mask, a1, w);
         }
     }
-    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-    if bits.len() % 2 == 1 {
-        let j = bits.len() - 1;
-        for l in 0..8 {
-            if bits[j] >> l & 1 == 1 {
-                s += weights[8 * j + l];
-            }
-        }
-    }
-    s
+    _mm512_reduce_add_ps(_mm512_add_ps(a0, a1))
+        + bit_sum_scalar(&weights[16 * pairs..], &bits[2 * pairs..])
 }
 
 /// Bit j of the result is set when `values[j] < limit`, for the first min(len, 32) values

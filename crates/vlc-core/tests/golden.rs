@@ -1,7 +1,7 @@
 //! Golden files: indexes written by each released format version stay readable and give the
 //! same answers. `tests/golden/v1-*.vlc` were written by format version 1 and `v2-*.vlc` by
-//! version 2 (int8 anchors, f16 first-stage RaBitQ factors, `pcaq`, the `f16` codec), with the search results
-//! they gave recorded beside them (`.expected.json`).
+//! version 2 (int8 anchors, f16 first-stage RaBitQ factors, `pcaq`, the `f16` codec), with
+//! the search results they gave recorded beside them (`.expected.json`).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
 //! `v{FORMAT_VERSION}-*` files for the current version (existing files are never overwritten).

@@ -17,14 +17,14 @@ pub struct Args {
     pub output: PathBuf,
     /// Residual codec, by bytes per vector at dim D: anchor-only (0), rabitq1 (D/8 + 4),
     /// rabitq2 (D/4 + 12), rabitq3 (3D/8 + 12), rabitq4 (D/2 + 12), sq4 (D/2 + 4), sq8 (D + 4),
-    /// f16 (2·D + 4, half-float residuals; mostly a refine tier, see --refine),
-    /// or pcaqB (about B·D/8 + 12, any B above 0 and up to 8, e.g. pcaq0.75, pcaq1.5 or
-    /// pcaq3.2; plus a D x D rotation per index; at B ≤ 1, one bit on the leading B·D principal
-    /// axes only, B·D/8 + 4 bytes); RaBitQ-family sizes are 4 more for data far from the
-    /// origin, whose first-stage factors are kept as f32): RaBitQ codes in the principal axes of the residuals with the bits
-    /// allocated by variance, the best recall per byte on anisotropic data such as text
-    /// embeddings. RaBitQ-family codes are scanned a bit or two at a time and their candidates
-    /// rescored with all bits.
+    /// f16 (2·D + 4, half-float residuals; mostly a refine tier, see --refine), or pcaqB.
+    /// pcaqB is RaBitQ codes in the principal axes of the residuals with the bits allocated by
+    /// variance, the best recall per byte on anisotropic data such as text embeddings: about
+    /// B·D/8 + 12 bytes for any B above 0 and up to 8 (e.g. pcaq0.75, pcaq1.5 or pcaq3.2), plus
+    /// a D x D rotation per index; at B ≤ 1 it codes one bit on the leading B·D principal axes
+    /// only (B·D/8 + 4 bytes). RaBitQ-family sizes are 4 more for data far from the origin,
+    /// whose first-stage factors are kept as f32. RaBitQ-family codes are scanned a bit or two
+    /// at a time and their candidates rescored with all bits.
     #[arg(long, default_value = "sq8")]
     pub codec: String,
     /// Finer codec stored beside the primary one to rerank the candidate pool: none, sq4
