@@ -3,7 +3,7 @@
 //! one test per check for a backend, and a backend whose device is absent skips with a
 //! message. The CPU instance lives in `tests/conformance.rs`, the CUDA one in the CUDA crate.
 
-use crate::backend::{AnchorSums, Backend};
+use crate::backend::{AnchorSums, Backend, CpuBackend, Nearest};
 use crate::Rng;
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
@@ -119,15 +119,14 @@ pub fn check_accumulate_and_update(backend: &dyn Backend) {
         }
         // The fused call moves the anchors the same way and reports the same counts.
         let mut fused = before.clone();
+        let nearest = Nearest {
+            per_point: 1,
+            ids: assignment.clone(),
+            dists: dists.clone(),
+            resident: None,
+        };
         let counts = backend
-            .accumulate_and_update(
-                &points,
-                &mut fused,
-                dim,
-                (&assignment, &dists),
-                &thresholds,
-                0.5,
-            )
+            .accumulate_and_update(&points, &mut fused, dim, &nearest, &thresholds, 0.5)
             .unwrap();
         assert_eq!(counts.kept, want.kept);
         assert_eq!(counts.members, want.members);
@@ -137,10 +136,96 @@ pub fn check_accumulate_and_update(backend: &dyn Backend) {
                 "fused update, element {i}: {f} vs {g}"
             );
         }
+
+        // With the backend's own assignments (a GPU backend may keep them on its device), one
+        // of them superseded by a later call: the same move as the CPU reference given the same
+        // values.
+        let centres = random(k * dim, dim as u64 + 2);
+        let own = backend.nearest_anchors(&points, &centres, dim, 1).unwrap();
+        let later = backend
+            .nearest_anchors(&points, &random(k * dim, 5), dim, 1)
+            .unwrap();
+        let mean = own.dists.iter().map(|&d| d as f64).sum::<f64>() / n as f64;
+        let thresholds = vec![mean as f32; k];
+        for near in [&own, &later] {
+            let mut got = before.clone();
+            let counts = backend
+                .accumulate_and_update(&points, &mut got, dim, near, &thresholds, 0.5)
+                .unwrap();
+            let plain = Nearest {
+                resident: None,
+                ..near.clone()
+            };
+            let mut want = before.clone();
+            let want_counts = CpuBackend
+                .accumulate_and_update(&points, &mut want, dim, &plain, &thresholds, 0.5)
+                .unwrap();
+            assert_eq!(counts.kept, want_counts.kept);
+            assert_eq!(counts.members, want_counts.members);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() < 1e-5 * (1.0 + w.abs()),
+                    "update with the backend's assignment, element {i}: {g} vs {w}"
+                );
+            }
+        }
     }
 }
 
 /// Anchor training through the backend ends within 0.5% of the CPU reference's energy.
+/// Repeated one-per-point assignments of pinned points while the anchors move (a little, a
+/// lot for a few, all at once, or change in number), as in training: each result is the
+/// nearest anchor within rounding (a GPU backend may reuse distance bounds between calls).
+pub fn check_nearest_with_moving_anchors(backend: &dyn Backend) {
+    for &(dim, n, k) in &[(7usize, 3000usize, 40usize), (65, 1029, 33), (384, 700, 64)] {
+        let points = random(n * dim, dim as u64 + 11);
+        let _pinned = backend.pin(&points).unwrap();
+        let mut anchors = random(k * dim, dim as u64 + 12);
+        let mut r = Rng::new(dim as u64 + 13);
+        for step in 0..8 {
+            match step {
+                // A few anchors jump to points.
+                3 => {
+                    for a in [0, k / 2] {
+                        let p = r.below(n);
+                        anchors[a * dim..(a + 1) * dim]
+                            .copy_from_slice(&points[p * dim..(p + 1) * dim]);
+                    }
+                }
+                // All move far.
+                5 => anchors = random(k * dim, dim as u64 + 14),
+                // One anchor fewer.
+                6 => anchors.truncate((k - 1) * dim),
+                // Small moves.
+                _ => anchors
+                    .iter_mut()
+                    .for_each(|c| *c += 0.02 * r.normal() as f32),
+            }
+            let k_now = anchors.len() / dim;
+            let got = backend.nearest_anchors(&points, &anchors, dim, 1).unwrap();
+            for i in 0..n {
+                let p = &points[i * dim..(i + 1) * dim];
+                let best = (0..k_now)
+                    .map(|a| naive_dist(p, &anchors[a * dim..(a + 1) * dim]))
+                    .fold(f64::INFINITY, f64::min);
+                let gid = got.ids[i] as usize;
+                assert!(gid < k_now, "step {step}: id {gid} of {k_now} anchors");
+                let tol = 1e-3 * (1.0 + best);
+                let true_d = naive_dist(p, &anchors[gid * dim..(gid + 1) * dim]);
+                assert!(
+                    (true_d - best).abs() <= tol,
+                    "dim {dim} step {step} point {i}: anchor {gid} at {true_d}, nearest at {best}"
+                );
+                assert!(
+                    (got.dists[i] as f64 - best).abs() <= tol,
+                    "dim {dim} step {step} point {i}: distance {} vs {best}",
+                    got.dists[i]
+                );
+            }
+        }
+    }
+}
+
 pub fn check_training_matches_cpu(backend: &dyn Backend) {
     let dim = 64;
     let data = crate::synthetic::clustered(4000, dim, 30, 0.4, 3);
@@ -184,6 +269,18 @@ pub fn check_rejects_bad_shapes(backend: &dyn Backend) {
             .is_err(),
         "anchor id out of range"
     );
+    let two_per_point = Nearest {
+        per_point: 2,
+        ids: vec![0, 1, 1, 0],
+        dists: vec![0.0; 4],
+        resident: None,
+    };
+    assert!(
+        backend
+            .accumulate_and_update(&[0.0; 6], &mut [0.0; 6], 3, &two_per_point, &[1.0; 2], 0.5)
+            .is_err(),
+        "accumulation takes one anchor per point"
+    );
 }
 
 #[macro_export]
@@ -212,6 +309,7 @@ macro_rules! conformance_suite {
             case!(check_accumulate_and_update);
             case!(check_rejects_bad_shapes);
             case!(check_training_matches_cpu);
+            case!(check_nearest_with_moving_anchors);
         }
     };
 }

@@ -182,9 +182,10 @@ pub struct TrainReport {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PhaseSeconds {
-    /// Drawing the training sample, gathering it and handing it to the backend (a GPU backend
-    /// uploads it here).
+    /// Drawing the training sample and gathering it.
     pub sampling: f64,
+    /// Handing the sample to the backend ([`Backend::pin`]: a GPU backend uploads it here).
+    pub upload: f64,
     pub seeding: f64,
     pub assign: f64,
     pub statistics: f64,
@@ -244,8 +245,10 @@ pub fn train_anchors(
     let held = gather(&order[..holdout]);
     let train = gather(&order[holdout..]);
     let num_train = train.len() / dim;
-    let _pinned = (backend.pin(&train)?, backend.pin(&held)?);
     let sampling = sampling.elapsed().as_secs_f64();
+    let clock = std::time::Instant::now();
+    let pinned = (backend.pin(&train)?, backend.pin(&held)?);
+    let upload = clock.elapsed().as_secs_f64();
 
     let seed_count = k
         .saturating_mul(params.seeding_points_per_anchor)
@@ -260,6 +263,7 @@ pub fn train_anchors(
     )?;
     let mut phases = PhaseSeconds {
         sampling,
+        upload,
         seeding: clock.elapsed().as_secs_f64(),
         ..Default::default()
     };
@@ -298,7 +302,7 @@ pub fn train_anchors(
             &train,
             &mut anchors,
             dim,
-            (assignment, dists),
+            &nearest,
             &thresholds,
             step,
         )?;
@@ -391,6 +395,12 @@ pub fn train_anchors(
         previous_holdout = stats.holdout_energy;
         previous = Some(nearest.ids);
         temperature *= params.cooling;
+    }
+    drop(pinned);
+    // A large sample (gigabytes at 10^6 vectors) is freed on a helper thread: unmapping it
+    // took about 0.1 s that the caller need not wait for.
+    if (train.len() + held.len()) * 4 >= 1 << 26 {
+        std::thread::spawn(move || drop((train, held)));
     }
     Ok((anchors, report))
 }

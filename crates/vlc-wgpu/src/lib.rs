@@ -451,6 +451,7 @@ impl WgpuBackend {
             per_point,
             ids,
             dists,
+            resident: None,
         })
     }
 

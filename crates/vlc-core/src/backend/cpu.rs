@@ -78,6 +78,7 @@ impl Backend for CpuBackend {
             per_point,
             ids,
             dists,
+            resident: None,
         })
     }
 

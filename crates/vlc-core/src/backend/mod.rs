@@ -20,6 +20,10 @@ pub struct Nearest {
     pub ids: Vec<u32>,
     /// Squared L2 distances matching `ids`. Layout: (num_points, per_point), row-major.
     pub dists: Vec<f32>,
+    /// Set by a GPU backend whose device still holds exactly these `ids` and `dists` (a number
+    /// it gives each result), so that [`Backend::accumulate_and_update`] can use its copy
+    /// instead of uploading them again. Code that changes `ids` or `dists` must set it to None.
+    pub resident: Option<u64>,
 }
 
 /// Per-anchor sums of the points kept by the robust (trimmed) estimator.
@@ -107,23 +111,37 @@ pub trait Backend: Send + Sync {
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()>;
 
     /// [`accumulate`](Backend::accumulate) then [`update`](Backend::update) in one call, for
-    /// backends that can keep the sums on their device. Returns the member and kept counts
-    /// (`sums` left empty). The default runs the two primitives.
+    /// backends that can keep the sums on their device, with the assignment and distances of
+    /// `nearest` (one anchor per point; a GPU backend uses its own copy when
+    /// [`Nearest::resident`] says it still has one). Returns the member and kept counts (`sums`
+    /// left empty). The default runs the two primitives.
     fn accumulate_and_update(
         &self,
         points: &[f32],
         anchors: &mut [f32],
         dim: usize,
-        nearest: (&[u32], &[f32]),
+        nearest: &Nearest,
         thresholds: &[f32],
         step: f32,
     ) -> Result<AnchorSums> {
-        let (assignment, dists) = nearest;
-        let mut sums = self.accumulate(points, dim, assignment, dists, thresholds)?;
+        check_single_nearest(nearest)?;
+        let mut sums = self.accumulate(points, dim, &nearest.ids, &nearest.dists, thresholds)?;
         self.update(anchors, dim, &sums, step)?;
         sums.sums = Vec::new();
         Ok(sums)
     }
+}
+
+/// An assignment for accumulation: `nearest` must hold one anchor per point.
+pub fn check_single_nearest(nearest: &Nearest) -> Result<()> {
+    if nearest.per_point != 1 || nearest.ids.len() != nearest.dists.len() {
+        return Err(crate::VlcError::DimensionMismatch {
+            what: "nearest anchors per point for accumulation".into(),
+            expected: 1,
+            actual: nearest.per_point,
+        });
+    }
+    Ok(())
 }
 
 /// Number of rows of a (rows, dim) buffer of `len` values, or a typed error.

@@ -1,29 +1,101 @@
-// Per-anchor trimmed sums. Points are grouped by anchor (CSR: anchor a owns
-// members[offsets[a] .. offsets[a+1]]); one block per anchor, threads over dimensions, members
-// summed in increasing order in double precision: deterministic, no atomics.
-// points: (num_points, dim); dists: (num_points,); thresholds: (num_anchors,);
-// sums: (num_anchors, dim) double; kept: (num_anchors,).
+// Per-anchor trimmed sums, all on the device, in four steps:
+//   1. count_members: members and kept members (dist <= the anchor's threshold) per anchor;
+//   2. exclusive_scan: kept counts into offsets, so anchor a owns offsets[a] .. offsets[a+1];
+//   3. scatter_kept: each kept point's index into its anchor's range;
+//   4. sum_kept_fixed: one block per anchor, threads over dimensions, sums the range and
+//      (when asked) moves the anchor: anchor += step * (sum / kept - anchor).
+// The scatter's order within a range depends on thread timing, so step 4 adds in 64-bit fixed
+// point: every value is rounded to a multiple of 1/scale (the caller picks scale, a power of two,
+// so that no sum can overflow: num_points * max|x| * scale < 2^61). Integer addition is exact and
+// order-free, so the sums are deterministic, and far closer to the exact sum than f32.
+//
+// ids, dists: (num_points,); thresholds, members_per_anchor, kept: (num_anchors,);
+// offsets: (num_anchors + 1,); cursor: (num_anchors,); members: (kept points,);
+// points: (num_points, dim); sums: (num_anchors, dim) double; anchors: (num_anchors, dim).
 
-extern "C" __global__ void accumulate_trimmed(const float* __restrict__ points, int dim,
-                                              const unsigned long long* __restrict__ offsets,
-                                              const unsigned int* __restrict__ members,
-                                              const float* __restrict__ dists,
-                                              const float* __restrict__ thresholds,
-                                              double* __restrict__ sums, unsigned int* __restrict__ kept) {
+extern "C" __global__ void count_members(const unsigned int* __restrict__ ids, const float* __restrict__ dists,
+                                         const float* __restrict__ thresholds, unsigned int num_points,
+                                         unsigned int* __restrict__ members_per_anchor,
+                                         unsigned int* __restrict__ kept) {
+    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < num_points; i += gridDim.x * blockDim.x) {
+        unsigned int a = ids[i];
+        atomicAdd(&members_per_anchor[a], 1u);
+        if (dists[i] <= thresholds[a]) atomicAdd(&kept[a], 1u);
+    }
+}
+
+// One block: each thread scans a contiguous run of counts; the runs' totals are scanned in
+// shared memory (Hillis-Steele). blockDim.x must be a power of two, at most 1024.
+extern "C" __global__ void exclusive_scan(const unsigned int* __restrict__ counts, int num_anchors,
+                                          unsigned int* __restrict__ offsets) {
+    __shared__ unsigned int part[1024];
+    int t = threadIdx.x;
+    int per = (num_anchors + blockDim.x - 1) / blockDim.x;
+    int lo = min(t * per, num_anchors), hi = min(lo + per, num_anchors);
+    unsigned int s = 0;
+    for (int i = lo; i < hi; ++i) s += counts[i];
+    part[t] = s;
+    __syncthreads();
+    for (int o = 1; o < blockDim.x; o <<= 1) {
+        unsigned int v = t >= o ? part[t - o] : 0u;
+        __syncthreads();
+        part[t] += v;
+        __syncthreads();
+    }
+    unsigned int run = t > 0 ? part[t - 1] : 0u;
+    for (int i = lo; i < hi; ++i) {
+        offsets[i] = run;
+        run += counts[i];
+    }
+    if (t == blockDim.x - 1) offsets[num_anchors] = part[t];
+}
+
+extern "C" __global__ void scatter_kept(const unsigned int* __restrict__ ids, const float* __restrict__ dists,
+                                        const float* __restrict__ thresholds, unsigned int num_points,
+                                        unsigned int* __restrict__ cursor, unsigned int* __restrict__ members) {
+    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < num_points; i += gridDim.x * blockDim.x) {
+        unsigned int a = ids[i];
+        if (dists[i] <= thresholds[a]) members[atomicAdd(&cursor[a], 1u)] = i;
+    }
+}
+
+__device__ __forceinline__ long long fixed(float v, double scale) { return __double2ll_rn((double)v * scale); }
+
+extern "C" __global__ void sum_kept_fixed(const float* __restrict__ points, int dim,
+                                          const unsigned int* __restrict__ offsets,
+                                          const unsigned int* __restrict__ members, double scale,
+                                          double* __restrict__ sums, float* __restrict__ anchors, int update,
+                                          float step) {
     int a = blockIdx.x;
-    unsigned long long lo = offsets[a], hi = offsets[a + 1];
-    float thr = thresholds[a];
+    unsigned int lo = offsets[a], hi = offsets[a + 1];
+    double inv_scale = 1.0 / scale;  // exact: scale is a power of two
     for (int d = threadIdx.x; d < dim; d += blockDim.x) {
-        double s = 0.0;
-        for (unsigned long long m = lo; m < hi; ++m) {
-            unsigned int i = members[m];
-            if (dists[i] <= thr) s += (double)points[(size_t)i * dim + d];
+        long long s = 0;
+        unsigned int m = lo;
+        // Four members at a time: their loads are independent.
+        for (; m + 4 <= hi; m += 4) {
+            unsigned int i0 = members[m], i1 = members[m + 1], i2 = members[m + 2], i3 = members[m + 3];
+            float v0 = points[(size_t)i0 * dim + d], v1 = points[(size_t)i1 * dim + d];
+            float v2 = points[(size_t)i2 * dim + d], v3 = points[(size_t)i3 * dim + d];
+            s += fixed(v0, scale) + fixed(v1, scale) + fixed(v2, scale) + fixed(v3, scale);
         }
-        sums[(size_t)a * dim + d] = s;
+        for (; m < hi; ++m) s += fixed(points[(size_t)members[m] * dim + d], scale);
+        double sum = (double)s * inv_scale;
+        size_t idx = (size_t)a * dim + d;
+        sums[idx] = sum;
+        if (update && hi > lo) {
+            float mean = (float)(sum * (1.0 / (double)(hi - lo)));
+            anchors[idx] += step * (mean - anchors[idx]);
+        }
     }
-    if (threadIdx.x == 0) {
-        unsigned int c = 0;
-        for (unsigned long long m = lo; m < hi; ++m) c += dists[members[m]] <= thr;
-        kept[a] = c;
-    }
+}
+
+// Largest |x| as float bits (non-negative floats order like their bits); out starts at 0.
+extern "C" __global__ void max_abs(const float* __restrict__ x, unsigned long long n, unsigned int* __restrict__ out) {
+    float m = 0.f;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        m = fmaxf(m, fabsf(x[i]));
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(out, __float_as_uint(m));
 }

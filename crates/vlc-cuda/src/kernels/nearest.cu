@@ -53,6 +53,56 @@ extern "C" __global__ void nearest_from_dots(const float* __restrict__ dots, con
     }
 }
 
+// The nearest anchor only (training's assignment): the same distances and tie rule as
+// nearest_from_dots, read four at a time when num_anchors is a multiple of 4 (rows are then
+// 16-byte aligned). One warp per row; within a lane ids increase, so a strict < keeps the
+// smaller id of a tie.
+extern "C" __global__ void nearest1_from_dots(const float* __restrict__ dots, const float* __restrict__ x_norms,
+                                              const float* __restrict__ c_norms, int rows, int num_anchors,
+                                              unsigned int* __restrict__ out_ids,
+                                              float* __restrict__ out_dists) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= rows) return;
+    const float* row = dots + (size_t)warp * num_anchors;
+    float xn = x_norms[warp];
+    float bd = __int_as_float(0x7f800000);
+    int bi = 0x7fffffff;
+    if ((num_anchors & 3) == 0) {
+        const float4* row4 = reinterpret_cast<const float4*>(row);
+        const float4* c4 = reinterpret_cast<const float4*>(c_norms);
+        int quads = num_anchors >> 2;
+#pragma unroll 4
+        for (int q = lane; q < quads; q += 32) {
+            float4 v = row4[q];
+            float4 c = c4[q];
+            int j = q << 2;
+            float d0 = fmaxf(xn - 2.f * v.x + c.x, 0.f);
+            float d1 = fmaxf(xn - 2.f * v.y + c.y, 0.f);
+            float d2 = fmaxf(xn - 2.f * v.z + c.z, 0.f);
+            float d3 = fmaxf(xn - 2.f * v.w + c.w, 0.f);
+            if (d0 < bd) { bd = d0; bi = j; }
+            if (d1 < bd) { bd = d1; bi = j + 1; }
+            if (d2 < bd) { bd = d2; bi = j + 2; }
+            if (d3 < bd) { bd = d3; bi = j + 3; }
+        }
+    } else {
+        for (int j = lane; j < num_anchors; j += 32) {
+            float d = fmaxf(xn - 2.f * row[j] + c_norms[j], 0.f);
+            if (d < bd) { bd = d; bi = j; }
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float od = __shfl_xor_sync(0xffffffff, bd, o);
+        int oi = __shfl_xor_sync(0xffffffff, bi, o);
+        if (better(od, oi, bd, bi)) { bd = od; bi = oi; }
+    }
+    if (lane == 0) {
+        out_ids[warp] = (unsigned int)bi;
+        out_dists[warp] = bd;
+    }
+}
+
 // f32 -> f16 (round to nearest even) for the fp16 assignment GEMM; `overflow` is set to 1 when a
 // value's magnitude exceeds the f16 range (the caller then uses a 32-bit GEMM instead).
 // PTX conversion: NVRTC needs no cuda_fp16.h for it.
@@ -65,5 +115,144 @@ extern "C" __global__ void to_half(const float* __restrict__ x, unsigned long lo
         unsigned short h;
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
         out[i] = h;
+    }
+}
+
+// ---- Assignment with distance bounds (training: the same points, anchors that move a little) ----
+// Each point keeps a lower bound on its distance (not squared) to every anchor but its own. When
+// the anchors move, that bound drops by the largest anchor move; a point whose exact distance to
+// its own anchor stays below the bound keeps it, and only the others are ranked again by GEMM
+// (top-2: the runner-up's distance, less the GEMM's rounding allowance, is the new bound).
+
+// Largest anchor move, float bits into *max_drift (starts at 0). One warp per anchor.
+extern "C" __global__ void anchor_drift(const float* __restrict__ now, const float* __restrict__ before,
+                                        int num_anchors, int dim, unsigned int* __restrict__ max_drift) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= num_anchors) return;
+    float s = 0.f;
+    for (int d = lane; d < dim; d += 32) {
+        float diff = now[(size_t)warp * dim + d] - before[(size_t)warp * dim + d];
+        s += diff * diff;
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+    // Rounded up a little: the bound must not shrink by less than the true move.
+    if (lane == 0) atomicMax(max_drift, __float_as_uint(sqrtf(s) * 1.0001f + 1e-30f));
+}
+
+// One warp per point: exact (FP32) squared distance to its anchor; keeps the anchor when that
+// distance, rounded up, is below the lowered bound (writes id and distance), else flags the point.
+extern "C" __global__ void bound_check(const float* __restrict__ x, const float* __restrict__ x_norms,
+                                       const float* __restrict__ anchors, const float* __restrict__ c_norms,
+                                       int rows, int dim, const unsigned int* __restrict__ max_drift,
+                                       const unsigned int* __restrict__ assign, float* __restrict__ lower,
+                                       unsigned int* __restrict__ out_ids, float* __restrict__ out_dists,
+                                       unsigned int* __restrict__ flags) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= rows) return;
+    unsigned int a = assign[warp];
+    const float* r = x + (size_t)warp * dim;
+    const float* c = anchors + (size_t)a * dim;
+    float dot = 0.f;
+    for (int d = lane; d < dim; d += 32) dot += r[d] * c[d];
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffff, dot, o);
+    if (lane != 0) return;
+    float xn = x_norms[warp], cn = c_norms[a];
+    float dist = fmaxf(xn - 2.f * dot + cn, 0.f);
+    float bound = lower[warp] - __uint_as_float(*max_drift);
+    // FP32 rounding of the GEMM form is far below 2^-18 (||x||^2 + ||c||^2).
+    float upper = sqrtf(dist + 0x1p-18f * (xn + cn));
+    bool keep = upper < bound;
+    lower[warp] = bound;
+    flags[warp] = keep ? 0u : 1u;
+    if (keep) {
+        out_ids[warp] = a;
+        out_dists[warp] = dist;
+    }
+}
+
+// Flags per block of blockDim.x points (a multiple of 32, at most 1024).
+extern "C" __global__ void count_flags(const unsigned int* __restrict__ flags, int rows,
+                                       unsigned int* __restrict__ block_counts) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int c = __syncthreads_count(i < rows && flags[i] != 0u);
+    if (threadIdx.x == 0) block_counts[blockIdx.x] = (unsigned int)c;
+}
+
+// Indices of the flagged points in increasing order; block_offsets: exclusive scan of count_flags.
+extern "C" __global__ void compact_flags(const unsigned int* __restrict__ flags, int rows,
+                                         const unsigned int* __restrict__ block_offsets,
+                                         unsigned int* __restrict__ out_idx) {
+    __shared__ unsigned int warp_start[32];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    bool f = i < rows && flags[i] != 0u;
+    unsigned int ballot = __ballot_sync(0xffffffff, f);
+    if (lane == 0) warp_start[w] = __popc(ballot);
+    __syncthreads();
+    if (w == 0) {
+        int warps = blockDim.x >> 5;
+        unsigned int v = lane < warps ? warp_start[lane] : 0u;
+        unsigned int inclusive = v;
+        for (int o = 1; o < 32; o <<= 1) {
+            unsigned int up = __shfl_up_sync(0xffffffff, inclusive, o);
+            if (lane >= o) inclusive += up;
+        }
+        if (lane < warps) warp_start[lane] = inclusive - v;
+    }
+    __syncthreads();
+    if (f) out_idx[block_offsets[blockIdx.x] + warp_start[w] + __popc(ballot & ((1u << lane) - 1u))] = (unsigned int)i;
+}
+
+// Rows idx[0..count) of x (and their norms) into out, contiguous. One warp per row.
+extern "C" __global__ void gather_rows(const float* __restrict__ x, const float* __restrict__ x_norms,
+                                       const unsigned int* __restrict__ idx, int count, int dim,
+                                       float* __restrict__ out, float* __restrict__ out_norms) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= count) return;
+    size_t r = idx[warp];
+    for (int d = lane; d < dim; d += 32) out[(size_t)warp * dim + d] = x[r * dim + d];
+    if (lane == 0) out_norms[warp] = x_norms[r];
+}
+
+// Nearest and runner-up from a GEMM tile (rows of the tile are points idx[row], or base + row
+// when idx is null); writes the nearest id and distance, the assignment and the new bound.
+extern "C" __global__ void nearest2_scatter(const float* __restrict__ dots, const float* __restrict__ x_norms,
+                                            const float* __restrict__ c_norms, int rows, int num_anchors,
+                                            const unsigned int* __restrict__ idx, unsigned int base,
+                                            unsigned int* __restrict__ out_ids, float* __restrict__ out_dists,
+                                            unsigned int* __restrict__ assign, float* __restrict__ lower) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= rows) return;
+    const float* row = dots + (size_t)warp * num_anchors;
+    float xn = x_norms[warp];
+    float inf = __int_as_float(0x7f800000);
+    float bd = inf, sd = inf;
+    int bi = 0x7fffffff, si = 0x7fffffff;
+    for (int j = lane; j < num_anchors; j += 32) {
+        float d = fmaxf(xn - 2.f * row[j] + c_norms[j], 0.f);
+        if (better(d, j, bd, bi)) { sd = bd; si = bi; bd = d; bi = j; }
+        else if (better(d, j, sd, si)) { sd = d; si = j; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float od = __shfl_xor_sync(0xffffffff, bd, o), osd = __shfl_xor_sync(0xffffffff, sd, o);
+        int oi = __shfl_xor_sync(0xffffffff, bi, o), osi = __shfl_xor_sync(0xffffffff, si, o);
+        if (better(od, oi, bd, bi)) {
+            if (better(bd, bi, osd, osi)) { sd = bd; si = bi; } else { sd = osd; si = osi; }
+            bd = od; bi = oi;
+        } else if (better(od, oi, sd, si)) { sd = od; si = oi; }
+    }
+    if (lane == 0) {
+        unsigned int p = idx ? idx[warp] : base + (unsigned int)warp;
+        out_ids[p] = (unsigned int)bi;
+        out_dists[p] = bd;
+        assign[p] = (unsigned int)bi;
+        // TF32 GEMM rounding of a squared distance is at most 2^-10 (||x||^2 + ||c||^2):
+        // allow four times that.
+        float allowance = si < num_anchors ? 0x1p-8f * (xn + c_norms[si]) : 0.f;
+        lower[p] = sd < inf ? sqrtf(fmaxf(sd - allowance, 0.f)) : inf;
     }
 }
