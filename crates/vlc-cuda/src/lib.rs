@@ -747,7 +747,7 @@ impl CudaBackend {
             let gathered_norms = self.grow(&mut scratch.gathered_norms, chunk.min(count.max(1)))?;
             for start in (0..count).step_by(chunk) {
                 let rows = chunk.min(count - start);
-                let (r_i32, zero) = (rows as i32, 0u32);
+                let r_i32 = rows as i32;
                 let idx = flagged.slice(start..start + rows);
                 // SAFETY: one warp per flagged row: idx holds `rows` point indices
                 // (< num_points); gathered holds at least rows·dim floats and gathered_norms
@@ -773,24 +773,18 @@ impl CudaBackend {
                     dim,
                     tile,
                 )?;
-                // SAFETY: as in the full pass, with tile row i belonging to point idx[i].
-                unsafe {
-                    self.stream
-                        .launch_builder(&self.kernels.nearest2_scatter)
-                        .arg(&*tile)
-                        .arg(&*gathered_norms)
-                        .arg(&*c_norms)
-                        .arg(&r_i32)
-                        .arg(&k_i32)
-                        .arg(&idx)
-                        .arg(&zero)
-                        .arg(&mut *ids)
-                        .arg(&mut *dists)
-                        .arg(&mut b.assign)
-                        .arg(&mut b.lower)
-                        .launch(Self::launch_warps(rows))
-                }
-                .map_err(err)?;
+                let norms = gathered_norms.slice(0..rows);
+                self.scatter_nearest2(
+                    tile,
+                    &norms,
+                    c_norms,
+                    num_anchors,
+                    Some(&idx),
+                    0,
+                    ids,
+                    dists,
+                    b,
+                )?;
             }
         }
         if full {
@@ -798,27 +792,18 @@ impl CudaBackend {
                 let rows = chunk.min(num_points - start);
                 let xs = x.slice(start * dim..(start + rows) * dim);
                 self.gemm_dots(&c, num_anchors, &xs, rows, dim, tile)?;
-                let (r_i32, base) = (rows as i32, start as u32);
-                // SAFETY: nearest2_scatter reads rows·k dots, rows norms from `start` and k
-                // norms; with a null index it writes points start..start + rows of ids, dists,
-                // assign and lower (num_points each).
-                unsafe {
-                    self.stream
-                        .launch_builder(&self.kernels.nearest2_scatter)
-                        .arg(&*tile)
-                        .arg(&x_norms.slice(start..start + rows))
-                        .arg(&*c_norms)
-                        .arg(&r_i32)
-                        .arg(&k_i32)
-                        .arg(&0u64)
-                        .arg(&base)
-                        .arg(&mut *ids)
-                        .arg(&mut *dists)
-                        .arg(&mut b.assign)
-                        .arg(&mut b.lower)
-                        .launch(Self::launch_warps(rows))
-                }
-                .map_err(err)?;
+                let norms = x_norms.slice(start..start + rows);
+                self.scatter_nearest2(
+                    tile,
+                    &norms,
+                    c_norms,
+                    num_anchors,
+                    None,
+                    start,
+                    ids,
+                    dists,
+                    b,
+                )?;
             }
             ranked = num_points;
         }
@@ -955,6 +940,57 @@ impl CudaBackend {
         }
         .map_err(err)?;
         self.get(counts, num_anchors)
+    }
+
+    /// Nearest anchor and runner-up of each row of `tile` (rows = `norms.len()`, num_anchors
+    /// dot products each) into `ids`, `dists` and the bounds. Tile row i is point `idx[i]`, or
+    /// `base + i` without an index.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter_nearest2(
+        &self,
+        tile: &CudaSlice<f32>,
+        norms: &CudaView<f32>,
+        c_norms: &CudaSlice<f32>,
+        num_anchors: usize,
+        idx: Option<&CudaView<u32>>,
+        base: usize,
+        ids: &mut CudaSlice<u32>,
+        dists: &mut CudaSlice<f32>,
+        bounds: &mut Bounds,
+    ) -> Result<()> {
+        let rows = norms.len();
+        let points = bounds.assign.len();
+        let in_range = match idx {
+            Some(i) => i.len() == rows,
+            None => base + rows <= points,
+        };
+        if !in_range || tile.len() < rows * num_anchors || c_norms.len() < num_anchors {
+            return Err(err("nearest2_scatter: buffer shapes do not match"));
+        }
+        let (r_i32, k_i32, base) = (rows as i32, num_anchors as i32, base as u32);
+        let mut launch = self.stream.launch_builder(&self.kernels.nearest2_scatter);
+        launch
+            .arg(tile)
+            .arg(norms)
+            .arg(c_norms)
+            .arg(&r_i32)
+            .arg(&k_i32);
+        let null = 0u64;
+        match idx {
+            Some(i) => launch.arg(i),
+            None => launch.arg(&null),
+        };
+        launch
+            .arg(&base)
+            .arg(ids)
+            .arg(dists)
+            .arg(&mut bounds.assign)
+            .arg(&mut bounds.lower);
+        // SAFETY: reads rows·k dots, rows norms and k anchor norms (checked above); writes
+        // ids, dists, assign and lower (one per point) of the points idx[i] (indices of the
+        // flagged points, < num_points) or base..base + rows (checked above).
+        unsafe { launch.launch(Self::launch_warps(rows)) }.map_err(err)?;
+        Ok(())
     }
 
     /// `offsets[i]` = sum of `counts[..i]` for i in 0..=n (one block).
