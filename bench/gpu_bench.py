@@ -4,7 +4,7 @@
 Usage: python3 bench/gpu_bench.py --vlc PATH_TO_vlc [--n 1000000] [--dim 384] [--anchors 4096]
        [--iterations 20] [--cpu-reference] [--out results.jsonl]
        [--search-index INDEX.vlc --queries Q.npy --groundtruth GT.npy [--nprobe 8,32,128]]
-       [--search-only]
+       [--search-only] [--search-backends cuda,wgpu]
 
 Makes clustered float32 data (seeded), saves it as .npy, then times:
   * `vlc train-bench --backend cuda --warmup` (the whole training loop, data resident on the GPU,
@@ -16,7 +16,8 @@ Final energies are all measured the same way (mean squared distance to the neare
 With --search-index, also times VLC's batched search of those queries on the GPU (`vlc eval
 --backend cuda`: a copy of the index on the GPU; each pass includes moving the queries there and
 the results back; fastest of 5 passes) against the CPU search on all cores of the same machine,
-with recall@10 of both. --search-only skips the training part.
+with recall@10 of both; --search-backends cuda,wgpu adds the WGPU search (Vulkan there) to the
+same table. --search-only skips the training part.
 """
 import argparse
 import json
@@ -41,26 +42,35 @@ ap.add_argument("--queries", default=None)
 ap.add_argument("--groundtruth", default=None)
 ap.add_argument("--nprobe", default="8,16,32,64,128")
 ap.add_argument("--search-only", action="store_true")
+ap.add_argument("--search-backends", default="cuda", help="GPU search backends to time, comma separated (cuda, wgpu)")
 a = ap.parse_args()
 if a.search_index and not (a.queries and a.groundtruth):
     ap.error("--search-index needs --queries and --groundtruth")
 
 def search_bench():
+    gpus = [b for b in a.search_backends.split(",") if b]
     rows = {}
-    for backend in ["cuda", "cpu"]:
+    for backend in gpus + ["cpu"]:
         out = subprocess.run([a.vlc, "eval", a.search_index, "--queries", a.queries, "--groundtruth", a.groundtruth,
-                              "--nprobe", a.nprobe, "--repeat", "5" if backend == "cuda" else "3", "--backend", backend,
+                              "--nprobe", a.nprobe, "--repeat", "3" if backend == "cpu" else "5", "--backend", backend,
                               "--json"], check=True, capture_output=True, text=True)
         rows[backend] = json.loads(out.stdout)
     gpu = torch.cuda.get_device_name()
-    print(f"search {a.search_index}: {rows['cpu']['codec']}{' + ' + rows['cpu']['refine'] if rows['cpu']['refine'] else ''}, "
-          f"{rows['cpu']['vectors']} vectors, {rows['cpu']['queries']} queries; cpu on {rows['cpu']['threads']} threads, cuda on {gpu}")
-    print(f"{'nprobe':>6} {'recall@10 cpu':>14} {'recall@10 cuda':>15} {'QPS cpu':>10} {'QPS cuda':>11}")
-    for c, g in zip(rows["cpu"]["results"], rows["cuda"]["results"]):
-        print(f"{c['nprobe']:>6} {c['recall@10']:>14.4f} {g['recall@10']:>15.4f} {c['qps']:>10.0f} {g['qps']:>11.0f}", flush=True)
-        results.append({"system": "vlc-search", "index": a.search_index, "nprobe": c["nprobe"], "gpu": gpu,
-                        "recall@10_cpu": c["recall@10"], "recall@10_cuda": g["recall@10"],
-                        "qps_cpu": c["qps"], "qps_cuda": g["qps"], "cpu_threads": rows["cpu"]["threads"]})
+    cpu = rows["cpu"]
+    print(f"search {a.search_index}: {cpu['codec']}{' + ' + cpu['refine'] if cpu['refine'] else ''}, "
+          f"{cpu['vectors']} vectors, {cpu['queries']} queries; cpu on {cpu['threads']} threads, {'/'.join(gpus)} on {gpu}")
+    print(f"{'nprobe':>6} {'recall@10 cpu':>14} " + " ".join(f"{'recall@10 ' + b:>15}" for b in gpus)
+          + f" {'QPS cpu':>10} " + " ".join(f"{'QPS ' + b:>11}" for b in gpus))
+    for i, c in enumerate(cpu["results"]):
+        g = {b: rows[b]["results"][i] for b in gpus}
+        print(f"{c['nprobe']:>6} {c['recall@10']:>14.4f} " + " ".join(f"{g[b]['recall@10']:>15.4f}" for b in gpus)
+              + f" {c['qps']:>10.0f} " + " ".join(f"{g[b]['qps']:>11.0f}" for b in gpus), flush=True)
+        r = {"system": "vlc-search", "index": a.search_index, "nprobe": c["nprobe"], "gpu": gpu,
+             "recall@10_cpu": c["recall@10"], "qps_cpu": c["qps"], "cpu_threads": cpu["threads"]}
+        for b in gpus:
+            r[f"recall@10_{b}"] = g[b]["recall@10"]
+            r[f"qps_{b}"] = g[b]["qps"]
+        results.append(r)
 
 
 results = []

@@ -65,12 +65,15 @@ pub fn open_wgpu(_allow_software: bool) -> Result<Box<dyn Backend>> {
 /// Where a batched search runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SearchBackend {
-    /// CUDA when a device works and scores the index's codecs (not yet `pcaq` or `f16`), else
-    /// the CPU.
+    /// A GPU that works and scores the index's codecs (not yet `pcaq` or `f16`): CUDA, then a
+    /// hardware WGPU adapter; else the CPU.
     Auto,
     Cpu,
     /// A copy of the index on the first CUDA device.
     Cuda,
+    /// A copy of the index on a WGPU adapter (Vulkan, Metal or DX12; software adapters
+    /// included: set `WGPU_ADAPTER_NAME` to pick one).
+    Wgpu,
 }
 
 /// A batched search: queries (num_queries, dim) and parameters to results.
@@ -99,17 +102,24 @@ pub fn with_search<R>(
         SearchBackend::Cuda => {
             search_cuda(index, Box::new(body)).map_err(|e| e.context("--backend cuda"))
         }
+        SearchBackend::Wgpu => {
+            search_wgpu(index, Box::new(body)).map_err(|e| e.context("--backend wgpu"))
+        }
         SearchBackend::Auto => {
+            if let Some(kind) = index.device_unsupported_codec() {
+                eprintln!("search backend: cpu (GPU search does not support the {kind} codec yet)");
+                return cpu(Box::new(body));
+            }
             #[cfg(feature = "cuda")]
             if vlc_cuda::device_available() {
-                if let Some(kind) = index.device_unsupported_codec() {
-                    eprintln!(
-                        "search backend: cpu (GPU search does not support the {kind} codec yet)"
-                    );
-                    return cpu(Box::new(body));
-                }
                 return search_cuda(index, Box::new(body));
             }
+            #[cfg(feature = "wgpu")]
+            match vlc_wgpu::WgpuBackend::new_hardware() {
+                Ok(b) => return run_wgpu(&b, index, Box::new(body)),
+                Err(e) => eprintln!("search backend: cpu (no CUDA device; {e})"),
+            }
+            #[cfg(not(feature = "wgpu"))]
             eprintln!("search backend: cpu (no CUDA device)");
             cpu(Box::new(body))
         }
@@ -127,4 +137,21 @@ fn search_cuda<R>(index: &Index, body: SearchBody<'_, R>) -> Result<R> {
 #[cfg(not(feature = "cuda"))]
 fn search_cuda<R>(_index: &Index, _body: SearchBody<'_, R>) -> Result<R> {
     anyhow::bail!("this vlc was built without the `cuda` feature")
+}
+
+#[cfg(feature = "wgpu")]
+fn search_wgpu<R>(index: &Index, body: SearchBody<'_, R>) -> Result<R> {
+    run_wgpu(&vlc_wgpu::WgpuBackend::new()?, index, body)
+}
+
+#[cfg(feature = "wgpu")]
+fn run_wgpu<R>(b: &vlc_wgpu::WgpuBackend, index: &Index, body: SearchBody<'_, R>) -> Result<R> {
+    eprintln!("search backend: wgpu ({})", b.adapter_name());
+    let gpu = vlc_wgpu::WgpuIndex::new(b, index)?;
+    body(&|q: &[f32], p: &SearchParams| gpu.search_batch(q, p))
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn search_wgpu<R>(_index: &Index, _body: SearchBody<'_, R>) -> Result<R> {
+    anyhow::bail!("this vlc was built without the `wgpu` feature")
 }

@@ -283,6 +283,135 @@ pub fn check_rejects_bad_shapes(backend: &dyn Backend) {
     );
 }
 
+/// A device copy of one index that searches batches (built by the backend under test from the
+/// canonical CPU [`Index`](crate::Index), e.g. CUDA's `CudaIndex` or WGPU's `WgpuIndex`).
+pub type DeviceSearch<'a> =
+    Box<dyn Fn(&[f32], &crate::SearchParams) -> crate::Result<crate::SearchResults> + 'a>;
+
+/// Builds a backend's [`DeviceSearch`] for an index.
+pub type OpenSearch<'a> = dyn Fn(&crate::Index) -> crate::Result<DeviceSearch<'a>> + 'a;
+
+/// A device search against the CPU search on the same index, for every codec the device
+/// kernels score, both metrics, odd dims and a refine tier: same probed lists and estimators,
+/// so the results agree up to float rounding (summation orders differ, and the CPU's 1-bit
+/// scan reads quantised tables). At least 97% of the CPU's ids per case, equal distances where
+/// both return the same id at the same rank, rows sorted and padded like the CPU's.
+pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
+    use crate::{BuildParams, CodecKind, Index, Metric, SearchParams};
+    let cases = [
+        (64, CodecKind::RaBitQ1, None, false, Metric::L2),
+        (36, CodecKind::RaBitQ1, None, false, Metric::L2),
+        (64, CodecKind::RaBitQ3, None, false, Metric::L2),
+        (36, CodecKind::RaBitQ4, None, false, Metric::Cosine),
+        (
+            64,
+            CodecKind::RaBitQ2,
+            Some(CodecKind::Sq8),
+            false,
+            Metric::L2,
+        ),
+        (
+            35,
+            CodecKind::RaBitQ1,
+            Some(CodecKind::Sq4),
+            false,
+            Metric::L2,
+        ),
+        (64, CodecKind::Sq8, None, true, Metric::L2),
+        (35, CodecKind::Sq4, None, false, Metric::Cosine),
+        (64, CodecKind::AnchorOnly, None, false, Metric::L2),
+    ];
+    let (n, anchors) = (6_000, 64);
+    for (dim, codec, refine, jacobian, metric) in cases {
+        let data = crate::synthetic::clustered(n, dim, 40, 0.4, 11);
+        let queries = crate::synthetic::clustered(200, dim, 40, 0.5, 12);
+        let mut params = BuildParams::default()
+            .with_codec(codec)
+            .with_refine(refine)
+            .with_metric(metric)
+            .with_num_anchors(anchors);
+        params.codec_params.jacobian = jacobian;
+        let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+        let device = open(&index).unwrap();
+        let label = format!(
+            "{codec}{} dim {dim} {metric:?}{}",
+            refine.map(|r| format!("+{r}")).unwrap_or_default(),
+            if jacobian { " jacobian" } else { "" }
+        );
+        for (k, nprobe, rerank) in [(10, 8, 0), (1, 1, 0), (25, anchors, 60)] {
+            let p = SearchParams { k, nprobe, rerank };
+            let cpu = index.search_batch(&queries, &p, &CpuBackend).unwrap();
+            let dev = device(&queries, &p).unwrap();
+            assert_eq!(dev.ids.len(), cpu.ids.len(), "{label}");
+            let (mut same, mut total) = (0usize, 0usize);
+            for (c, g) in cpu.ids.chunks(k).zip(dev.ids.chunks(k)) {
+                total += c.iter().filter(|&&i| i >= 0).count();
+                same += g.iter().filter(|&&i| i >= 0 && c.contains(&i)).count();
+            }
+            let overlap = same as f64 / total as f64;
+            assert!(
+                overlap >= 0.97,
+                "{label} k {k} nprobe {nprobe}: only {overlap:.3} of the CPU's ids"
+            );
+            for i in 0..cpu.ids.len() {
+                if cpu.ids[i] == dev.ids[i] && cpu.ids[i] >= 0 {
+                    let (a, b) = (cpu.distances[i], dev.distances[i]);
+                    assert!(
+                        (a - b).abs() <= 2e-3 * (1.0 + a.abs()),
+                        "{label}: distance {a} on the CPU, {b} on the device"
+                    );
+                }
+            }
+            for (row, ids) in dev.distances.chunks(k).zip(dev.ids.chunks(k)) {
+                assert!(
+                    row.windows(2).all(|w| w[0] <= w[1]),
+                    "{label}: unsorted row"
+                );
+                for (d, i) in row.iter().zip(ids) {
+                    assert_eq!(*i < 0, *d == f32::INFINITY, "{label}: padding");
+                }
+            }
+            eprintln!("{label} k {k} nprobe {nprobe}: overlap {overlap:.4}");
+        }
+    }
+}
+
+/// A device search refuses what the CPU search refuses: k = 0 or above the vector count,
+/// nprobe = 0 or above the anchor count, queries of the wrong dim, NaN.
+pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
+    use crate::{BuildParams, CodecKind, Index, SearchParams};
+    let dim = 16;
+    let data = crate::synthetic::clustered(500, dim, 8, 0.3, 3);
+    let params = BuildParams::default()
+        .with_codec(CodecKind::RaBitQ1)
+        .with_num_anchors(16);
+    let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    let device = open(&index).unwrap();
+    let q = &data[..dim];
+    for (k, nprobe) in [(0, 4), (501, 4), (10, 0), (10, 17)] {
+        let e = device(
+            q,
+            &SearchParams {
+                k,
+                nprobe,
+                rerank: 0,
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(e, crate::VlcError::InvalidParameter { .. }), "{e}");
+    }
+    let e = device(&q[..dim - 1], &SearchParams::default()).unwrap_err();
+    assert!(e.to_string().contains("dim"), "{e}");
+    let mut nan = q.to_vec();
+    nan[3] = f32::NAN;
+    let p = SearchParams {
+        k: 5,
+        nprobe: 4,
+        rerank: 0,
+    };
+    assert!(device(&nan, &p).is_err());
+}
+
 #[macro_export]
 macro_rules! conformance_suite {
     ($name:ident, $make:expr) => {

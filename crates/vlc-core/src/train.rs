@@ -286,12 +286,16 @@ pub fn train_anchors(
         let (assignment, dists) = (&nearest.ids, &nearest.dists);
         let energy = mean_f64(dists);
         let churn = previous.as_ref().map_or(1.0, |p| {
-            p.par_iter()
-                .zip(assignment.par_iter())
-                .with_min_len(1 << 16)
-                .filter(|(a, b)| a != b)
-                .count() as f64
-                / num_train as f64
+            let changed = if p.len() <= SERIAL_MAX {
+                p.iter().zip(assignment).filter(|(a, b)| a != b).count()
+            } else {
+                p.par_iter()
+                    .zip(assignment.par_iter())
+                    .with_min_len(SERIAL_MAX)
+                    .filter(|(a, b)| a != b)
+                    .count()
+            };
+            changed as f64 / num_train as f64
         });
 
         let thresholds = trimmed_thresholds(assignment, dists, k, params.trim_fraction);
@@ -494,27 +498,33 @@ fn kmeans_plus_plus(
 /// Per-anchor distance threshold keeping the nearest ⌈(1 − trim)·count⌉ members.
 fn trimmed_thresholds(assignment: &[u32], dists: &[f32], k: usize, trim: f32) -> Vec<f32> {
     let (offsets, members) = group_by_anchor(assignment, k);
-    // Enough anchors per task that small problems stay on one thread.
-    let min_len = (k * (1 << 14)).div_ceil(assignment.len().max(1)).max(1);
+    let threshold = |a: usize, d: &mut Vec<f32>| {
+        let mem = &members[offsets[a]..offsets[a + 1]];
+        let keep = ((mem.len() as f64 * (1.0 - trim as f64)).ceil() as usize).min(mem.len());
+        if keep == mem.len() || keep == 0 {
+            return f32::INFINITY;
+        }
+        d.clear();
+        d.extend(mem.iter().map(|&i| dists[i as usize]));
+        let (_, &mut v, _) = d.select_nth_unstable_by(keep - 1, f32::total_cmp);
+        v
+    };
+    if assignment.len() <= SERIAL_MAX {
+        // Small problems skip the thread pool (its dispatch costs more than the work).
+        let mut d = Vec::new();
+        return (0..k).map(|a| threshold(a, &mut d)).collect();
+    }
+    // Enough anchors per task that each task has about SERIAL_MAX / 4 points.
+    let min_len = (k * (SERIAL_MAX / 4)).div_ceil(assignment.len()).max(1);
     (0..k)
         .into_par_iter()
         .with_min_len(min_len)
-        .map(|a| {
-            let mem = &members[offsets[a]..offsets[a + 1]];
-            if mem.is_empty() {
-                return f32::INFINITY;
-            }
-            let keep =
-                ((mem.len() as f64 * (1.0 - trim as f64)).ceil() as usize).clamp(1, mem.len());
-            if keep == mem.len() {
-                return f32::INFINITY;
-            }
-            let mut d: Vec<f32> = mem.iter().map(|&i| dists[i as usize]).collect();
-            let (_, &mut v, _) = d.select_nth_unstable_by(keep - 1, f32::total_cmp);
-            v
-        })
+        .map_init(Vec::new, |d, a| threshold(a, d))
         .collect()
 }
+
+/// Inputs of at most this many points are summarised on the calling thread.
+const SERIAL_MAX: usize = 1 << 16;
 
 /// Member lists per anchor, kept up to date through merges and splits of one iteration.
 struct Members {

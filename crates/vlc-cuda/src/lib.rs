@@ -667,7 +667,9 @@ impl CudaBackend {
         let mut full = !valid;
         let mut ranked = 0;
         if valid {
-            let drift = self.put(&mut scratch.max_drift, &[0u32])?;
+            // Zeroed on the stream (a host upload would wait for it).
+            let drift = self.grow(&mut scratch.max_drift, 1)?;
+            self.stream.memset_zeros(&mut *drift).map_err(err)?;
             // SAFETY: one warp per anchor over k·d floats of both anchor buffers.
             unsafe {
                 self.stream

@@ -7,6 +7,9 @@
 //! when they do not fit. Buffers handed to [`Backend::pin`] stay on the device until the guard
 //! drops.
 
+mod search;
+
+pub use search::WgpuIndex;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use vlc::backend::{
@@ -26,10 +29,16 @@ fn err(reason: impl std::fmt::Display) -> VlcError {
 struct Pipelines {
     distances: wgpu::ComputePipeline,
     select: wgpu::ComputePipeline,
-    /// Fused single-nearest assignment (`nearest_fused`), used when `per_point == 1`.
+    /// Fused single-nearest assignment, used when `per_point == 1`: `nearest_fused_wide`
+    /// (128 points per workgroup) where the adapter has the workgroup memory for it, else
+    /// `nearest_fused` (64).
     fused: wgpu::ComputePipeline,
+    /// Points per workgroup of `fused`.
+    fused_rows: usize,
     accumulate: wgpu::ComputePipeline,
     update: wgpu::ComputePipeline,
+    /// Batched inverted-list search (`search_queries`), used by [`WgpuIndex`].
+    search: wgpu::ComputePipeline,
 }
 
 /// The WGPU implementation of [`Backend`].
@@ -89,6 +98,7 @@ impl WgpuBackend {
         let nearest = module("nearest", include_str!("shaders/nearest.wgsl"));
         let accumulate = module("accumulate", include_str!("shaders/accumulate.wgsl"));
         let update = module("update", include_str!("shaders/update.wgsl"));
+        let search = module("search", include_str!("shaders/search.wgsl"));
         let pipeline = |m: &wgpu::ShaderModule, entry: &str| {
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(entry),
@@ -99,12 +109,23 @@ impl WgpuBackend {
                 cache: None,
             })
         };
+        // The wide kernel stages 8 KiB and reduces through 16 KiB of workgroup memory.
+        // VLC_WGPU_WIDE=0 picks the narrow one (for comparisons).
+        let wide = limits.max_compute_workgroup_storage_size >= 24 * 1024
+            && std::env::var("VLC_WGPU_WIDE").map_or(true, |v| v != "0");
+        let (fused_entry, fused_rows) = if wide {
+            ("nearest_fused_wide", 128)
+        } else {
+            ("nearest_fused", 64)
+        };
         let pipelines = Pipelines {
             distances: pipeline(&nearest, "distances"),
             select: pipeline(&nearest, "select_nearest"),
-            fused: pipeline(&nearest, "nearest_fused"),
+            fused: pipeline(&nearest, fused_entry),
+            fused_rows,
             accumulate: pipeline(&accumulate, "accumulate_trimmed"),
             update: pipeline(&update, "update_anchors"),
+            search: pipeline(&search, "search_queries"),
         };
         Ok(WgpuBackend {
             device,
@@ -165,11 +186,12 @@ impl WgpuBackend {
         }))
     }
 
-    fn uniform(&self, words: [u32; 4]) -> wgpu::Buffer {
+    /// A uniform buffer of `words` (a multiple of 4 words, as WGSL sizes uniform structs).
+    fn uniform(&self, words: &[u32]) -> wgpu::Buffer {
         self.device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("params"),
-                contents: bytemuck::cast_slice(&words),
+                contents: bytemuck::cast_slice(words),
                 usage: wgpu::BufferUsages::UNIFORM,
             })
     }
@@ -324,8 +346,8 @@ impl Backend for WgpuBackend {
 }
 
 impl WgpuBackend {
-    /// One neighbour per point (training) runs the fused kernel, `nearest_fused`: no distance
-    /// tile, one workgroup per 64 points. Several per point (search) run the tiled distances and
+    /// One neighbour per point (training) runs the fused kernel (`nearest_fused_wide` or
+    /// `nearest_fused`): no distance tile, one workgroup per 128 (64) points. Several per point (search) run the tiled distances and
     /// then the selection pass. Points are streamed in chunks that fit one storage binding (the
     /// resident copy is used when one chunk covers them all).
     fn nearest_inner(
@@ -337,14 +359,14 @@ impl WgpuBackend {
         num_points: usize,
         num_anchors: usize,
     ) -> Result<Nearest> {
-        const FUSED_ROWS_PER_GROUP: usize = 64;
+        let fused_rows = self.pipelines.fused_rows;
         let d_anchors = self.storage("anchors", anchors)?;
         let fused = per_point == 1;
         // Rows per chunk: the points (and for the tiled path the distance tile) must each fit
         // one binding, and the dispatch grid stays under 65,535 workgroups per dimension.
         let limit = self.max_binding() as usize;
         let chunk = if fused {
-            (limit / (4 * dim)).min(65_535 * FUSED_ROWS_PER_GROUP)
+            (limit / (4 * dim)).min(65_535 * fused_rows)
         } else {
             (limit / (4 * dim))
                 .min(limit / (4 * num_anchors))
@@ -382,7 +404,7 @@ impl WgpuBackend {
             };
             let out_ids = self.output("ids", (rows * per_point * 4) as u64)?;
             let out_dists = self.output("dists", (rows * per_point * 4) as u64)?;
-            let params = self.uniform([
+            let params = self.uniform(&[
                 rows as u32,
                 num_anchors as u32,
                 dim as u32,
@@ -407,7 +429,7 @@ impl WgpuBackend {
                         &mut encoder,
                         &self.pipelines.fused,
                         &group,
-                        rows.div_ceil(FUSED_ROWS_PER_GROUP) as u32,
+                        rows.div_ceil(fused_rows) as u32,
                         1,
                     );
                 }
@@ -485,7 +507,7 @@ impl WgpuBackend {
         let comps = self.output("compensations", (num_anchors * dim * 4) as u64)?;
         let kept = self.output("kept", (num_anchors * 4) as u64)?;
         let per_row = num_anchors.min(65_535);
-        let params = self.uniform([num_anchors as u32, dim as u32, per_row as u32, 0]);
+        let params = self.uniform(&[num_anchors as u32, dim as u32, per_row as u32, 0]);
         let mut encoder = self.device.create_command_encoder(&Default::default());
         let g = self.bind(
             &self.pipelines.accumulate,
@@ -554,7 +576,7 @@ impl WgpuBackend {
         let total = num_anchors * dim;
         let groups = total.div_ceil(64);
         let x = groups.min(65_535);
-        let params = self.uniform([
+        let params = self.uniform(&[
             num_anchors as u32,
             dim as u32,
             step.to_bits(),

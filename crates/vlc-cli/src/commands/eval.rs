@@ -38,9 +38,9 @@ pub struct Args {
     /// Print results as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Where the search runs: cpu (on --threads threads), cuda (a copy of the index on the GPU;
-    /// timings include moving queries and results), or auto (cuda when a device works and
-    /// scores the index's codecs, else cpu).
+    /// Where the search runs: cpu (on --threads threads), cuda or wgpu (a copy of the index on
+    /// that GPU; timings include moving queries and results), or auto (a GPU that works and
+    /// scores the index's codecs: cuda, then a hardware wgpu adapter; else cpu).
     #[arg(long, value_enum, default_value_t = SearchBackend::Cpu)]
     pub backend: SearchBackend,
 }

@@ -30,8 +30,9 @@ pub struct Args {
     /// Open the index with a memory map instead of reading it.
     #[arg(long)]
     pub view: bool,
-    /// Where the search runs: cpu, cuda (a copy of the index on the GPU), or auto (cuda when a
-    /// device works and scores the index's codecs, else cpu).
+    /// Where the search runs: cpu, cuda or wgpu (a copy of the index on that GPU), or auto (a
+    /// GPU that works and scores the index's codecs: cuda, then a hardware wgpu adapter; else
+    /// cpu).
     #[arg(long, value_enum, default_value_t = SearchBackend::Cpu)]
     pub backend: SearchBackend,
 }

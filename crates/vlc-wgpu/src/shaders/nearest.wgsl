@@ -172,3 +172,162 @@ fn nearest_fused(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation
         }
     }
 }
+
+// nearest_fused_wide: `nearest_fused` with twice the register block, for adapters with at
+// least 24 KiB of workgroup memory: a workgroup of 16 x 16 invocations owns 128 points and
+// walks over all anchors 128 at a time; each invocation computes an 8 x 8 block (points
+// 8*ty.., anchors 8*tx..) from 8-dimension slices staged in workgroup memory: twice the
+// multiply-adds per workgroup-memory read of the 4 x 4 block. The accumulators are named
+// variables, not arrays (an array indexed in a loop can be placed in slow local memory; on
+// the H100's Vulkan driver that made this kernel 5x slower than the narrow one). Same
+// multiply-add order over dimensions, so the same outputs and ties as `nearest_fused`.
+
+// [k][i]: dimension k of points 4i..4i+3 / anchors 4i..4i+3, 128 rows.
+var<workgroup> wp: array<array<vec4<f32>, 32>, 8>;
+var<workgroup> wa: array<array<vec4<f32>, 32>, 8>;
+// [point][tx]: each invocation's best distance and anchor for the points it covers.
+var<workgroup> wred_d: array<array<f32, 16>, 128>;
+var<workgroup> wred_i: array<array<u32, 16>, 128>;
+
+// Running minimum of four points (lanes) against anchor `a`, given their dot products with it
+// (ties keep the smaller id: anchors come in increasing order).
+fn keep_better(bd: ptr<function, vec4<f32>>, bi: ptr<function, vec4<u32>>, dot: vec4<f32>, a: u32) {
+    if (a < p.num_anchors) {
+        let d = vec4<f32>(anchor_norms[a]) - 2.0 * dot;
+        let b = d < *bd;
+        *bd = select(*bd, d, b);
+        *bi = select(*bi, vec4<u32>(a), b);
+    }
+}
+
+@compute @workgroup_size(16, 16)
+fn nearest_fused_wide(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
+    let tx = l.x;
+    let ty = l.y;
+    let flat = ty * 16u + tx;
+    let p0 = wg.x * 128u;
+    // Points 8*ty + 0..3 (lanes of *0) and 8*ty + 4..7 (lanes of *1).
+    var bd0 = vec4<f32>(3.0e38);
+    var bd1 = vec4<f32>(3.0e38);
+    var bi0 = vec4<u32>(0xffffffffu);
+    var bi1 = vec4<u32>(0xffffffffu);
+    var xn0 = vec4<f32>(0.0);
+    var xn1 = vec4<f32>(0.0);
+    let tiles = (p.num_anchors + 127u) / 128u;
+    for (var tile_a = 0u; tile_a < tiles; tile_a = tile_a + 1u) {
+        let a0 = tile_a * 128u;
+        // qJl / qJh: dot products of anchor 8*tx + J with points 8*ty + 0..3 / 4..7.
+        var q0l = vec4<f32>(0.0);
+        var q1l = vec4<f32>(0.0);
+        var q2l = vec4<f32>(0.0);
+        var q3l = vec4<f32>(0.0);
+        var q4l = vec4<f32>(0.0);
+        var q5l = vec4<f32>(0.0);
+        var q6l = vec4<f32>(0.0);
+        var q7l = vec4<f32>(0.0);
+        var q0h = vec4<f32>(0.0);
+        var q1h = vec4<f32>(0.0);
+        var q2h = vec4<f32>(0.0);
+        var q3h = vec4<f32>(0.0);
+        var q4h = vec4<f32>(0.0);
+        var q5h = vec4<f32>(0.0);
+        var q6h = vec4<f32>(0.0);
+        var q7h = vec4<f32>(0.0);
+        for (var t = 0u; t < p.dim; t = t + 8u) {
+            // Stage 128 rows x 8 dimensions of points and of anchors: 4 values per invocation.
+            for (var e = 0u; e < 4u; e = e + 1u) {
+                let f = flat + 256u * e;
+                let r = f / 8u;
+                let c = f % 8u;
+                let d = t + c;
+                let pr = p0 + r;
+                let ar = a0 + r;
+                wp[c][r / 4u][r % 4u] = select(0.0, points[pr * p.dim + d], pr < p.rows && d < p.dim);
+                wa[c][r / 4u][r % 4u] = select(0.0, anchors[ar * p.dim + d], ar < p.num_anchors && d < p.dim);
+            }
+            workgroupBarrier();
+            for (var k = 0u; k < 8u; k = k + 1u) {
+                let x0 = wp[k][2u * ty];
+                let x1 = wp[k][2u * ty + 1u];
+                let c0 = wa[k][2u * tx];
+                let c1 = wa[k][2u * tx + 1u];
+                q0l = fma(x0, vec4<f32>(c0.x), q0l);
+                q0h = fma(x1, vec4<f32>(c0.x), q0h);
+                q1l = fma(x0, vec4<f32>(c0.y), q1l);
+                q1h = fma(x1, vec4<f32>(c0.y), q1h);
+                q2l = fma(x0, vec4<f32>(c0.z), q2l);
+                q2h = fma(x1, vec4<f32>(c0.z), q2h);
+                q3l = fma(x0, vec4<f32>(c0.w), q3l);
+                q3h = fma(x1, vec4<f32>(c0.w), q3h);
+                q4l = fma(x0, vec4<f32>(c1.x), q4l);
+                q4h = fma(x1, vec4<f32>(c1.x), q4h);
+                q5l = fma(x0, vec4<f32>(c1.y), q5l);
+                q5h = fma(x1, vec4<f32>(c1.y), q5h);
+                q6l = fma(x0, vec4<f32>(c1.z), q6l);
+                q6h = fma(x1, vec4<f32>(c1.z), q6h);
+                q7l = fma(x0, vec4<f32>(c1.w), q7l);
+                q7h = fma(x1, vec4<f32>(c1.w), q7h);
+                if (tile_a == 0u) {
+                    xn0 = fma(x0, x0, xn0);
+                    xn1 = fma(x1, x1, xn1);
+                }
+            }
+            workgroupBarrier();
+        }
+        let a = a0 + tx * 8u;
+        keep_better(&bd0, &bi0, q0l, a);
+        keep_better(&bd1, &bi1, q0h, a);
+        keep_better(&bd0, &bi0, q1l, a + 1u);
+        keep_better(&bd1, &bi1, q1h, a + 1u);
+        keep_better(&bd0, &bi0, q2l, a + 2u);
+        keep_better(&bd1, &bi1, q2h, a + 2u);
+        keep_better(&bd0, &bi0, q3l, a + 3u);
+        keep_better(&bd1, &bi1, q3h, a + 3u);
+        keep_better(&bd0, &bi0, q4l, a + 4u);
+        keep_better(&bd1, &bi1, q4h, a + 4u);
+        keep_better(&bd0, &bi0, q5l, a + 5u);
+        keep_better(&bd1, &bi1, q5h, a + 5u);
+        keep_better(&bd0, &bi0, q6l, a + 6u);
+        keep_better(&bd1, &bi1, q6h, a + 6u);
+        keep_better(&bd0, &bi0, q7l, a + 7u);
+        keep_better(&bd1, &bi1, q7h, a + 7u);
+    }
+    let r0 = ty * 8u;
+    wred_d[r0][tx] = bd0.x;
+    wred_d[r0 + 1u][tx] = bd0.y;
+    wred_d[r0 + 2u][tx] = bd0.z;
+    wred_d[r0 + 3u][tx] = bd0.w;
+    wred_d[r0 + 4u][tx] = bd1.x;
+    wred_d[r0 + 5u][tx] = bd1.y;
+    wred_d[r0 + 6u][tx] = bd1.z;
+    wred_d[r0 + 7u][tx] = bd1.w;
+    wred_i[r0][tx] = bi0.x;
+    wred_i[r0 + 1u][tx] = bi0.y;
+    wred_i[r0 + 2u][tx] = bi0.z;
+    wred_i[r0 + 3u][tx] = bi0.w;
+    wred_i[r0 + 4u][tx] = bi1.x;
+    wred_i[r0 + 5u][tx] = bi1.y;
+    wred_i[r0 + 6u][tx] = bi1.z;
+    wred_i[r0 + 7u][tx] = bi1.w;
+    workgroupBarrier();
+    // Invocations with tx < 8 finish one point each: point ty*8 + tx.
+    if (tx < 8u) {
+        let r = r0 + tx;
+        var bd = wred_d[r][0];
+        var bi = wred_i[r][0];
+        for (var s = 1u; s < 16u; s = s + 1u) {
+            let d = wred_d[r][s];
+            let i = wred_i[r][s];
+            if (d < bd || (d == bd && i < bi)) {
+                bd = d;
+                bi = i;
+            }
+        }
+        let xn = select(xn0[tx % 4u], xn1[tx % 4u], tx >= 4u);
+        let row = p0 + r;
+        if (row < p.rows) {
+            out_ids[row] = bi;
+            out_dists[row] = max(bd + xn, 0.0);
+        }
+    }
+}

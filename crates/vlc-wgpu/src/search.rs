@@ -1,0 +1,273 @@
+//! Batched search on WGPU: a device copy of an [`Index`], searched by one workgroup per query
+//! (`search_queries` in `shaders/search.wgsl`, a port of the CUDA search kernel). The anchor
+//! ranking and the RaBitQ query rotation run inside the shader, in f32.
+
+use crate::{err, WgpuBackend};
+use vlc::device_view::{DeviceStage, StageCodec};
+use vlc::{Index, Metric, Result, SearchParams, SearchResults, VlcError};
+
+/// Invocations per workgroup (`WG` in search.wgsl).
+const WG: usize = 256;
+/// Queries per dispatch at most (the grid's x dimension is capped at 65,535 workgroups; a
+/// smaller batch keeps the per-query scratch small).
+const MAX_QUERIES_PER_DISPATCH: usize = 4_096;
+
+const KIND_NONE: u32 = 0;
+const KIND_ANCHOR_ONLY: u32 = 1;
+const KIND_RABITQ: u32 = 2;
+const KIND_SCALAR: u32 = 3;
+
+/// How the shader scores one stage: (kind, bits, code_size, per_anchor, lo offset, step
+/// offset), the offsets in floats into the index's `floats` buffer.
+#[derive(Clone, Copy, Debug, Default)]
+struct Stage {
+    kind: u32,
+    bits: u32,
+    code_size: u32,
+    per_anchor: u32,
+    off_lo: u32,
+    off_step: u32,
+}
+
+/// An index copied to a WGPU device, searched in batches. Build it once with
+/// [`WgpuIndex::new`]; the CPU [`Index`] stays the canonical data.
+pub struct WgpuIndex<'b> {
+    backend: &'b WgpuBackend,
+    dim: usize,
+    metric: Metric,
+    num_vectors: usize,
+    num_anchors: usize,
+    has_second_stage: bool,
+    padded_dim: usize,
+    /// Layout: (num_anchors, dim), row-major.
+    anchors: wgpu::Buffer,
+    /// Anchor norms (num_anchors,), then the RaBitQ rotation (dim, padded_dim) row-major, then
+    /// each scalar stage's lo and step ((rows, dim) each), at the offsets in `offsets`.
+    floats: wgpu::Buffer,
+    /// List offsets (num_anchors + 1,), then the caller ids in list order (num_vectors,).
+    lists: wgpu::Buffer,
+    /// Primary codes, bytes. Layout: (num_vectors, primary code_size).
+    codes: wgpu::Buffer,
+    /// Second-stage codes when they differ from the primary ones (a refine tier). Layout:
+    /// (num_vectors, its code_size).
+    refine_codes: Option<wgpu::Buffer>,
+    primary: Stage,
+    second: Option<Stage>,
+    off_rotation: u32,
+}
+
+/// Narrow a size or offset to the shader's u32 words, or say what is too large.
+fn word(value: usize, what: &str) -> Result<u32> {
+    u32::try_from(value).map_err(|_| {
+        err(format!(
+            "{what} ({value}) exceeds the 32-bit range of WGPU search"
+        ))
+    })
+}
+
+impl<'b> WgpuIndex<'b> {
+    /// Copy `index` to the device of `backend`.
+    pub fn new(backend: &'b WgpuBackend, index: &Index) -> Result<Self> {
+        let view = index.device_view();
+        if view.num_vectors >= u32::MAX as usize {
+            return Err(err(format!(
+                "WGPU search handles up to {} vectors per index, this one has {}",
+                u32::MAX - 1,
+                view.num_vectors
+            )));
+        }
+        let num_anchors = view.anchor_norms.len();
+        let mut floats: Vec<f32> = view.anchor_norms.to_vec();
+        let (off_rotation, padded_dim) = match &view.primary.codec {
+            StageCodec::RaBitQ {
+                rotation,
+                padded_dim,
+                ..
+            } => {
+                let at = floats.len();
+                floats.extend_from_slice(rotation);
+                (word(at, "rotation offset")?, *padded_dim)
+            }
+            _ => (0, 0),
+        };
+        let primary = stage(&view.primary, &mut floats)?;
+        let (refine_codes, second) = match &view.refine {
+            Some(r) => (
+                Some(backend.storage("refine codes", &r.codes[..])?),
+                Some(stage(r, &mut floats)?),
+            ),
+            // Without a refine tier, RaBitQ's full code rescores what its 1-bit part found.
+            None if view.has_second_stage => (None, Some(primary)),
+            None => (None, None),
+        };
+        let mut lists: Vec<u32> = Vec::with_capacity(num_anchors + 1 + view.num_vectors);
+        lists.extend(view.list_offsets.iter().map(|&o| o as u32));
+        lists.extend_from_slice(view.ids);
+        Ok(WgpuIndex {
+            backend,
+            dim: view.dim,
+            metric: view.metric,
+            num_vectors: view.num_vectors,
+            num_anchors,
+            has_second_stage: view.has_second_stage,
+            padded_dim,
+            anchors: backend.storage("anchors", view.anchors)?,
+            floats: backend.storage("search floats", &floats)?,
+            lists: backend.storage("lists", &lists)?,
+            codes: backend.storage("codes", &view.primary.codes[..])?,
+            refine_codes,
+            primary,
+            second,
+            off_rotation,
+        })
+    }
+
+    /// Search a batch (num_queries, dim), as [`Index::search_batch`] does on the CPU.
+    pub fn search_batch(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
+        params.check(self.num_vectors, self.num_anchors)?;
+        vlc::vectors::validate_vectors(queries, self.dim, "queries")?;
+        let b = self.backend;
+        let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);
+        let pool_size = params.pool_size(self.has_second_stage);
+        let nq = queries.len() / dim;
+        // Pool slots: the larger of the two selections plus one round of the workgroup.
+        let cap = (pool_size.max(nprobe) + WG).next_power_of_two();
+        let stride = 3 * cap + 4 * nprobe + 1 + 5 * self.padded_dim;
+        let limit = b.max_binding() as usize;
+        let chunk = (limit / (4 * stride))
+            .min(limit / (8 * k))
+            .min(limit / (4 * dim))
+            .min(MAX_QUERIES_PER_DISPATCH);
+        if chunk == 0 {
+            return Err(VlcError::param(
+                "nprobe/rerank",
+                format!(
+                    "WGPU search needs {} bytes of scratch per query at nprobe {nprobe} and a pool of {pool_size}; this adapter binds at most {limit} (lower nprobe or rerank, or search on the CPU)",
+                    4 * stride
+                ),
+            ));
+        }
+        let prepared_storage;
+        let prepared: &[f32] = if self.metric == Metric::Cosine {
+            prepared_storage = vlc::vectors::normalize_rows(queries, dim);
+            &prepared_storage
+        } else {
+            queries
+        };
+        let mut ids = vec![-1i64; nq * k];
+        let mut distances = vec![f32::INFINITY; nq * k];
+        let second = self.second.unwrap_or_default();
+        let codes2 = self.refine_codes.as_ref().unwrap_or(&self.codes);
+        b.scoped(|| {
+            for start in (0..nq).step_by(chunk) {
+                let rows = chunk.min(nq - start);
+                let d_queries =
+                    b.storage("queries", &prepared[start * dim..(start + rows) * dim])?;
+                let out = b.output("search results", (rows * k * 8) as u64)?;
+                let scratch = b.output("search scratch", (rows * stride * 4) as u64)?;
+                let words = [
+                    rows as u32,
+                    self.num_anchors as u32,
+                    dim as u32,
+                    self.padded_dim as u32,
+                    nprobe as u32,
+                    pool_size as u32,
+                    k as u32,
+                    cap as u32,
+                    self.primary.kind,
+                    self.primary.bits,
+                    self.primary.code_size,
+                    self.primary.per_anchor,
+                    if self.second.is_some() {
+                        second.kind
+                    } else {
+                        KIND_NONE
+                    },
+                    second.bits,
+                    second.code_size,
+                    second.per_anchor,
+                    0,
+                    self.off_rotation,
+                    self.primary.off_lo,
+                    self.primary.off_step,
+                    second.off_lo,
+                    second.off_step,
+                    stride as u32,
+                    (self.num_anchors + 1) as u32,
+                ];
+                let uniform = b.uniform(&words);
+                let pipeline = &b.pipelines.search;
+                let group = b.bind(
+                    pipeline,
+                    &[
+                        (0, &uniform),
+                        (1, &self.anchors),
+                        (2, &self.floats),
+                        (3, &self.lists),
+                        (4, &d_queries),
+                        (5, &self.codes),
+                        (6, codes2),
+                        (7, &out),
+                        (8, &scratch),
+                    ],
+                );
+                let mut encoder = b.device.create_command_encoder(&Default::default());
+                b.dispatch(&mut encoder, pipeline, &group, rows as u32, 1);
+                let got = b.read_back::<u32>(encoder, &[(&out, rows * k * 2)])?;
+                let (got_ids, got_dists) = got[0].split_at(rows * k);
+                for (i, (&id, &dist)) in got_ids.iter().zip(got_dists).enumerate() {
+                    if id != u32::MAX {
+                        ids[start * k + i] = id as i64;
+                        distances[start * k + i] = f32::from_bits(dist);
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(SearchResults { k, ids, distances })
+    }
+}
+
+/// The shader's description of `stage`, appending a scalar stage's ranges to `floats`.
+fn stage(stage: &DeviceStage<'_>, floats: &mut Vec<f32>) -> Result<Stage> {
+    let code_size = word(stage.code_size, "code size")?;
+    // Byte offsets of codes are u32 in the shader.
+    word(stage.codes.len(), "code bytes")?;
+    Ok(match &stage.codec {
+        StageCodec::AnchorOnly => Stage {
+            kind: KIND_ANCHOR_ONLY,
+            code_size,
+            ..Stage::default()
+        },
+        StageCodec::RaBitQ { bits, .. } => Stage {
+            kind: KIND_RABITQ,
+            bits: *bits,
+            code_size,
+            ..Stage::default()
+        },
+        StageCodec::Scalar {
+            bits,
+            per_anchor,
+            lo,
+            step,
+        } => {
+            let off_lo = word(floats.len(), "scalar range offset")?;
+            floats.extend_from_slice(lo);
+            let off_step = word(floats.len(), "scalar range offset")?;
+            floats.extend_from_slice(step);
+            Stage {
+                kind: KIND_SCALAR,
+                bits: *bits,
+                code_size,
+                per_anchor: *per_anchor as u32,
+                off_lo,
+                off_step,
+            }
+        }
+        StageCodec::Unsupported(kind) => {
+            return Err(err(format!(
+                "WGPU search does not support the {kind} codec yet; search this index on the CPU (--backend cpu)"
+            )))
+        }
+    })
+}

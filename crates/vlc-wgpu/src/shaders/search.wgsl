@@ -1,0 +1,431 @@
+// Batched inverted-list search, one workgroup per query: rank the anchors, scan the probed lists
+// with the primary code, keep a candidate pool, rescore it with the second stage, top k. The
+// same steps and estimators as the CUDA kernel (vlc-cuda kernels/search.cu) and the CPU search
+// (vlc-core src/search.rs), in f32.
+//
+// Candidates are ordered by a 64-bit key held as two u32 words: the distance's bits made
+// order-preserving (`ordered`) in the high word, the list position (or anchor id) in the low
+// word, as `vlc::linalg::order_key`; so ties resolve by position, as on the CPU. Thresholds are
+// kept as ordered words too, so no shader value is ever an infinity.
+//
+// The pool lives in this workgroup's slice of `scratch`: `cap` slots (a power of two, at least
+// keep + WG). Each round every invocation scores at most one item and appends it when it beats
+// the threshold; when fewer than WG free slots are left the workgroup sorts the pool (bitonic),
+// keeps the best `keep` and tightens the threshold to the worst kept distance.
+
+const WG: u32 = 256u;
+const KIND_NONE: u32 = 0u;
+const KIND_ANCHOR_ONLY: u32 = 1u;
+const KIND_RABITQ: u32 = 2u;
+const KIND_SCALAR: u32 = 3u;
+
+struct Params {
+    rows: u32,
+    num_anchors: u32,
+    dim: u32,
+    padded_dim: u32,
+    nprobe: u32,
+    pool_size: u32,
+    k: u32,
+    cap: u32,
+    kind1: u32,
+    bits1: u32,
+    code_size1: u32,
+    per_anchor1: u32,
+    kind2: u32,
+    bits2: u32,
+    code_size2: u32,
+    per_anchor2: u32,
+    // Offsets (in floats) into `floats` of: anchor norms, rotation, scalar lo/step per stage.
+    off_norms: u32,
+    off_rotation: u32,
+    off_lo1: u32,
+    off_step1: u32,
+    off_lo2: u32,
+    off_step2: u32,
+    // u32 words of `scratch` per workgroup.
+    stride: u32,
+    // Offset of the caller ids in `lists` (after the num_anchors + 1 list offsets).
+    off_ids: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+// (num_anchors, dim), row-major.
+@group(0) @binding(1) var<storage, read> anchors: array<f32>;
+// Anchor norms (num_anchors,), rotation (dim, padded_dim) row-major, scalar ranges per stage
+// ((rows, dim) each), at the offsets in `p`.
+@group(0) @binding(2) var<storage, read> floats: array<f32>;
+// List offsets (num_anchors + 1,), then caller ids in list order (num_vectors,).
+@group(0) @binding(3) var<storage, read> lists: array<u32>;
+// (rows, dim), prepared (normalised for the cosine metric).
+@group(0) @binding(4) var<storage, read> queries: array<f32>;
+// Primary and second-stage codes, bytes packed little-endian in words.
+@group(0) @binding(5) var<storage, read> codes1: array<u32>;
+@group(0) @binding(6) var<storage, read> codes2: array<u32>;
+// (rows, k) ids (0xffffffff pads), then (rows, k) distance bits.
+@group(0) @binding(7) var<storage, read_write> out: array<u32>;
+// Per workgroup, `stride` words: keys high (cap), keys low (cap), aux (cap), probe anchors
+// (nprobe), probe distances (nprobe), probe list starts (nprobe), prefix sums of the probe
+// sizes (nprobe + 1), rotated query (padded_dim), RaBitQ table (4 * padded_dim).
+@group(0) @binding(8) var<storage, read_write> scratch: array<u32>;
+
+var<workgroup> pool_count: atomic<u32>;
+var<workgroup> count_plain: u32;
+var<workgroup> threshold: u32;
+var<workgroup> total_plain: u32;
+var<workgroup> partial: array<f32, WG>;
+
+// Offsets of this workgroup's arrays in `scratch`, and of its query in `queries`.
+var<private> key_hi: u32;
+var<private> key_lo: u32;
+var<private> aux: u32;
+var<private> probe_anchor: u32;
+var<private> probe_dist: u32;
+var<private> probe_start: u32;
+var<private> prefix: u32;
+var<private> rotated: u32;
+var<private> table: u32;
+var<private> query_at: u32;
+
+fn ordered(d: f32) -> u32 {
+    let b = bitcast<u32>(d);
+    if ((b & 0x80000000u) != 0u) {
+        return ~b;
+    }
+    return b | 0x80000000u;
+}
+
+fn unordered(k: u32) -> f32 {
+    if ((k & 0x80000000u) != 0u) {
+        return bitcast<f32>(k & 0x7fffffffu);
+    }
+    return bitcast<f32>(~k);
+}
+
+// Whether key (ah, al) sorts after key (bh, bl).
+fn after(ah: u32, al: u32, bh: u32, bl: u32) -> bool {
+    return ah > bh || (ah == bh && al > bl);
+}
+
+fn sum_over_workgroup(v: f32, tid: u32) -> f32 {
+    partial[tid] = v;
+    workgroupBarrier();
+    for (var o = WG / 2u; o > 0u; o = o >> 1u) {
+        if (tid < o) {
+            partial[tid] = partial[tid] + partial[tid + o];
+        }
+        workgroupBarrier();
+    }
+    let r = partial[0];
+    workgroupBarrier();
+    return r;
+}
+
+// Sort the pool's `n` keys (a power of two) ascending, carrying aux along.
+fn bitonic_sort(n: u32, tid: u32) {
+    for (var size = 2u; size <= n; size = size << 1u) {
+        for (var stride = size >> 1u; stride > 0u; stride = stride >> 1u) {
+            for (var i = tid; i < (n >> 1u); i = i + WG) {
+                let lo = 2u * stride * (i / stride) + (i % stride);
+                let hi = lo + stride;
+                let ascending = (lo & size) == 0u;
+                let ah = scratch[key_hi + lo];
+                let al = scratch[key_lo + lo];
+                let bh = scratch[key_hi + hi];
+                let bl = scratch[key_lo + hi];
+                if (after(ah, al, bh, bl) == ascending) {
+                    scratch[key_hi + lo] = bh;
+                    scratch[key_lo + lo] = bl;
+                    scratch[key_hi + hi] = ah;
+                    scratch[key_lo + hi] = al;
+                    let t = scratch[aux + lo];
+                    scratch[aux + lo] = scratch[aux + hi];
+                    scratch[aux + hi] = t;
+                }
+            }
+            storageBarrier();
+        }
+    }
+}
+
+// Sort the pool and keep its best `keep`; called by the whole workgroup with `count_plain`
+// current.
+fn compact(keep: u32, tid: u32) {
+    let c = workgroupUniformLoad(&count_plain);
+    for (var i = c + tid; i < p.cap; i = i + WG) {
+        scratch[key_hi + i] = 0xffffffffu;
+        scratch[key_lo + i] = 0xffffffffu;
+    }
+    storageBarrier();
+    bitonic_sort(p.cap, tid);
+    if (tid == 0u) {
+        let kept = min(c, keep);
+        atomicStore(&pool_count, kept);
+        count_plain = kept;
+        threshold = select(0xffffffffu, scratch[key_hi + keep - 1u], c >= keep);
+    }
+    storageBarrier();
+    workgroupBarrier();
+}
+
+// Offer one scored item to the pool, then compact when the pool is nearly full. Every
+// invocation calls it once per round (valid = false for those without an item).
+fn offer(valid: bool, d: f32, id: u32, tag: u32, keep: u32, tid: u32) {
+    let key = ordered(d);
+    if (valid && key < threshold) {
+        let slot = atomicAdd(&pool_count, 1u);
+        scratch[key_hi + slot] = key;
+        scratch[key_lo + slot] = id;
+        scratch[aux + slot] = tag;
+    }
+    workgroupBarrier();
+    storageBarrier();
+    if (tid == 0u) {
+        count_plain = atomicLoad(&pool_count);
+    }
+    let c = workgroupUniformLoad(&count_plain);
+    if (c > p.cap - WG) {
+        compact(keep, tid);
+    }
+}
+
+fn reset_pool(tid: u32) {
+    if (tid == 0u) {
+        atomicStore(&pool_count, 0u);
+        count_plain = 0u;
+        threshold = 0xffffffffu;
+    }
+    workgroupBarrier();
+}
+
+fn code_word(stage: u32, w: u32) -> u32 {
+    if (stage == 1u) {
+        return codes1[w];
+    }
+    return codes2[w];
+}
+
+fn code_byte(stage: u32, o: u32) -> u32 {
+    return (code_word(stage, o >> 2u) >> ((o & 3u) * 8u)) & 0xffu;
+}
+
+fn code_f32(stage: u32, o: u32) -> f32 {
+    let b = code_byte(stage, o) | (code_byte(stage, o + 1u) << 8u) | (code_byte(stage, o + 2u) << 16u)
+        | (code_byte(stage, o + 3u) << 24u);
+    return bitcast<f32>(b);
+}
+
+fn table_at(i: u32) -> f32 {
+    return bitcast<f32>(scratch[table + i]);
+}
+
+// Sum over the `nb` bytes of one bit plane starting at byte `start` of
+// table[2i][low nibble] + table[2i+1][high nibble], reading whole words.
+fn plane_sum(stage: u32, start: u32, nb: u32) -> f32 {
+    var s = 0.0;
+    var i = 0u;
+    loop {
+        if (i >= nb) {
+            break;
+        }
+        let o = start + i;
+        let w = code_word(stage, o >> 2u);
+        let first = o & 3u;
+        let n = min(4u - first, nb - i);
+        for (var b = 0u; b < n; b = b + 1u) {
+            let byte = (w >> ((first + b) * 8u)) & 0xffu;
+            let t = (i + b) * 32u;
+            s = s + table_at(t + (byte & 15u)) + table_at(t + 16u + (byte >> 4u));
+        }
+        i = i + n;
+    }
+    return s;
+}
+
+// Estimated squared distance of the code at list position `position` (see the codec docs in
+// vlc-core). `full`: for RaBitQ, all bits (else only the leading 1-bit code).
+fn score(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32, constant: f32) -> f32 {
+    var kind = p.kind1;
+    var bits = p.bits1;
+    var code_size = p.code_size1;
+    var per_anchor = p.per_anchor1;
+    var off_lo = p.off_lo1;
+    var off_step = p.off_step1;
+    if (stage == 2u) {
+        kind = p.kind2;
+        bits = p.bits2;
+        code_size = p.code_size2;
+        per_anchor = p.per_anchor2;
+        off_lo = p.off_lo2;
+        off_step = p.off_step2;
+    }
+    if (kind == KIND_ANCHOR_ONLY) {
+        return anchor_dist;
+    }
+    let start = position * code_size;
+    if (kind == KIND_RABITQ) {
+        let nb = (p.dim + 7u) / 8u;
+        var ip: f32;
+        var at: u32;
+        if (!full || bits == 1u) {
+            ip = constant + plane_sum(stage, start, nb);
+            at = nb;
+        } else {
+            let low = bits - 1u;
+            let ex = nb + 8u;
+            ip = f32((1u << bits) - 1u) * constant + f32(1u << low) * plane_sum(stage, start, nb);
+            for (var j = 0u; j < low; j = j + 1u) {
+                ip = ip + f32(1u << j) * plane_sum(stage, start + ex + j * nb, nb);
+            }
+            at = ex + low * nb;
+        }
+        return anchor_dist + code_f32(stage, start + at) + code_f32(stage, start + at + 4u) * ip;
+    }
+    // Scalar: r = lo + step * level; distance = |q - c|^2 + factor - 2 <q, r>.
+    let row = select(0u, anchor * p.dim, per_anchor != 0u);
+    var ip = 0.0;
+    var packed: u32;
+    if (bits == 8u) {
+        for (var d = 0u; d < p.dim; d = d + 1u) {
+            let level = f32(code_byte(stage, start + d));
+            ip = ip + queries[query_at + d] * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
+        }
+        packed = p.dim;
+    } else {
+        for (var d = 0u; d < p.dim; d = d + 1u) {
+            let level = f32((code_byte(stage, start + (d >> 1u)) >> ((d & 1u) * 4u)) & 15u);
+            ip = ip + queries[query_at + d] * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
+        }
+        packed = (p.dim + 1u) / 2u;
+    }
+    return anchor_dist + code_f32(stage, start + packed) - 2.0 * ip;
+}
+
+@compute @workgroup_size(256)
+fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let query = wg.x;
+    let base = query * p.stride;
+    key_hi = base;
+    key_lo = key_hi + p.cap;
+    aux = key_lo + p.cap;
+    probe_anchor = aux + p.cap;
+    probe_dist = probe_anchor + p.nprobe;
+    probe_start = probe_dist + p.nprobe;
+    prefix = probe_start + p.nprobe;
+    rotated = prefix + p.nprobe + 1u;
+    table = rotated + p.padded_dim;
+    query_at = query * p.dim;
+
+    // 1. The nprobe nearest anchors, by ||q||^2 - 2 q.c + ||c||^2.
+    var sq = 0.0;
+    for (var d = tid; d < p.dim; d = d + WG) {
+        let v = queries[query_at + d];
+        sq = sq + v * v;
+    }
+    let qn = sum_over_workgroup(sq, tid);
+    reset_pool(tid);
+    for (var b = 0u; b < p.num_anchors; b = b + WG) {
+        let j = b + tid;
+        let valid = j < p.num_anchors;
+        var dist = 0.0;
+        if (valid) {
+            var dot = 0.0;
+            for (var d = 0u; d < p.dim; d = d + 1u) {
+                dot = dot + queries[query_at + d] * anchors[j * p.dim + d];
+            }
+            dist = max(qn - 2.0 * dot + floats[p.off_norms + j], 0.0);
+        }
+        offer(valid, dist, j, 0u, p.nprobe, tid);
+    }
+    compact(p.nprobe, tid);
+    for (var i = tid; i < p.nprobe; i = i + WG) {
+        let anchor = scratch[key_lo + i];
+        scratch[probe_anchor + i] = anchor;
+        scratch[probe_dist + i] = bitcast<u32>(unordered(scratch[key_hi + i]));
+        scratch[probe_start + i] = lists[anchor];
+        scratch[prefix + i + 1u] = lists[anchor + 1u] - lists[anchor];
+    }
+    // The rotated query, its lookup table and the RaBitQ constant -sum(Pq)/sqrt(D).
+    var constant = 0.0;
+    if (p.padded_dim > 0u) {
+        for (var e = tid; e < p.padded_dim; e = e + WG) {
+            var v = 0.0;
+            for (var d = 0u; d < p.dim; d = d + 1u) {
+                v = v + queries[query_at + d] * floats[p.off_rotation + d * p.padded_dim + e];
+            }
+            scratch[rotated + e] = bitcast<u32>(v);
+        }
+        storageBarrier();
+        let scale = 2.0 / sqrt(f32(p.dim));
+        for (var e = tid; e < 4u * p.padded_dim; e = e + WG) {
+            let g = e >> 4u;
+            let m = e & 15u;
+            var v = 0.0;
+            for (var t = 0u; t < 4u; t = t + 1u) {
+                if (((m >> t) & 1u) != 0u) {
+                    v = v + bitcast<f32>(scratch[rotated + 4u * g + t]);
+                }
+            }
+            scratch[table + e] = bitcast<u32>(scale * v);
+        }
+        var part = 0.0;
+        for (var e = tid; e < p.padded_dim; e = e + WG) {
+            part = part + bitcast<f32>(scratch[rotated + e]);
+        }
+        constant = -sum_over_workgroup(part, tid) / sqrt(f32(p.dim));
+    }
+    storageBarrier();
+    if (tid == 0u) {
+        scratch[prefix] = 0u;
+        for (var i = 0u; i < p.nprobe; i = i + 1u) {
+            scratch[prefix + i + 1u] = scratch[prefix + i + 1u] + scratch[prefix + i];
+        }
+        total_plain = scratch[prefix + p.nprobe];
+    }
+    storageBarrier();
+    reset_pool(tid);
+    let total = workgroupUniformLoad(&total_plain);
+
+    // 2. Scan the probed lists as one flat range; each invocation walks its probe cursor on.
+    var pr = 0u;
+    for (var b = 0u; b < total; b = b + WG) {
+        let t = b + tid;
+        let valid = t < total;
+        var dist = 0.0;
+        var position = 0u;
+        if (valid) {
+            while (scratch[prefix + pr + 1u] <= t) {
+                pr = pr + 1u;
+            }
+            position = scratch[probe_start + pr] + (t - scratch[prefix + pr]);
+            dist = score(1u, false, position, scratch[probe_anchor + pr],
+                         bitcast<f32>(scratch[probe_dist + pr]), constant);
+        }
+        offer(valid, dist, position, pr, p.pool_size, tid);
+    }
+    compact(p.pool_size, tid);
+
+    // 3. Rescore the pool with the second stage, then the top k.
+    let found = workgroupUniformLoad(&count_plain);
+    if (p.kind2 != KIND_NONE) {
+        for (var i = tid; i < found; i = i + WG) {
+            let position = scratch[key_lo + i];
+            let at = scratch[aux + i];
+            let dist = score(2u, true, position, scratch[probe_anchor + at],
+                             bitcast<f32>(scratch[probe_dist + at]), constant);
+            scratch[key_hi + i] = ordered(dist);
+        }
+        storageBarrier();
+        compact(p.k, tid);
+    }
+    for (var i = tid; i < p.k; i = i + WG) {
+        let o = query * p.k + i;
+        if (i < found) {
+            out[o] = lists[p.off_ids + scratch[key_lo + i]];
+            out[p.rows * p.k + o] = bitcast<u32>(max(unordered(scratch[key_hi + i]), 0.0));
+        } else {
+            out[o] = 0xffffffffu;
+            out[p.rows * p.k + o] = 0u;
+        }
+    }
+}
