@@ -37,8 +37,6 @@ struct Pipelines {
     fused_rows: usize,
     accumulate: wgpu::ComputePipeline,
     update: wgpu::ComputePipeline,
-    /// Batched inverted-list search (`search_queries`), used by [`WgpuIndex`].
-    search: wgpu::ComputePipeline,
 }
 
 /// The WGPU implementation of [`Backend`].
@@ -49,6 +47,9 @@ pub struct WgpuBackend {
     adapter_name: String,
     limits: wgpu::Limits,
     resident: Mutex<HashMap<(usize, usize), Arc<wgpu::Buffer>>>,
+    /// Batched inverted-list search (`search_queries`), compiled when the first [`WgpuIndex`]
+    /// is built (training never needs it).
+    search: std::sync::OnceLock<wgpu::ComputePipeline>,
 }
 
 impl WgpuBackend {
@@ -98,7 +99,6 @@ impl WgpuBackend {
         let nearest = module("nearest", include_str!("shaders/nearest.wgsl"));
         let accumulate = module("accumulate", include_str!("shaders/accumulate.wgsl"));
         let update = module("update", include_str!("shaders/update.wgsl"));
-        let search = module("search", include_str!("shaders/search.wgsl"));
         let pipeline = |m: &wgpu::ShaderModule, entry: &str| {
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(entry),
@@ -125,7 +125,6 @@ impl WgpuBackend {
             fused_rows,
             accumulate: pipeline(&accumulate, "accumulate_trimmed"),
             update: pipeline(&update, "update_anchors"),
-            search: pipeline(&search, "search_queries"),
         };
         Ok(WgpuBackend {
             device,
@@ -134,6 +133,7 @@ impl WgpuBackend {
             adapter_name: format!("{} ({:?})", info.name, info.backend),
             limits,
             resident: Mutex::new(HashMap::new()),
+            search: std::sync::OnceLock::new(),
         })
     }
 
@@ -287,6 +287,27 @@ impl WgpuBackend {
                 Ok(out)
             })
             .collect()
+    }
+
+    /// The search pipeline, compiled on first use.
+    fn search_pipeline(&self) -> &wgpu::ComputePipeline {
+        self.search.get_or_init(|| {
+            let module = self
+                .device
+                .create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some("search"),
+                    source: wgpu::ShaderSource::Wgsl(include_str!("shaders/search.wgsl").into()),
+                });
+            self.device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some("search_queries"),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some("search_queries"),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
+        })
     }
 
     fn resident(&self, points: &[f32]) -> Option<Arc<wgpu::Buffer>> {

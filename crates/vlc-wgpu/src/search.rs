@@ -76,6 +76,8 @@ impl<'b> WgpuIndex<'b> {
                 view.num_vectors
             )));
         }
+        // Compile the search pipeline now, so that the first search is not slower.
+        backend.search_pipeline();
         let num_anchors = view.anchor_norms.len();
         let mut floats: Vec<f32> = view.anchor_norms.to_vec();
         let (off_rotation, padded_dim) = match &view.primary.codec {
@@ -196,7 +198,7 @@ impl<'b> WgpuIndex<'b> {
                     (self.num_anchors + 1) as u32,
                 ];
                 let uniform = b.uniform(&words);
-                let pipeline = &b.pipelines.search;
+                let pipeline = b.search_pipeline();
                 let group = b.bind(
                     pipeline,
                     &[
