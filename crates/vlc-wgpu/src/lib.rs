@@ -1,6 +1,9 @@
 //! WGPU backend for VLC: the backend primitives as WGSL compute shaders (one `.wgsl` per op,
 //! same stem as the CUDA `.cu`), on whatever GPU API the machine has (Vulkan, Metal, DX12).
 //!
+//! Where the adapter has f16 cooperative matrices (tensor cores), training's assignment runs
+//! on them (`nearest_coop.wgsl`); elsewhere the FP32 kernels of `nearest.wgsl` run.
+//!
 //! Pipelines are created once per backend. Buffer sizes are checked against the adapter's
 //! limits: assignment runs over chunks of points sized to fit the storage-buffer binding limit
 //! (and the distance tile with them); accumulation needs the points in one binding and says so
@@ -35,8 +38,52 @@ struct Pipelines {
     fused: wgpu::ComputePipeline,
     /// Points per workgroup of `fused`.
     fused_rows: usize,
+    /// `nearest_coop` and `max_abs`, where the adapter has f16 cooperative matrices (tensor
+    /// cores) and subgroups of 32: used instead of `fused` for one neighbour per point.
+    coop: Option<CoopPipelines>,
     accumulate: wgpu::ComputePipeline,
     update: wgpu::ComputePipeline,
+}
+
+struct CoopPipelines {
+    nearest: wgpu::ComputePipeline,
+    max_abs: wgpu::ComputePipeline,
+    to_f16: wgpu::ComputePipeline,
+}
+
+/// The features the cooperative-matrix assignment needs, when the adapter has them all: 16 x
+/// 16 x 16 cooperative matrices with f16 inputs and an f32 accumulator at subgroup scope,
+/// subgroups of exactly 32 invocations and 36 KiB of workgroup memory. `VLC_WGPU_COOP=0` turns
+/// it off.
+fn coop_features(adapter: &wgpu::Adapter, limits: &wgpu::Limits) -> Option<wgpu::Features> {
+    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        | wgpu::Features::SHADER_F16
+        | wgpu::Features::SUBGROUP;
+    let info = adapter.get_info();
+    let config = adapter.cooperative_matrix_properties().iter().any(|c| {
+        (c.m_size, c.n_size, c.k_size) == (16, 16, 16)
+            && c.ab_type == wgpu::CooperativeScalarType::F16
+            && c.cr_type == wgpu::CooperativeScalarType::F32
+    });
+    let wanted = std::env::var("VLC_WGPU_COOP").map_or(true, |v| v != "0");
+    (wanted
+        && config
+        && adapter.features().contains(needed)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && limits.max_compute_workgroup_storage_size >= 36 * 1024
+        && limits.max_compute_invocations_per_workgroup >= 256)
+        .then_some(needed)
+}
+
+/// The source of the cooperative-matrix module: nearest.wgsl (its bindings) and
+/// nearest_coop.wgsl, after the directives they need.
+pub fn coop_source() -> String {
+    format!(
+        "enable f16;\nenable wgpu_cooperative_matrix;\n{}\n{}",
+        include_str!("shaders/nearest.wgsl"),
+        include_str!("shaders/nearest_coop.wgsl")
+    )
 }
 
 /// The WGPU implementation of [`Backend`].
@@ -50,6 +97,10 @@ pub struct WgpuBackend {
     /// Batched inverted-list search (`search_queries`), compiled when the first [`WgpuIndex`]
     /// is built (training never needs it).
     search: std::sync::OnceLock<wgpu::ComputePipeline>,
+    /// Device buffers reused across calls (the f16 copies of `nearest_coop`), by label; each
+    /// only grows. A call takes a buffer out and puts it back, so concurrent calls never share
+    /// one.
+    scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
 }
 
 impl WgpuBackend {
@@ -84,17 +135,46 @@ impl WgpuBackend {
             )));
         }
         let limits = adapter.limits();
+        let coop_needs = coop_features(&adapter, &limits);
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("vlc"),
             required_limits: limits.clone(),
+            required_features: coop_needs.unwrap_or(wgpu::Features::empty()),
+            // SAFETY: the experimental cooperative-matrix feature is requested only where the
+            // adapter reports a matching configuration, and its one shader is checked against
+            // the FP32 kernels by the conformance suite on such a device.
+            experimental_features: if coop_needs.is_some() {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         }))
         .map_err(|e| err(format!("cannot open {}: {e}", info.name)))?;
+        // Shaders are compiled without wgpu's loop bounding (a counter added to every loop, which
+        // keeps the driver from unrolling: the assignment kernels ran 1.4-1.9x slower with it on
+        // the H100) and without integer-division guards; bounds checks stay on.
+        // VLC_WGPU_CHECKED=1 restores every check.
+        let checks = if std::env::var("VLC_WGPU_CHECKED").is_ok_and(|v| v == "1") {
+            wgpu::ShaderRuntimeChecks::checked()
+        } else {
+            wgpu::ShaderRuntimeChecks {
+                force_loop_bounding: false,
+                int_div_checks: false,
+                ..wgpu::ShaderRuntimeChecks::checked()
+            }
+        };
         let module = |name: &str, src: &str| {
-            device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            let desc = wgpu::ShaderModuleDescriptor {
                 label: Some(name),
                 source: wgpu::ShaderSource::Wgsl(src.into()),
-            })
+            };
+            // SAFETY: `create_shader_module_trusted` requires that the checks turned off are
+            // not needed: every loop in VLC's shaders is bounded by a constant or by uniform
+            // sizes the host checked (no infinite loop), and every integer division is by a
+            // constant or by a size the host checked to be at least 1 (dim, rows per chunk).
+            // Bounds checks on buffers and arrays stay on.
+            unsafe { device.create_shader_module_trusted(desc, checks) }
         };
         let nearest = module("nearest", include_str!("shaders/nearest.wgsl"));
         let accumulate = module("accumulate", include_str!("shaders/accumulate.wgsl"));
@@ -118,22 +198,46 @@ impl WgpuBackend {
         } else {
             ("nearest_fused", 64)
         };
+        // The cooperative-matrix kernel is a module of its own (it needs the enable
+        // directives); a driver that rejects it leaves the FP32 kernels in use.
+        let coop = coop_needs.and_then(|_| {
+            let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let m = module("nearest_coop", &coop_source());
+            let made = CoopPipelines {
+                nearest: pipeline(&m, "nearest_coop"),
+                max_abs: pipeline(&m, "max_abs"),
+                to_f16: pipeline(&m, "to_f16"),
+            };
+            pollster::block_on(scope.pop()).is_none().then_some(made)
+        });
         let pipelines = Pipelines {
             distances: pipeline(&nearest, "distances"),
             select: pipeline(&nearest, "select_nearest"),
             fused: pipeline(&nearest, fused_entry),
             fused_rows,
+            coop,
             accumulate: pipeline(&accumulate, "accumulate_trimmed"),
             update: pipeline(&update, "update_anchors"),
         };
+        let has_coop = pipelines.coop.is_some();
         Ok(WgpuBackend {
             device,
             queue,
             pipelines,
-            adapter_name: format!("{} ({:?})", info.name, info.backend),
+            adapter_name: format!(
+                "{} ({:?}{})",
+                info.name,
+                info.backend,
+                if has_coop {
+                    ", f16 cooperative matrices"
+                } else {
+                    ""
+                }
+            ),
             limits,
             resident: Mutex::new(HashMap::new()),
             search: std::sync::OnceLock::new(),
+            scratch: Mutex::new(HashMap::new()),
         })
     }
 
@@ -171,6 +275,46 @@ impl WgpuBackend {
             }))
     }
 
+    /// Like [`Self::storage`], for large inputs (the pinned training sample): the buffer is
+    /// created mapped and filled by several threads (one thread's copy into the upload memory
+    /// took about 0.3 s for 1.5 GB on the H100 machine).
+    fn upload_parallel(&self, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
+        const SERIAL_BYTES: usize = 64 << 20;
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if bytes.len() < SERIAL_BYTES {
+            return self.storage(label, data);
+        }
+        if bytes.len() as u64 > self.max_binding() {
+            return Err(err(format!(
+                "{label}: {} bytes exceed this adapter's storage buffer limit of {} bytes",
+                bytes.len(),
+                self.max_binding()
+            )));
+        }
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.len() as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        {
+            let mut view = buffer.slice(..).get_mapped_range_mut().map_err(err)?;
+            let threads = std::thread::available_parallelism().map_or(4, |n| n.get().min(16));
+            let part = bytes.len().div_ceil(threads).next_multiple_of(4096);
+            std::thread::scope(|scope| {
+                let mut rest = view.slice(..);
+                for src in bytes.chunks(part) {
+                    let (dst, tail) = rest.split_at(src.len());
+                    rest = tail;
+                    let dst = DisjointPart(dst);
+                    scope.spawn(move || dst.fill_from(src));
+                }
+            });
+        }
+        buffer.unmap();
+        Ok(buffer)
+    }
+
     fn output(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
         if bytes > self.max_binding() {
             return Err(err(format!(
@@ -184,6 +328,20 @@ impl WgpuBackend {
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         }))
+    }
+
+    /// A storage buffer of at least `bytes` from the scratch pool (its contents are whatever
+    /// the last user left); give it back with [`Self::give_back`].
+    fn take_scratch(&self, label: &'static str, bytes: u64) -> Result<wgpu::Buffer> {
+        let cached = self.scratch.lock().unwrap().remove(label);
+        match cached {
+            Some(b) if b.size() >= bytes => Ok(b),
+            _ => self.output(label, bytes),
+        }
+    }
+
+    fn give_back(&self, label: &'static str, buffer: wgpu::Buffer) {
+        self.scratch.lock().unwrap().insert(label, buffer);
     }
 
     /// A uniform buffer of `words` (a multiple of 4 words, as WGSL sizes uniform structs).
@@ -250,43 +408,47 @@ impl WgpuBackend {
         pass.dispatch_workgroups(x.max(1), y.max(1), 1);
     }
 
-    /// Copy `src` back to the host after submitting `encoder`.
+    /// Copy `sources` (buffer, length in `T`s) back to the host after submitting `encoder`,
+    /// through mappable staging buffers kept in the scratch pool.
     fn read_back<T: bytemuck::Pod>(
         &self,
         mut encoder: wgpu::CommandEncoder,
         sources: &[(&wgpu::Buffer, usize)],
     ) -> Result<Vec<Vec<T>>> {
-        let staging: Vec<(wgpu::Buffer, usize)> = sources
-            .iter()
-            .map(|(src, len)| {
-                let bytes = (*len * std::mem::size_of::<T>()).max(4) as u64;
-                let s = self.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("staging"),
+        const LABELS: [&str; 4] = ["staging 0", "staging 1", "staging 2", "staging 3"];
+        let mut staging = Vec::with_capacity(sources.len());
+        for (i, (src, len)) in sources.iter().enumerate() {
+            let bytes = (*len * std::mem::size_of::<T>()).max(4) as u64;
+            let label = LABELS[i.min(3)];
+            let cached = self.scratch.lock().unwrap().remove(label);
+            let s = match cached {
+                Some(b) if b.size() >= bytes => b,
+                _ => self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
                     size: bytes,
                     usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                     mapped_at_creation: false,
-                });
-                encoder.copy_buffer_to_buffer(src, 0, &s, 0, bytes);
-                (s, *len)
-            })
-            .collect();
+                }),
+            };
+            encoder.copy_buffer_to_buffer(src, 0, &s, 0, bytes);
+            staging.push((s, *len, bytes, label));
+        }
         self.queue.submit([encoder.finish()]);
-        for (s, _) in &staging {
-            s.slice(..).map_async(wgpu::MapMode::Read, |_| {});
+        for (s, _, bytes, _) in &staging {
+            s.slice(..*bytes).map_async(wgpu::MapMode::Read, |_| {});
         }
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(err)?;
-        staging
-            .iter()
-            .map(|(s, len)| {
-                let view = s.slice(..).get_mapped_range().map_err(err)?;
-                let out = bytemuck::cast_slice::<u8, T>(&view)[..*len].to_vec();
-                drop(view);
-                s.unmap();
-                Ok(out)
-            })
-            .collect()
+        let mut out = Vec::with_capacity(staging.len());
+        for (s, len, bytes, label) in staging {
+            let view = s.slice(..bytes).get_mapped_range().map_err(err)?;
+            out.push(bytemuck::cast_slice::<u8, T>(&view)[..len].to_vec());
+            drop(view);
+            s.unmap();
+            self.give_back(label, s);
+        }
+        Ok(out)
     }
 
     /// The search pipeline, compiled on first use.
@@ -330,7 +492,7 @@ impl Backend for WgpuBackend {
             return Ok(PinGuard::none());
         }
         let key = (points.as_ptr() as usize, points.len());
-        let buffer = Arc::new(self.storage("pinned points", points)?);
+        let buffer = Arc::new(self.upload_parallel("pinned points", points)?);
         self.resident.lock().unwrap().insert(key, buffer);
         Ok(PinGuard::new(move || {
             self.resident.lock().unwrap().remove(&key);
@@ -366,7 +528,148 @@ impl Backend for WgpuBackend {
     }
 }
 
+/// Buffers an encoded `nearest_coop` call uses; the f16 copies go back to the scratch pool
+/// when it drops (after the submission that uses them: wgpu keeps a buffer alive for the
+/// commands that use it, and later users' commands are queued after them).
+struct CoopScratch<'a> {
+    backend: &'a WgpuBackend,
+    _keep: Vec<wgpu::Buffer>,
+    points_h: Option<wgpu::Buffer>,
+    anchors_h: Option<wgpu::Buffer>,
+}
+
+impl Drop for CoopScratch<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.points_h.take() {
+            self.backend.give_back("points f16", b);
+        }
+        if let Some(b) = self.anchors_h.take() {
+            self.backend.give_back("anchors f16", b);
+        }
+    }
+}
+
+/// One part of a mapped buffer, handed to one upload thread.
+struct DisjointPart<'a>(wgpu::WriteOnly<'a, [u8]>);
+
+// SAFETY: each part covers its own range of the mapped buffer (from `split_at`) and only the
+// thread it is moved to writes it; wgpu's `Send` impl for `WriteOnly` covers sized types only.
+unsafe impl Send for DisjointPart<'_> {}
+
+impl DisjointPart<'_> {
+    fn fill_from(mut self, src: &[u8]) {
+        self.0.copy_from_slice(src);
+    }
+}
+
+/// The buffers of one `nearest_coop` call.
+struct CoopCall<'a> {
+    /// `[rows, num_anchors, dim, 1]`.
+    params: &'a wgpu::Buffer,
+    /// Layout: (rows, dim).
+    points: &'a wgpu::Buffer,
+    rows: usize,
+    /// Layout: (num_anchors, dim).
+    anchors: &'a wgpu::Buffer,
+    num_anchors: usize,
+    dim: usize,
+    /// Layout: (num_anchors,).
+    anchor_norms: &'a wgpu::Buffer,
+    /// Layout: (rows,).
+    out_ids: &'a wgpu::Buffer,
+    /// Layout: (rows,).
+    out_dists: &'a wgpu::Buffer,
+}
+
 impl WgpuBackend {
+    /// Encode the cooperative-matrix assignment of `call.rows` points: the maxima of points and
+    /// anchors, their scaled f16 copies, then `nearest_coop`. Returns the buffers the encoder
+    /// uses (kept alive until it is submitted).
+    fn encode_coop(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        coop: &CoopPipelines,
+        call: CoopCall<'_>,
+    ) -> Result<CoopScratch<'_>> {
+        let half_row = call.dim.next_multiple_of(32) * 2;
+        let padded_points = call.rows.next_multiple_of(128);
+        let padded_anchors = call.num_anchors.next_multiple_of(128);
+        let maxima = self.storage("maxima", &[0u32, 0])?;
+        let points_h = self.take_scratch("points f16", (padded_points * half_row) as u64)?;
+        let anchors_h = self.take_scratch("anchors f16", (padded_anchors * half_row) as u64)?;
+        let anchor_params = self.uniform(&[
+            call.num_anchors as u32,
+            call.num_anchors as u32,
+            call.dim as u32,
+            1,
+        ]);
+        let sides = [
+            (
+                call.params,
+                call.points,
+                call.rows,
+                padded_points,
+                &points_h,
+            ),
+            (
+                &anchor_params,
+                call.anchors,
+                call.num_anchors,
+                padded_anchors,
+                &anchors_h,
+            ),
+        ];
+        let mut keep = Vec::new();
+        for (slot, (params, src, rows, padded, _)) in sides.into_iter().enumerate() {
+            let cq = self.uniform(&[slot as u32, padded as u32, 0, 0]);
+            let g = self.bind(
+                &coop.max_abs,
+                &[(0, params), (1, src), (7, &maxima), (8, &cq)],
+            );
+            let groups = (rows * call.dim).div_ceil(256 * 16).clamp(1, 4096);
+            self.dispatch(encoder, &coop.max_abs, &g, groups as u32, 1);
+            keep.push(cq);
+        }
+        for (slot, (params, src, _, padded, dst)) in sides.into_iter().enumerate() {
+            let cq = &keep[slot];
+            let g = self.bind(
+                &coop.to_f16,
+                &[(0, params), (1, src), (7, &maxima), (8, cq), (10, dst)],
+            );
+            let words = padded * half_row / 4;
+            let groups = words.div_ceil(256 * 4).clamp(1, 65_535);
+            self.dispatch(encoder, &coop.to_f16, &g, groups as u32, 1);
+        }
+        let g = self.bind(
+            &coop.nearest,
+            &[
+                (0, call.params),
+                (1, call.points),
+                (2, call.anchors),
+                (4, call.out_ids),
+                (5, call.out_dists),
+                (6, call.anchor_norms),
+                (7, &maxima),
+                (11, &points_h),
+                (12, &anchors_h),
+            ],
+        );
+        self.dispatch(
+            encoder,
+            &coop.nearest,
+            &g,
+            padded_points.div_ceil(128) as u32,
+            1,
+        );
+        keep.extend([maxima, anchor_params]);
+        Ok(CoopScratch {
+            backend: self,
+            _keep: keep,
+            points_h: Some(points_h),
+            anchors_h: Some(anchors_h),
+        })
+    }
+
     /// One neighbour per point (training) runs the fused kernel (`nearest_fused_wide` or
     /// `nearest_fused`): no distance tile, one workgroup per 128 (64) points. Several per point (search) run the tiled distances and
     /// then the selection pass. Points are streamed in chunks that fit one storage binding (the
@@ -380,14 +683,27 @@ impl WgpuBackend {
         num_points: usize,
         num_anchors: usize,
     ) -> Result<Nearest> {
-        let fused_rows = self.pipelines.fused_rows;
+        let coop = self.pipelines.coop.as_ref().filter(|_| per_point == 1);
+        let fused_rows = if coop.is_some() {
+            128
+        } else {
+            self.pipelines.fused_rows
+        };
         let d_anchors = self.storage("anchors", anchors)?;
         let fused = per_point == 1;
         // Rows per chunk: the points (and for the tiled path the distance tile) must each fit
         // one binding, and the dispatch grid stays under 65,535 workgroups per dimension.
         let limit = self.max_binding() as usize;
         let chunk = if fused {
-            (limit / (4 * dim)).min(65_535 * fused_rows)
+            // The f16 copy of a chunk (nearest_coop) must fit one binding too.
+            let half_row = if coop.is_some() {
+                2 * dim.next_multiple_of(32)
+            } else {
+                0
+            };
+            (limit / (4 * dim).max(half_row))
+                .saturating_sub(128)
+                .min(65_535 * fused_rows)
         } else {
             (limit / (4 * dim))
                 .min(limit / (4 * num_anchors))
@@ -423,8 +739,8 @@ impl WgpuBackend {
                     &own
                 }
             };
-            let out_ids = self.output("ids", (rows * per_point * 4) as u64)?;
-            let out_dists = self.output("dists", (rows * per_point * 4) as u64)?;
+            let out_ids = self.take_scratch("ids", (rows * per_point * 4) as u64)?;
+            let out_dists = self.take_scratch("dists", (rows * per_point * 4) as u64)?;
             let params = self.uniform(&[
                 rows as u32,
                 num_anchors as u32,
@@ -433,7 +749,25 @@ impl WgpuBackend {
             ]);
             let mut encoder = self.device.create_command_encoder(&Default::default());
             let _tile;
+            let _scratch;
             match &d_norms {
+                Some(d_norms) if coop.is_some() => {
+                    _scratch = self.encode_coop(
+                        &mut encoder,
+                        coop.unwrap(),
+                        CoopCall {
+                            params: &params,
+                            points: d_points,
+                            rows,
+                            anchors: &d_anchors,
+                            num_anchors,
+                            dim,
+                            anchor_norms: d_norms,
+                            out_ids: &out_ids,
+                            out_dists: &out_dists,
+                        },
+                    )?;
+                }
                 Some(d_norms) => {
                     let group = self.bind(
                         &self.pipelines.fused,
@@ -485,9 +819,10 @@ impl WgpuBackend {
                 encoder,
                 &[(&out_ids, rows * per_point), (&out_dists, rows * per_point)],
             )?;
-            let d: Vec<f32> = got.pop().unwrap().into_iter().map(f32::from_bits).collect();
+            dists.extend(got.pop().unwrap().into_iter().map(f32::from_bits));
             ids.extend(got.pop().unwrap());
-            dists.extend(d);
+            self.give_back("ids", out_ids);
+            self.give_back("dists", out_dists);
             start += rows;
         }
         Ok(Nearest {

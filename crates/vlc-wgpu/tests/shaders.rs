@@ -1,0 +1,53 @@
+//! Every WGSL module the backend builds parses and validates with naga (the compiler wgpu uses)
+//! and translates to SPIR-V, including the cooperative-matrix module that only adapters with
+//! tensor cores compile at run time (so CI checks it although lavapipe never runs it). Set
+//! `VLC_SPIRV_DIR` to keep the SPIR-V files (e.g. for `spirv-val`).
+
+use naga::valid::{Capabilities, ValidationFlags, Validator};
+
+fn check(name: &str, source: &str, capabilities: Capabilities) {
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+    let info = Validator::new(ValidationFlags::all(), capabilities)
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+    let options = naga::back::spv::Options {
+        lang_version: (1, 3),
+        ..Default::default()
+    };
+    let words = naga::back::spv::write_vec(&module, &info, &options, None)
+        .unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
+    assert!(
+        words.len() > 5 && words[0] == 0x0723_0203,
+        "{name}: not SPIR-V"
+    );
+    if let Ok(dir) = std::env::var("VLC_SPIRV_DIR") {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        std::fs::write(format!("{dir}/{name}.spv"), bytes).unwrap();
+    }
+}
+
+#[test]
+fn fp32_shaders_validate() {
+    let src = |f: &str| std::fs::read_to_string(format!("src/shaders/{f}.wgsl")).unwrap();
+    for name in ["nearest", "accumulate", "update", "search"] {
+        check(name, &src(name), Capabilities::empty());
+    }
+}
+
+#[test]
+fn cooperative_matrix_shader_validates() {
+    let source = vlc_wgpu::coop_source();
+    check(
+        "nearest_coop",
+        &source,
+        Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP,
+    );
+    // Without the capabilities it must be rejected (the FP32 kernels are used there).
+    let module = naga::front::wgsl::parse_str(&source).unwrap();
+    assert!(
+        Validator::new(ValidationFlags::all(), Capabilities::empty())
+            .validate(&module)
+            .is_err()
+    );
+}
