@@ -38,8 +38,8 @@ struct Pipelines {
     fused: wgpu::ComputePipeline,
     /// Points per workgroup of `fused`.
     fused_rows: usize,
-    /// `nearest_coop` and `max_abs`, where the adapter has f16 cooperative matrices (tensor
-    /// cores) and subgroups of 32: used instead of `fused` for one neighbour per point.
+    /// `max_abs`, `to_f16` and `nearest_coop`, where the adapter has f16 cooperative matrices
+    /// (tensor cores) and subgroups of 32: used instead of `fused` for one neighbour per point.
     coop: Option<CoopPipelines>,
     accumulate: wgpu::ComputePipeline,
     update: wgpu::ComputePipeline,
@@ -97,7 +97,8 @@ pub struct WgpuBackend {
     /// Batched inverted-list search (`search_queries`), compiled when the first [`WgpuIndex`]
     /// is built (training never needs it).
     search: std::sync::OnceLock<wgpu::ComputePipeline>,
-    /// Device buffers reused across calls (the f16 copies of `nearest_coop`), by label; each
+    /// Device buffers reused across calls (f16 copies, assignment outputs, read-back staging),
+    /// by label; each
     /// only grows. A call takes a buffer out and puts it back, so concurrent calls never share
     /// one.
     scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
@@ -152,7 +153,7 @@ impl WgpuBackend {
         }))
         .map_err(|e| err(format!("cannot open {}: {e}", info.name)))?;
         // Shaders are compiled without wgpu's loop bounding (a counter added to every loop, which
-        // keeps the driver from unrolling: the assignment kernels ran 1.4-1.9x slower with it on
+        // keeps the driver from unrolling: the FP32 assignment kernel ran 1.4x slower with it on
         // the H100) and without integer-division guards; bounds checks stay on.
         // VLC_WGPU_CHECKED=1 restores every check.
         let checks = if std::env::var("VLC_WGPU_CHECKED").is_ok_and(|v| v == "1") {
