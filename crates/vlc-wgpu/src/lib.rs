@@ -98,9 +98,8 @@ pub struct WgpuBackend {
     /// is built (training never needs it).
     search: std::sync::OnceLock<wgpu::ComputePipeline>,
     /// Device buffers reused across calls (f16 copies, assignment outputs, read-back staging),
-    /// by label; each
-    /// only grows. A call takes a buffer out and puts it back, so concurrent calls never share
-    /// one.
+    /// by label; each only grows. A call takes a buffer out and puts it back, so concurrent
+    /// calls never share one.
     scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
 }
 
