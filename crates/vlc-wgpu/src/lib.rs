@@ -251,13 +251,7 @@ impl WgpuBackend {
 
     fn storage<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> Result<wgpu::Buffer> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        if bytes.len() as u64 > self.max_binding() {
-            return Err(err(format!(
-                "{label}: {} bytes exceed this adapter's storage buffer limit of {} bytes",
-                bytes.len(),
-                self.max_binding()
-            )));
-        }
+        self.check_binding(label, bytes.len() as u64)?;
         // Zero-length bindings are not allowed: pad to one element.
         let padded;
         let contents = if bytes.is_empty() {
@@ -284,13 +278,7 @@ impl WgpuBackend {
         if bytes.len() < SERIAL_BYTES {
             return self.storage(label, data);
         }
-        if bytes.len() as u64 > self.max_binding() {
-            return Err(err(format!(
-                "{label}: {} bytes exceed this adapter's storage buffer limit of {} bytes",
-                bytes.len(),
-                self.max_binding()
-            )));
-        }
+        self.check_binding(label, bytes.len() as u64)?;
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: bytes.len() as u64,
@@ -315,13 +303,19 @@ impl WgpuBackend {
         Ok(buffer)
     }
 
-    fn output(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
+    /// A typed error when `bytes` exceed one storage binding of this adapter.
+    fn check_binding(&self, label: &str, bytes: u64) -> Result<()> {
         if bytes > self.max_binding() {
             return Err(err(format!(
                 "{label}: {bytes} bytes exceed this adapter's storage buffer limit of {} bytes",
                 self.max_binding()
             )));
         }
+        Ok(())
+    }
+
+    fn output(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
+        self.check_binding(label, bytes)?;
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: bytes.max(4),
@@ -333,11 +327,14 @@ impl WgpuBackend {
     /// A storage buffer of at least `bytes` from the scratch pool (its contents are whatever
     /// the last user left); give it back with [`Self::give_back`].
     fn take_scratch(&self, label: &'static str, bytes: u64) -> Result<wgpu::Buffer> {
+        self.pooled(label, bytes)
+            .map_or_else(|| self.output(label, bytes), Ok)
+    }
+
+    /// The pool's buffer under `label` if it holds at least `bytes` (a smaller one is dropped).
+    fn pooled(&self, label: &'static str, bytes: u64) -> Option<wgpu::Buffer> {
         let cached = self.scratch.lock().unwrap().remove(label);
-        match cached {
-            Some(b) if b.size() >= bytes => Ok(b),
-            _ => self.output(label, bytes),
-        }
+        cached.filter(|b| b.size() >= bytes)
     }
 
     fn give_back(&self, label: &'static str, buffer: wgpu::Buffer) {
@@ -420,16 +417,14 @@ impl WgpuBackend {
         for (i, (src, len)) in sources.iter().enumerate() {
             let bytes = (*len * std::mem::size_of::<T>()).max(4) as u64;
             let label = LABELS[i.min(3)];
-            let cached = self.scratch.lock().unwrap().remove(label);
-            let s = match cached {
-                Some(b) if b.size() >= bytes => b,
-                _ => self.device.create_buffer(&wgpu::BufferDescriptor {
+            let s = self.pooled(label, bytes).unwrap_or_else(|| {
+                self.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some(label),
                     size: bytes,
                     usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                     mapped_at_creation: false,
-                }),
-            };
+                })
+            });
             encoder.copy_buffer_to_buffer(src, 0, &s, 0, bytes);
             staging.push((s, *len, bytes, label));
         }
