@@ -213,16 +213,9 @@ pub fn device_available() -> bool {
 const MIN_TILE_ROWS: usize = 256;
 
 /// The power of two that turns values of magnitude at most `max_abs` into 64-bit fixed point
-/// with room for sums of `num_points` of them: num_points · max_abs · scale < 2^61.
+/// with room for sums of `num_points` of them (see [`vlc::backend::fixed_point_exponent`]).
 fn fixed_point_scale(num_points: usize, max_abs: f32) -> f64 {
-    let count_bits = usize::BITS - num_points.leading_zeros();
-    // max_abs < 2^value_bits (f32 exponents lie in -149..=128).
-    let value_bits = if max_abs > 0.0 {
-        (max_abs as f64).log2().floor() as i32 + 1
-    } else {
-        0
-    };
-    2f64.powi(61 - count_bits as i32 - value_bits)
+    2f64.powi(vlc::backend::fixed_point_exponent(num_points, max_abs))
 }
 
 /// Allocations above this size first check free device memory, for a typed out-of-memory
@@ -1320,14 +1313,7 @@ impl Backend for CudaBackend {
     ) -> Result<AnchorSums> {
         let num_anchors = thresholds.len();
         check_single_nearest(nearest)?;
-        vlc::backend::rows_of("anchors", anchors.len(), dim)?;
-        if anchors.len() != num_anchors * dim {
-            return Err(VlcError::DimensionMismatch {
-                what: "anchors (rows) vs thresholds".into(),
-                expected: num_anchors,
-                actual: anchors.len() / dim,
-            });
-        }
+        vlc::backend::check_anchor_rows(anchors, dim, num_anchors)?;
         let mut guard = self.state.lock().unwrap();
         // The device's own copy of the assignment when it still holds exactly this result.
         let on_device = nearest.resident.is_some()
@@ -1365,28 +1351,5 @@ impl Backend for CudaBackend {
         let host = self.get(scratch.anchors.as_ref().unwrap(), num_anchors * dim)?;
         anchors.copy_from_slice(&host);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fixed_point_scale;
-
-    #[test]
-    fn fixed_point_sums_cannot_overflow_and_keep_precision() {
-        for &n in &[1usize, 2, 301, 1 << 20, 1_000_000, (1 << 32) - 1] {
-            for &m in &[0.0f32, 1e-30, 0.07, 0.5, 1.0, 1.5, 2.0, 1000.0, 3.0e38] {
-                let scale = fixed_point_scale(n, m);
-                let worst = n as f64 * (m as f64 * scale + 0.5);
-                assert!(worst < 2f64.powi(62), "n {n}, max {m}: {worst:e}");
-                // Not needlessly coarse: at most a factor 4 below the largest safe scale.
-                if m > 0.0 {
-                    assert!(
-                        n as f64 * m as f64 * scale >= 2f64.powi(58),
-                        "n {n}, max {m}"
-                    );
-                }
-            }
-        }
     }
 }

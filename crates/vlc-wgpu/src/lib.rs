@@ -8,7 +8,9 @@
 //! limits: assignment runs over chunks of points sized to fit the storage-buffer binding limit
 //! (and the distance tile with them); accumulation needs the points in one binding and says so
 //! when they do not fit. Buffers handed to [`Backend::pin`] stay on the device until the guard
-//! drops.
+//! drops, and so does the last one-per-point assignment, which accumulation then reads without
+//! an upload: with a pinned training sample, an iteration moves only the anchors and the
+//! assignment's ids and distances (for the host's statistics) over the bus.
 
 mod search;
 
@@ -16,8 +18,8 @@ pub use search::WgpuIndex;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use vlc::backend::{
-    check_accumulate_args, check_nearest_args, check_update_args, group_by_anchor, AnchorSums,
-    Backend, Nearest, PinGuard,
+    check_accumulate_args, check_anchor_rows, check_nearest_args, check_single_nearest,
+    check_update_args, fixed_point_exponent, rows_of, AnchorSums, Backend, Nearest, PinGuard,
 };
 use vlc::{Result, VlcError};
 use wgpu::util::DeviceExt;
@@ -41,20 +43,81 @@ struct Pipelines {
     /// `max_abs`, `to_f16` and `nearest_coop`, where the adapter has f16 cooperative matrices
     /// (tensor cores) and subgroups of 32: used instead of `fused` for one neighbour per point.
     coop: Option<CoopPipelines>,
-    accumulate: wgpu::ComputePipeline,
+    accumulate: AccumulatePipelines,
     update: wgpu::ComputePipeline,
+}
+
+/// The four passes of accumulate.wgsl.
+struct AccumulatePipelines {
+    count: wgpu::ComputePipeline,
+    scan: wgpu::ComputePipeline,
+    scatter: wgpu::ComputePipeline,
+    sum: wgpu::ComputePipeline,
+}
+
+/// A buffer pinned with [`Backend::pin`].
+struct Resident {
+    /// Layout: (num_points, dim), row-major.
+    buffer: wgpu::Buffer,
+    /// The largest |value| (accumulation's fixed-point scale, the f16 copy's scale).
+    max_abs: f32,
+    /// The scaled f16 copy `to_f16` made on the first cooperative-matrix assignment of these
+    /// points (the points cannot change while pinned), with the dim it was made for.
+    /// Layout: (rows padded to 128, dim padded to 32), row-major.
+    half: Mutex<Option<(usize, wgpu::Buffer)>>,
+    /// Distance bounds for the cooperative-matrix assignment of these points.
+    bounds: Mutex<Option<Bounds>>,
+}
+
+/// Distance bounds of pinned points (nearest_coop.wgsl): after one ranking of every point,
+/// later calls rank only the points whose anchor may have changed.
+struct Bounds {
+    /// The shape they were set for: (num_points, num_anchors, dim).
+    shape: (usize, usize, usize),
+    /// Whether the buffers hold a complete ranking (set once its commands were submitted).
+    ready: bool,
+    /// Anchor of each point at its last ranking. Layout: (num_points,).
+    assign: wgpu::Buffer,
+    /// Lower bound on each point's distance to every other anchor. Layout: (num_points,).
+    lower: wgpu::Buffer,
+    /// The anchors of the last call. Layout: (num_anchors, dim), row-major.
+    before: wgpu::Buffer,
+    /// Points to rank again, and their count. Layout: (num_points,) and (1,).
+    list: wgpu::Buffer,
+    count: wgpu::Buffer,
+    /// Indirect dispatch arguments (x, y, z) for ranking the listed points.
+    dispatch: wgpu::Buffer,
+}
+
+/// The last one-per-point assignment that covered its points in one chunk: its ids and
+/// distances stay on the device for [`Backend::accumulate_and_update`].
+struct Assigned {
+    /// Number of the result ([`Nearest::resident`]).
+    generation: u64,
+    num_points: usize,
+    num_anchors: usize,
+    /// Layout: (num_points,).
+    ids: wgpu::Buffer,
+    /// Layout: (num_points,).
+    dists: wgpu::Buffer,
 }
 
 struct CoopPipelines {
     nearest: wgpu::ComputePipeline,
     max_abs: wgpu::ComputePipeline,
     to_f16: wgpu::ComputePipeline,
+    /// Distance bounds of pinned points: the largest anchor move, then the check that keeps
+    /// each point's anchor or lists the point for `nearest` to rank again.
+    drift: wgpu::ComputePipeline,
+    bound_check: wgpu::ComputePipeline,
+    /// The indirect dispatch arguments for ranking the listed points.
+    list_dispatch: wgpu::ComputePipeline,
 }
 
 /// The features the cooperative-matrix assignment needs, when the adapter has them all: 16 x
 /// 16 x 16 cooperative matrices with f16 inputs and an f32 accumulator at subgroup scope,
-/// subgroups of exactly 32 invocations and 36 KiB of workgroup memory. `VLC_WGPU_COOP=0` turns
-/// it off.
+/// subgroups of exactly 32 invocations, 36 KiB of workgroup memory and 16 storage buffers per
+/// shader. `VLC_WGPU_COOP=0` turns it off.
 fn coop_features(adapter: &wgpu::Adapter, limits: &wgpu::Limits) -> Option<wgpu::Features> {
     let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
         | wgpu::Features::SHADER_F16
@@ -72,6 +135,7 @@ fn coop_features(adapter: &wgpu::Adapter, limits: &wgpu::Limits) -> Option<wgpu:
         && info.subgroup_min_size == 32
         && info.subgroup_max_size == 32
         && limits.max_compute_workgroup_storage_size >= 36 * 1024
+        && limits.max_storage_buffers_per_shader_stage >= 16
         && limits.max_compute_invocations_per_workgroup >= 256)
         .then_some(needed)
 }
@@ -93,7 +157,11 @@ pub struct WgpuBackend {
     pipelines: Pipelines,
     adapter_name: String,
     limits: wgpu::Limits,
-    resident: Mutex<HashMap<(usize, usize), Arc<wgpu::Buffer>>>,
+    /// Pinned buffers by (host address, length).
+    resident: Mutex<HashMap<(usize, usize), Arc<Resident>>>,
+    /// The last assignment's number (counting every one-per-point result) and the one the
+    /// device still holds.
+    assigned: Mutex<(u64, Option<Assigned>)>,
     /// Batched inverted-list search (`search_queries`), compiled when the first [`WgpuIndex`]
     /// is built (training never needs it).
     search: std::sync::OnceLock<wgpu::ComputePipeline>,
@@ -207,6 +275,9 @@ impl WgpuBackend {
                 nearest: pipeline(&m, "nearest_coop"),
                 max_abs: pipeline(&m, "max_abs"),
                 to_f16: pipeline(&m, "to_f16"),
+                drift: pipeline(&m, "anchor_drift"),
+                bound_check: pipeline(&m, "bound_check"),
+                list_dispatch: pipeline(&m, "list_dispatch"),
             };
             pollster::block_on(scope.pop()).is_none().then_some(made)
         });
@@ -216,7 +287,12 @@ impl WgpuBackend {
             fused: pipeline(&nearest, fused_entry),
             fused_rows,
             coop,
-            accumulate: pipeline(&accumulate, "accumulate_trimmed"),
+            accumulate: AccumulatePipelines {
+                count: pipeline(&accumulate, "count_members"),
+                scan: pipeline(&accumulate, "exclusive_scan"),
+                scatter: pipeline(&accumulate, "scatter_kept"),
+                sum: pipeline(&accumulate, "sum_kept_fixed"),
+            },
             update: pipeline(&update, "update_anchors"),
         };
         let has_coop = pipelines.coop.is_some();
@@ -236,6 +312,7 @@ impl WgpuBackend {
             ),
             limits,
             resident: Mutex::new(HashMap::new()),
+            assigned: Mutex::new((0, None)),
             search: std::sync::OnceLock::new(),
             scratch: Mutex::new(HashMap::new()),
         })
@@ -269,38 +346,72 @@ impl WgpuBackend {
             }))
     }
 
-    /// Like [`Self::storage`], for large inputs (the pinned training sample): the buffer is
-    /// created mapped and filled by several threads (one thread's copy into the upload memory
-    /// took about 0.3 s for 1.5 GB on the H100 machine).
-    fn upload_parallel(&self, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
+    /// Like [`Self::storage`], for large inputs (the pinned training sample), and also
+    /// returns the largest |value|. The data goes through a ring of three 64 MiB staging
+    /// buffers (kept in the scratch pool): several threads fill one (each also takes the
+    /// maximum of the part it copies) while the device copies the previous ones.
+    /// `VLC_WGPU_UPLOAD=mapped` instead fills one staging buffer as large as the data, which
+    /// wgpu allocates for each upload.
+    fn upload_parallel(&self, label: &str, data: &[f32]) -> Result<(wgpu::Buffer, f32)> {
         const SERIAL_BYTES: usize = 64 << 20;
+        const RING: [&str; 3] = ["upload 0", "upload 1", "upload 2"];
         let bytes: &[u8] = bytemuck::cast_slice(data);
         if bytes.len() < SERIAL_BYTES {
-            return self.storage(label, data);
+            return Ok((self.storage(label, data)?, max_abs(data)));
         }
         self.check_binding(label, bytes.len() as u64)?;
+        let mapped = std::env::var("VLC_WGPU_UPLOAD").is_ok_and(|v| v == "mapped");
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: bytes.len() as u64,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: true,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: mapped,
         });
-        {
-            let mut view = buffer.slice(..).get_mapped_range_mut().map_err(err)?;
-            let threads = std::thread::available_parallelism().map_or(4, |n| n.get().min(16));
-            let part = bytes.len().div_ceil(threads).next_multiple_of(4096);
-            std::thread::scope(|scope| {
-                let mut rest = view.slice(..);
-                for src in bytes.chunks(part) {
-                    let (dst, tail) = rest.split_at(src.len());
-                    rest = tail;
-                    let dst = DisjointPart(dst);
-                    scope.spawn(move || dst.fill_from(src));
-                }
-            });
+        if mapped {
+            let most = fill_parallel(buffer.slice(..).get_mapped_range_mut().map_err(err)?, bytes);
+            buffer.unmap();
+            return Ok((buffer, most));
         }
-        buffer.unmap();
-        Ok(buffer)
+        let mut ring: Vec<wgpu::Buffer> = Vec::new();
+        let mut most = 0f32;
+        for (i, src) in bytes.chunks(SERIAL_BYTES).enumerate() {
+            let slot = i % RING.len();
+            if ring.len() == slot {
+                let staging = self
+                    .pooled(RING[slot], SERIAL_BYTES as u64)
+                    .unwrap_or_else(|| {
+                        self.device.create_buffer(&wgpu::BufferDescriptor {
+                            label: Some(RING[slot]),
+                            size: SERIAL_BYTES as u64,
+                            usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                            mapped_at_creation: false,
+                        })
+                    });
+                ring.push(staging);
+            }
+            let staging = &ring[slot];
+            // Waits for this buffer's previous copy (submitted RING.len() chunks ago).
+            let range = staging.slice(..src.len() as u64);
+            range.map_async(wgpu::MapMode::Write, |_| {});
+            self.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(err)?;
+            most = most.max(fill_parallel(
+                range.get_mapped_range_mut().map_err(err)?,
+                src,
+            ));
+            staging.unmap();
+            let mut encoder = self.device.create_command_encoder(&Default::default());
+            let offset = (i * SERIAL_BYTES) as u64;
+            encoder.copy_buffer_to_buffer(staging, 0, &buffer, offset, src.len() as u64);
+            self.queue.submit([encoder.finish()]);
+        }
+        for (slot, staging) in ring.into_iter().enumerate() {
+            self.give_back(RING[slot], staging);
+        }
+        Ok((buffer, most))
     }
 
     /// A typed error when `bytes` exceed one storage binding of this adapter.
@@ -319,7 +430,9 @@ impl WgpuBackend {
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: bytes.max(4),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         }))
     }
@@ -467,7 +580,7 @@ impl WgpuBackend {
         })
     }
 
-    fn resident(&self, points: &[f32]) -> Option<Arc<wgpu::Buffer>> {
+    fn resident(&self, points: &[f32]) -> Option<Arc<Resident>> {
         self.resident
             .lock()
             .unwrap()
@@ -487,8 +600,14 @@ impl Backend for WgpuBackend {
             return Ok(PinGuard::none());
         }
         let key = (points.as_ptr() as usize, points.len());
-        let buffer = Arc::new(self.upload_parallel("pinned points", points)?);
-        self.resident.lock().unwrap().insert(key, buffer);
+        let (buffer, max_abs) = self.upload_parallel("pinned points", points)?;
+        let resident = Arc::new(Resident {
+            buffer,
+            max_abs,
+            half: Mutex::new(None),
+            bounds: Mutex::new(None),
+        });
+        self.resident.lock().unwrap().insert(key, resident);
         Ok(PinGuard::new(move || {
             self.resident.lock().unwrap().remove(&key);
         }))
@@ -514,7 +633,27 @@ impl Backend for WgpuBackend {
         thresholds: &[f32],
     ) -> Result<AnchorSums> {
         check_accumulate_args(points, dim, assignment, dists, thresholds.len())?;
-        self.scoped(|| self.accumulate_inner(points, dim, assignment, dists, thresholds))
+        self.scoped(|| {
+            self.accumulate_inner(points, dim, (assignment, dists, None), thresholds, None)
+        })
+    }
+
+    fn accumulate_and_update(
+        &self,
+        points: &[f32],
+        anchors: &mut [f32],
+        dim: usize,
+        nearest: &Nearest,
+        thresholds: &[f32],
+        step: f32,
+    ) -> Result<AnchorSums> {
+        check_single_nearest(nearest)?;
+        check_accumulate_args(points, dim, &nearest.ids, &nearest.dists, thresholds.len())?;
+        check_anchor_rows(anchors, dim, thresholds.len())?;
+        let assignment = (&nearest.ids[..], &nearest.dists[..], nearest.resident);
+        self.scoped(|| {
+            self.accumulate_inner(points, dim, assignment, thresholds, Some((anchors, step)))
+        })
     }
 
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()> {
@@ -529,8 +668,28 @@ impl Backend for WgpuBackend {
 struct CoopScratch<'a> {
     backend: &'a WgpuBackend,
     _keep: Vec<wgpu::Buffer>,
+    /// Pooled f16 copies.
     points_h: Option<wgpu::Buffer>,
     anchors_h: Option<wgpu::Buffer>,
+    /// A pinned buffer and the f16 copy of it this call makes, kept by [`Self::submitted`].
+    made_half: Option<(Arc<Resident>, usize, wgpu::Buffer)>,
+    /// A pinned buffer whose bounds this call sets.
+    made_bounds: Option<Arc<Resident>>,
+}
+
+impl CoopScratch<'_> {
+    /// Called once the call's commands were submitted: a new f16 copy of pinned points and
+    /// their bounds are now valid for later calls.
+    fn submitted(&mut self) {
+        if let Some((resident, dim, half)) = self.made_half.take() {
+            *resident.half.lock().unwrap() = Some((dim, half));
+        }
+        if let Some(resident) = self.made_bounds.take() {
+            if let Some(b) = resident.bounds.lock().unwrap().as_mut() {
+                b.ready = true;
+            }
+        }
+    }
 }
 
 impl Drop for CoopScratch<'_> {
@@ -552,9 +711,46 @@ struct DisjointPart<'a>(wgpu::WriteOnly<'a, [u8]>);
 unsafe impl Send for DisjointPart<'_> {}
 
 impl DisjointPart<'_> {
-    fn fill_from(mut self, src: &[u8]) {
-        self.0.copy_from_slice(src);
+    /// Copy `src` (whole f32 values) in and return its largest |value|: each block is
+    /// scanned right after its copy, while it is in cache.
+    fn fill_from(mut self, src: &[u8]) -> f32 {
+        const BLOCK: usize = 256 << 10;
+        let mut most = 0f32;
+        let mut at = 0;
+        for block in src.chunks(BLOCK) {
+            self.0.slice(at..at + block.len()).copy_from_slice(block);
+            at += block.len();
+            most = most.max(max_abs(bytemuck::cast_slice(block)));
+        }
+        most
     }
+}
+
+/// Copy `src` (whole f32 values) into the mapped `view` with several threads (one thread's
+/// copy into upload memory took about 0.3 s for 1.5 GB on the H100 machine); returns the
+/// largest |value|.
+fn fill_parallel(mut view: wgpu::BufferViewMut, src: &[u8]) -> f32 {
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get().min(16));
+    let part = src.len().div_ceil(threads).next_multiple_of(4096);
+    std::thread::scope(|scope| {
+        let mut rest = view.slice(..);
+        let mut workers = Vec::new();
+        for src in src.chunks(part) {
+            let (dst, tail) = rest.split_at(src.len());
+            rest = tail;
+            let dst = DisjointPart(dst);
+            workers.push(scope.spawn(move || dst.fill_from(src)));
+        }
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("upload thread"))
+            .fold(0f32, f32::max)
+    })
+}
+
+/// The largest |value| of `data` (0 when empty).
+fn max_abs(data: &[f32]) -> f32 {
+    data.iter().fold(0f32, |m, v| m.max(v.abs()))
 }
 
 /// The buffers of one `nearest_coop` call.
@@ -563,6 +759,9 @@ struct CoopCall<'a> {
     params: &'a wgpu::Buffer,
     /// Layout: (rows, dim).
     points: &'a wgpu::Buffer,
+    /// Set when `points` is a whole pinned buffer: its maximum is known, and its f16 copy is
+    /// made once and kept.
+    pinned: Option<&'a Arc<Resident>>,
     rows: usize,
     /// Layout: (num_anchors, dim).
     anchors: &'a wgpu::Buffer,
@@ -589,8 +788,23 @@ impl WgpuBackend {
         let half_row = call.dim.next_multiple_of(32) * 2;
         let padded_points = call.rows.next_multiple_of(128);
         let padded_anchors = call.num_anchors.next_multiple_of(128);
-        let maxima = self.storage("maxima", &[0u32, 0])?;
-        let points_h = self.take_scratch("points f16", (padded_points * half_row) as u64)?;
+        // A pinned buffer's maximum is known (the host's is the same value as max_abs's), and
+        // its f16 copy is made on the first call only.
+        let known_max = call.pinned.map_or(0, |r| r.max_abs.to_bits());
+        let maxima = self.storage("maxima", &[known_max, 0, 0])?;
+        let half_bytes = (padded_points * half_row) as u64;
+        let cached = call.pinned.and_then(|r| {
+            let half = r.half.lock().unwrap();
+            half.as_ref()
+                .filter(|(dim, _)| *dim == call.dim)
+                .map(|(_, h)| h.clone())
+        });
+        let convert_points = cached.is_none();
+        let (points_h, pooled) = match (cached, call.pinned) {
+            (Some(h), _) => (h, false),
+            (None, Some(_)) => (self.output("pinned points f16", half_bytes)?, false),
+            (None, None) => (self.take_scratch("points f16", half_bytes)?, true),
+        };
         let anchors_h = self.take_scratch("anchors f16", (padded_anchors * half_row) as u64)?;
         let anchor_params = self.uniform(&[
             call.num_anchors as u32,
@@ -617,15 +831,20 @@ impl WgpuBackend {
         let mut keep = Vec::new();
         for (slot, (params, src, rows, padded, _)) in sides.into_iter().enumerate() {
             let cq = self.uniform(&[slot as u32, padded as u32, 0, 0]);
-            let g = self.bind(
-                &coop.max_abs,
-                &[(0, params), (1, src), (7, &maxima), (8, &cq)],
-            );
-            let groups = (rows * call.dim).div_ceil(256 * 16).clamp(1, 4096);
-            self.dispatch(encoder, &coop.max_abs, &g, groups as u32, 1);
+            if slot == 1 || call.pinned.is_none() {
+                let g = self.bind(
+                    &coop.max_abs,
+                    &[(0, params), (1, src), (7, &maxima), (8, &cq)],
+                );
+                let groups = (rows * call.dim).div_ceil(256 * 16).clamp(1, 4096);
+                self.dispatch(encoder, &coop.max_abs, &g, groups as u32, 1);
+            }
             keep.push(cq);
         }
         for (slot, (params, src, _, padded, dst)) in sides.into_iter().enumerate() {
+            if slot == 0 && !convert_points {
+                continue;
+            }
             let cq = &keep[slot];
             let g = self.bind(
                 &coop.to_f16,
@@ -635,6 +854,97 @@ impl WgpuBackend {
             let groups = words.div_ceil(256 * 4).clamp(1, 65_535);
             self.dispatch(encoder, &coop.to_f16, &g, groups as u32, 1);
         }
+        // Pinned points keep distance bounds: mode 1 ranks every point and sets them, mode 2
+        // (once they are set, for the same number of anchors) first checks each point against
+        // its bound and ranks only the listed ones. Other points: mode 0, no bounds.
+        // VLC_WGPU_BOUNDS=0 turns bounds off (for comparisons).
+        let wanted = std::env::var("VLC_WGPU_BOUNDS").map_or(true, |v| v != "0");
+        let (mode, bounds) = match call.pinned.filter(|_| wanted) {
+            Some(r) => {
+                let mut guard = r.bounds.lock().unwrap();
+                let shape = (call.rows, call.num_anchors, call.dim);
+                let reuse = guard.as_ref().is_some_and(|b| b.ready && b.shape == shape);
+                if !guard.as_ref().is_some_and(|b| b.shape == shape) {
+                    let per_point = (call.rows * 4) as u64;
+                    *guard = Some(Bounds {
+                        shape,
+                        ready: false,
+                        assign: self.output("assignment", per_point)?,
+                        lower: self.output("lower bounds", per_point)?,
+                        before: self
+                            .output("anchors before", (call.num_anchors * call.dim * 4) as u64)?,
+                        list: self.output("points to rank", per_point)?,
+                        count: self.output("points to rank (count)", 4)?,
+                        dispatch: self.device.create_buffer(&wgpu::BufferDescriptor {
+                            label: Some("ranking dispatch"),
+                            size: 12,
+                            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT,
+                            mapped_at_creation: false,
+                        }),
+                    });
+                }
+                let b = guard.as_mut().unwrap();
+                // Set again by `CoopScratch::submitted` once these commands are submitted.
+                b.ready = false;
+                let buffers = [
+                    &b.assign,
+                    &b.lower,
+                    &b.before,
+                    &b.list,
+                    &b.count,
+                    &b.dispatch,
+                ]
+                .map(Clone::clone);
+                (if reuse { 2u32 } else { 1 }, Some(buffers))
+            }
+            None => (0, None),
+        };
+        // Without bounds, small stand-ins (one each: a buffer bound both read-only and
+        // writable in one pass is invalid).
+        let stand_ins: Vec<wgpu::Buffer>;
+        let [assign, lower, before, list, count, indirect] = match &bounds {
+            Some(b) => b.each_ref(),
+            None => {
+                stand_ins = (0..6)
+                    .map(|_| self.output("no bounds", 4))
+                    .collect::<Result<_>>()?;
+                std::array::from_fn(|i| &stand_ins[i])
+            }
+        };
+        if mode == 2 {
+            encoder.clear_buffer(count, 0, None);
+            let g = self.bind(
+                &coop.drift,
+                &[
+                    (0, call.params),
+                    (2, call.anchors),
+                    (7, &maxima),
+                    (19, before),
+                ],
+            );
+            let groups = call.num_anchors.div_ceil(8).clamp(1, 65_535);
+            self.dispatch(encoder, &coop.drift, &g, groups as u32, 1);
+            let g = self.bind(
+                &coop.bound_check,
+                &[
+                    (0, call.params),
+                    (1, call.points),
+                    (2, call.anchors),
+                    (4, call.out_ids),
+                    (5, call.out_dists),
+                    (7, &maxima),
+                    (15, list),
+                    (16, count),
+                    (17, assign),
+                    (18, lower),
+                ],
+            );
+            let groups = call.rows.div_ceil(8).clamp(1, 65_535);
+            self.dispatch(encoder, &coop.bound_check, &g, groups as u32, 1);
+            let g = self.bind(&coop.list_dispatch, &[(16, count), (20, indirect)]);
+            self.dispatch(encoder, &coop.list_dispatch, &g, 1, 1);
+        }
+        let cq = self.uniform(&[0, 0, mode, 0]);
         let g = self.bind(
             &coop.nearest,
             &[
@@ -645,23 +955,43 @@ impl WgpuBackend {
                 (5, call.out_dists),
                 (6, call.anchor_norms),
                 (7, &maxima),
+                (8, &cq),
                 (11, &points_h),
                 (12, &anchors_h),
+                (13, list),
+                (14, count),
+                (17, assign),
+                (18, lower),
             ],
         );
-        self.dispatch(
-            encoder,
-            &coop.nearest,
-            &g,
-            padded_points.div_ceil(128) as u32,
-            1,
-        );
-        keep.extend([maxima, anchor_params]);
+        if mode == 2 {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&coop.nearest);
+            pass.set_bind_group(0, &g, &[]);
+            pass.dispatch_workgroups_indirect(indirect, 0);
+        } else {
+            let groups = padded_points.div_ceil(128) as u32;
+            self.dispatch(encoder, &coop.nearest, &g, groups, 1);
+        }
+        if mode != 0 {
+            let bytes = (call.num_anchors * call.dim * 4) as u64;
+            encoder.copy_buffer_to_buffer(call.anchors, 0, before, 0, bytes);
+        }
+        keep.extend([maxima, anchor_params, cq]);
+        let made_half = call
+            .pinned
+            .filter(|_| convert_points)
+            .map(|r| (Arc::clone(r), call.dim, points_h.clone()));
+        if !pooled {
+            keep.push(points_h.clone());
+        }
         Ok(CoopScratch {
             backend: self,
             _keep: keep,
-            points_h: Some(points_h),
+            points_h: pooled.then_some(points_h),
             anchors_h: Some(anchors_h),
+            made_half,
+            made_bounds: call.pinned.filter(|_| mode != 0).map(Arc::clone),
         })
     }
 
@@ -723,12 +1053,15 @@ impl WgpuBackend {
         let pinned = self.resident(points);
         let mut ids = Vec::with_capacity(num_points * per_point);
         let mut dists = Vec::with_capacity(num_points * per_point);
+        let mut resident = None;
         let mut start = 0;
         while start < num_points {
             let rows = chunk.min(num_points - start);
+            let single = start == 0 && rows == num_points;
             let own;
-            let d_points: &wgpu::Buffer = match (&pinned, start == 0 && rows == num_points) {
-                (Some(b), true) => b,
+            let whole = pinned.as_ref().filter(|_| single);
+            let d_points: &wgpu::Buffer = match whole {
+                Some(r) => &r.buffer,
                 _ => {
                     own = self.storage("points", &points[start * dim..(start + rows) * dim])?;
                     &own
@@ -744,15 +1077,16 @@ impl WgpuBackend {
             ]);
             let mut encoder = self.device.create_command_encoder(&Default::default());
             let _tile;
-            let _scratch;
+            let mut coop_scratch = None;
             match &d_norms {
                 Some(d_norms) if coop.is_some() => {
-                    _scratch = self.encode_coop(
+                    coop_scratch = Some(self.encode_coop(
                         &mut encoder,
                         coop.unwrap(),
                         CoopCall {
                             params: &params,
                             points: d_points,
+                            pinned: whole,
                             rows,
                             anchors: &d_anchors,
                             num_anchors,
@@ -761,7 +1095,7 @@ impl WgpuBackend {
                             out_ids: &out_ids,
                             out_dists: &out_dists,
                         },
-                    )?;
+                    )?);
                 }
                 Some(d_norms) => {
                     let group = self.bind(
@@ -814,90 +1148,210 @@ impl WgpuBackend {
                 encoder,
                 &[(&out_ids, rows * per_point), (&out_dists, rows * per_point)],
             )?;
+            if let Some(mut c) = coop_scratch {
+                c.submitted();
+            }
             dists.extend(got.pop().unwrap().into_iter().map(f32::from_bits));
             ids.extend(got.pop().unwrap());
-            self.give_back("ids", out_ids);
-            self.give_back("dists", out_dists);
+            if per_point == 1 && single {
+                resident = Some(self.keep_assignment(out_ids, out_dists, rows, num_anchors));
+            } else {
+                self.give_back("ids", out_ids);
+                self.give_back("dists", out_dists);
+            }
             start += rows;
         }
         Ok(Nearest {
             per_point,
             ids,
             dists,
-            resident: None,
+            resident,
         })
     }
 
+    /// Keep a one-per-point result on the device for accumulation (the previous one's
+    /// buffers go back to the scratch pool); returns its number.
+    fn keep_assignment(
+        &self,
+        ids: wgpu::Buffer,
+        dists: wgpu::Buffer,
+        num_points: usize,
+        num_anchors: usize,
+    ) -> u64 {
+        let mut assigned = self.assigned.lock().unwrap();
+        assigned.0 += 1;
+        let generation = assigned.0;
+        let previous = assigned.1.replace(Assigned {
+            generation,
+            num_points,
+            num_anchors,
+            ids,
+            dists,
+        });
+        if let Some(old) = previous {
+            self.give_back("ids", old.ids);
+            self.give_back("dists", old.dists);
+        }
+        generation
+    }
+
+    /// Trimmed per-anchor accumulation on the device (accumulate.wgsl's four passes) for the
+    /// assignment (ids, distances, resident number): the device's own copy when it still holds
+    /// that result, else the host's (already checked). With `moving`, the anchors are moved
+    /// there and read back (the sums stay on the device); without it, the sums are read back.
     fn accumulate_inner(
         &self,
         points: &[f32],
         dim: usize,
-        assignment: &[u32],
-        dists: &[f32],
+        assignment: (&[u32], &[f32], Option<u64>),
         thresholds: &[f32],
+        moving: Option<(&mut [f32], f32)>,
     ) -> Result<AnchorSums> {
         let num_anchors = thresholds.len();
-        let (offsets, members) = group_by_anchor(assignment, num_anchors);
-        let offsets: Vec<u32> = offsets.iter().map(|&o| o as u32).collect();
+        let num_points = rows_of("points", points.len(), dim)?;
+        if num_points >= u32::MAX as usize {
+            return Err(err(format!(
+                "{num_points} points: GPU accumulation takes fewer than 2^32"
+            )));
+        }
         let pinned = self.resident(points);
-        let own;
-        let d_points = match &pinned {
-            Some(b) => b.as_ref(),
+        let own_points;
+        let (d_points, max_abs) = match &pinned {
+            Some(r) => (&r.buffer, r.max_abs),
             None => {
-                own = self.storage("points", points)?;
-                &own
+                own_points = self.storage("points", points)?;
+                (&own_points, max_abs(points))
             }
         };
-        let (d_off, d_mem, d_dist, d_thr) = (
-            self.storage("offsets", &offsets)?,
-            self.storage("members", &members)?,
-            self.storage("dists", dists)?,
-            self.storage("thresholds", thresholds)?,
-        );
-        let sums = self.output("sums", (num_anchors * dim * 4) as u64)?;
-        let comps = self.output("compensations", (num_anchors * dim * 4) as u64)?;
-        let kept = self.output("kept", (num_anchors * 4) as u64)?;
-        let per_row = num_anchors.min(65_535);
-        let params = self.uniform(&[num_anchors as u32, dim as u32, per_row as u32, 0]);
+        // 2^126 keeps the scale an f32 (it only binds for magnitudes below about 2^-80).
+        let exponent = fixed_point_exponent(num_points, max_abs).min(126);
+        let (ids, dists, number) = assignment;
+        // Held until the passes are submitted, so that no assignment replaces these buffers.
+        let on_device = self.assigned.lock().unwrap();
+        let (d_ids, d_dists) = match &on_device.1 {
+            Some(a)
+                if Some(a.generation) == number
+                    && a.num_points == num_points
+                    && a.num_anchors == num_anchors =>
+            {
+                (a.ids.clone(), a.dists.clone())
+            }
+            _ => (self.storage("ids", ids)?, self.storage("dists", dists)?),
+        };
+        let d_thresholds = self.storage("thresholds", thresholds)?;
+        let anchor_bytes = (num_anchors * 4) as u64;
+        let counts = self.take_scratch("member counts", anchor_bytes)?;
+        let kept = self.take_scratch("kept", anchor_bytes)?;
+        let cursor = self.take_scratch("cursor", anchor_bytes)?;
+        let offsets = self.take_scratch("offsets", anchor_bytes + 4)?;
+        let members = self.take_scratch("members", (num_points * 4) as u64)?;
+        let step = moving.as_ref().map_or(0.0, |m| m.1);
+        let d_anchors = match &moving {
+            Some((anchors, _)) => self.storage("anchors", anchors)?,
+            None => self.output("anchors", 4)?,
+        };
+        let sums = self.output(
+            "sums",
+            if moving.is_some() {
+                4
+            } else {
+                (num_anchors * dim * 8) as u64
+            },
+        )?;
+        let per_row = num_anchors.clamp(1, 65_535);
+        let params = self.uniform(&[
+            num_points as u32,
+            num_anchors as u32,
+            dim as u32,
+            per_row as u32,
+            exponent as u32,
+            moving.is_some() as u32,
+            moving.is_none() as u32,
+            step.to_bits(),
+        ]);
+        let pipes = &self.pipelines.accumulate;
         let mut encoder = self.device.create_command_encoder(&Default::default());
+        encoder.clear_buffer(&counts, 0, None);
+        encoder.clear_buffer(&kept, 0, None);
+        let point_groups = num_points.div_ceil(256).clamp(1, 65_535) as u32;
         let g = self.bind(
-            &self.pipelines.accumulate,
+            &pipes.count,
+            &[
+                (0, &params),
+                (2, &d_ids),
+                (3, &d_dists),
+                (4, &d_thresholds),
+                (5, &counts),
+                (6, &kept),
+            ],
+        );
+        self.dispatch(&mut encoder, &pipes.count, &g, point_groups, 1);
+        let g = self.bind(
+            &pipes.scan,
+            &[(0, &params), (6, &kept), (7, &offsets), (8, &cursor)],
+        );
+        self.dispatch(&mut encoder, &pipes.scan, &g, 1, 1);
+        let g = self.bind(
+            &pipes.scatter,
+            &[
+                (0, &params),
+                (2, &d_ids),
+                (3, &d_dists),
+                (4, &d_thresholds),
+                (8, &cursor),
+                (9, &members),
+            ],
+        );
+        self.dispatch(&mut encoder, &pipes.scatter, &g, point_groups, 1);
+        let g = self.bind(
+            &pipes.sum,
             &[
                 (0, &params),
                 (1, d_points),
-                (2, &d_off),
-                (3, &d_mem),
-                (4, &d_dist),
-                (5, &d_thr),
-                (6, &sums),
-                (7, &comps),
-                (8, &kept),
+                (7, &offsets),
+                (9, &members),
+                (10, &d_anchors),
+                (11, &sums),
             ],
         );
         self.dispatch(
             &mut encoder,
-            &self.pipelines.accumulate,
+            &pipes.sum,
             &g,
             per_row as u32,
             num_anchors.div_ceil(per_row) as u32,
         );
-        let mut got = self.read_back::<u32>(
-            encoder,
-            &[
-                (&sums, num_anchors * dim),
-                (&comps, num_anchors * dim),
-                (&kept, num_anchors),
-            ],
-        )?;
+        let mut sources = vec![(&counts, num_anchors), (&kept, num_anchors)];
+        match moving {
+            Some(_) => sources.push((&d_anchors, num_anchors * dim)),
+            None => sources.push((&sums, num_anchors * dim * 2)),
+        }
+        let mut got = self.read_back::<u32>(encoder, &sources)?;
+        drop(on_device);
+        for (label, b) in [
+            ("member counts", counts),
+            ("kept", kept),
+            ("cursor", cursor),
+            ("offsets", offsets),
+            ("members", members),
+        ] {
+            self.give_back(label, b);
+        }
+        let last = got.pop().unwrap();
         let kept = got.pop().unwrap();
-        let comps = got.pop().unwrap();
-        let sums = got.pop().unwrap();
-        let sums = sums
-            .iter()
-            .zip(&comps)
-            .map(|(&s, &c)| f32::from_bits(s) as f64 - f32::from_bits(c) as f64)
-            .collect();
-        let members = offsets.windows(2).map(|w| w[1] - w[0]).collect();
+        let members = got.pop().unwrap();
+        let sums = match moving {
+            Some((anchors, _)) => {
+                anchors.copy_from_slice(bytemuck::cast_slice(&last));
+                Vec::new()
+            }
+            None => {
+                let unit = 2f64.powi(-exponent);
+                last.chunks_exact(2)
+                    .map(|w| ((w[0] as u64 | (w[1] as u64) << 32) as i64) as f64 * unit)
+                    .collect()
+            }
+        };
         Ok(AnchorSums {
             sums,
             kept,

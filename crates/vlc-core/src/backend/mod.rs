@@ -207,6 +207,20 @@ pub fn check_accumulate_args(
     Ok(num_points)
 }
 
+/// Validate the anchors of [`Backend::accumulate_and_update`]: (num_anchors, dim), one row per
+/// threshold.
+pub fn check_anchor_rows(anchors: &[f32], dim: usize, num_anchors: usize) -> Result<()> {
+    let rows = rows_of("anchors", anchors.len(), dim)?;
+    if rows != num_anchors {
+        return Err(crate::VlcError::DimensionMismatch {
+            what: "anchors (rows) vs thresholds".into(),
+            expected: num_anchors,
+            actual: rows,
+        });
+    }
+    Ok(())
+}
+
 /// Validate [`Backend::update`] arguments; returns num_anchors.
 pub fn check_update_args(anchors: &[f32], dim: usize, sums: &AnchorSums) -> Result<usize> {
     let num_anchors = rows_of("anchors", anchors.len(), dim)?;
@@ -218,6 +232,20 @@ pub fn check_update_args(anchors: &[f32], dim: usize, sums: &AnchorSums) -> Resu
         });
     }
     Ok(num_anchors)
+}
+
+/// The exponent `e` that turns values of magnitude at most `max_abs` into 64-bit fixed point
+/// (multiples of 2^-e) with room for sums of `num_points` of them: num_points · max_abs · 2^e
+/// < 2^61. GPU backends add in fixed point so that sums do not depend on the order of addition.
+pub fn fixed_point_exponent(num_points: usize, max_abs: f32) -> i32 {
+    let count_bits = usize::BITS - num_points.leading_zeros();
+    // max_abs < 2^value_bits (f32 exponents lie in -149..=128).
+    let value_bits = if max_abs > 0.0 {
+        (max_abs as f64).log2().floor() as i32 + 1
+    } else {
+        0
+    };
+    61 - count_bits as i32 - value_bits
 }
 
 /// Indices of points grouped by anchor (a CSR layout), in increasing point order within each
@@ -297,8 +325,26 @@ unsafe impl Sync for SharedOut {}
 
 #[cfg(test)]
 mod tests {
-    use super::group_by_anchor;
+    use super::{fixed_point_exponent, group_by_anchor};
     use crate::rng::Rng;
+
+    #[test]
+    fn fixed_point_sums_cannot_overflow_and_keep_precision() {
+        for &n in &[1usize, 2, 301, 1 << 20, 1_000_000, (1 << 32) - 1] {
+            for &m in &[0.0f32, 1e-30, 0.07, 0.5, 1.0, 1.5, 2.0, 1000.0, 3.0e38] {
+                let scale = 2f64.powi(fixed_point_exponent(n, m));
+                let worst = n as f64 * (m as f64 * scale + 0.5);
+                assert!(worst < 2f64.powi(62), "n {n}, max {m}: {worst:e}");
+                // Not needlessly coarse: at most a factor 4 below the largest safe scale.
+                if m > 0.0 {
+                    assert!(
+                        n as f64 * m as f64 * scale >= 2f64.powi(58),
+                        "n {n}, max {m}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn grouping_matches_a_serial_counting_sort_across_chunks() {

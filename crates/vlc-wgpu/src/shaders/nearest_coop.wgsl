@@ -19,9 +19,19 @@
 //           distance to the chosen anchor is recomputed in FP32: distances are exact; only
 //           which anchor wins a near-tie (within f16 rounding of the dot products) can differ
 //           from the FP32 kernels.
+//
+// Distance bounds (training: the same pinned points, anchors that move a little; as
+// nearest.cu). Each point keeps a lower bound on its distance (not squared) to every anchor but
+// its own. When the anchors move, the bound drops by the largest anchor move (anchor_drift); a
+// point whose exact distance to its own anchor stays below the bound keeps it (bound_check), and
+// only the others are ranked again by nearest_coop (mode 2: rows from the list bound_check
+// appends to, dispatched indirectly for the listed count), which tracks the runner-up as well: its distance, less an allowance for the f16
+// rounding, is the new bound. Mode 1 ranks all points and sets every bound; mode 0 ranks all
+// points and keeps no bounds.
 
 // max_abs output, and the two maxima nearest_coop reads: [0] points, [1] anchors, as f32
-// bits (non-negative floats order as their bits). Layout: (2,).
+// bits (non-negative floats order as their bits); [2] the largest anchor move (anchor_drift).
+// Layout: (3,).
 @group(0) @binding(7) var<storage, read_write> maxima: array<atomic<u32>>;
 // f16 copies, row-major. Layout: (rows padded to 128, dim32), as pairs (to_f16 writes) or
 // groups of four (nearest_coop reads).
@@ -34,10 +44,25 @@ struct CoopParams {
     slot: u32,
     // Rows to write in to_f16 (a multiple of 128).
     padded_rows: u32,
-    pad0: u32,
+    // nearest_coop: 0 all points, no bounds; 1 all points, bounds set; 2 the listed points.
+    mode: u32,
     pad1: u32,
 }
 @group(0) @binding(8) var<uniform> cq: CoopParams;
+
+// Bounds state of the pinned points (modes 1 and 2, bound_check, anchor_drift).
+// Points to rank again (mode 2), in any order. Layout: (rows,), the first listed_count[0] used.
+@group(0) @binding(13) var<storage, read> listed: array<u32>;
+@group(0) @binding(14) var<storage, read> listed_count: array<u32>;
+// bound_check's view of the same two buffers.
+@group(0) @binding(15) var<storage, read_write> list_out: array<u32>;
+@group(0) @binding(16) var<storage, read_write> list_counter: array<atomic<u32>>;
+// Anchor of each point at its last ranking. Layout: (rows,).
+@group(0) @binding(17) var<storage, read_write> assign: array<u32>;
+// Lower bound on the distance (not squared) to every other anchor. Layout: (rows,).
+@group(0) @binding(18) var<storage, read_write> lower: array<f32>;
+// The anchors the bounds were last moved to. Layout: (num_anchors, dim), row-major.
+@group(0) @binding(19) var<storage, read> before: array<f32>;
 
 // Per subgroup, two 16 x 16 result tiles, row-major (point, anchor); reused for the final
 // reduction. Layout: (8 subgroups, 2, 16, 16).
@@ -103,19 +128,52 @@ fn to_f16(@builtin(global_invocation_id) g: vec3<u32>, @builtin(num_workgroups) 
     }
 }
 
-// Running minimum over 8 anchors (a, a + 1, ..) of one tile row, read from the staged tile at
-// `at` (ties keep the smaller id: anchors come in increasing order).
-fn coop_keep(bd: ptr<function, f32>, bi: ptr<function, u32>, at: u32, a: u32, unscale: f32) {
+// A running best (bd, bi) and runner-up (sd, si): (d, i) goes before (e, j) when d < e, or
+// d == e and i < j.
+fn top2_push(bd: ptr<function, f32>, bi: ptr<function, u32>, sd: ptr<function, f32>,
+             si: ptr<function, u32>, d: f32, i: u32) {
+    if (d < *bd || (d == *bd && i < *bi)) {
+        *sd = *bd;
+        *si = *bi;
+        *bd = d;
+        *bi = i;
+    } else if (d < *sd || (d == *sd && i < *si)) {
+        *sd = d;
+        *si = i;
+    }
+}
+
+// top2_push over 8 anchors (a, a + 1, ..) of one tile row, read from the staged tile at `at`
+// (anchors come in increasing order, so `<` alone keeps the smaller id on ties).
+fn coop_keep(bd: ptr<function, f32>, bi: ptr<function, u32>, sd: ptr<function, f32>,
+             si: ptr<function, u32>, at: u32, a: u32, unscale: f32) {
     for (var q = 0u; q < 8u; q = q + 1u) {
         let anchor = a + q;
         if (anchor < p.num_anchors) {
             let d = anchor_norms[anchor] - 2.0 * (cstage[at + q] * unscale);
-            if (d < *bd) {
-                *bd = d;
-                *bi = anchor;
+            if (d < *sd) {
+                if (d < *bd) {
+                    *sd = *bd;
+                    *si = *bi;
+                    *bd = d;
+                    *bi = anchor;
+                } else {
+                    *sd = d;
+                    *si = anchor;
+                }
             }
         }
     }
+}
+
+// The point of row `row` of the tile: listed[row] in mode 2 (rows past the list repeat its
+// last entry; their results are dropped), else the row itself. Mode 2 is dispatched with
+// ceil(count / 128) workgroups (list_dispatch), so count >= 1 wherever this runs.
+fn point_of(row: u32, count: u32) -> u32 {
+    if (cq.mode == 2u) {
+        return listed[min(row, count - 1u)];
+    }
+    return row;
 }
 
 // Staged 32-dimension slices of 128 points / 128 anchors as vec4<f16> (one store per four
@@ -132,25 +190,32 @@ fn nearest_coop(
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
     let p0 = wg.x * 128u;
+    // Mode 2 ranks only the listed points.
+    let rows = select(p.rows, listed_count[0], cq.mode == 2u);
     let stride = dim32();
     let unscale = exp2_int(-scale_exponent(0u)) * exp2_int(-scale_exponent(1u));
     let rb = sg % 4u; // points 32 rb .. + 32 of the workgroup's 128
     let cb = sg / 4u; // anchors 64 cb .. + 64 of each tile of 128
     let m = lane % 16u;
     let h = lane / 16u;
-    // This lane's running minima: point 32 rb + m (bd0) and 32 rb + 16 + m (bd1), anchor
-    // columns 8 h .. + 8 of each 16-anchor tile.
+    // This lane's running best and runner-up: row 32 rb + m (t0) and 32 rb + 16 + m (t1),
+    // anchor columns 8 h .. + 8 of each 16-anchor tile.
     var bd0 = 3.0e38;
-    var bd1 = 3.0e38;
+    var sd0 = 3.0e38;
     var bi0 = 0xffffffffu;
+    var si0 = 0xffffffffu;
+    var bd1 = 3.0e38;
+    var sd1 = 3.0e38;
     var bi1 = 0xffffffffu;
+    var si1 = 0xffffffffu;
     // Staging: invocation li moves 8 halves (two vec4) of rows li / 4 and li / 4 + 64, columns
     // 8 (li % 4) .., of the points and of the anchors; the next slice is loaded into registers
     // while the current one is multiplied.
     let sr = li / 4u;
     let sc = li % 4u;
     let row4 = stride / 4u;
-    let xg = (p0 + sr) * row4 + sc * 2u;
+    let xg = point_of(p0 + sr, rows) * row4 + sc * 2u;
+    let xh = point_of(p0 + sr + 64u, rows) * row4 + sc * 2u;
     let chunks = stride / 32u;
     let tiles = (p.num_anchors + 127u) / 128u;
     for (var tile_a = 0u; tile_a < tiles; tile_a = tile_a + 1u) {
@@ -166,8 +231,8 @@ fn nearest_coop(
         var c13 = coop_mat16x16<f32, C>();
         var xa = points_h[xg];
         var xb = points_h[xg + 1u];
-        var xc = points_h[xg + 64u * row4];
-        var xd = points_h[xg + 64u * row4 + 1u];
+        var xc = points_h[xh];
+        var xd = points_h[xh + 1u];
         var ya = anchors_h[yg];
         var yb = anchors_h[yg + 1u];
         var yc = anchors_h[yg + 64u * row4];
@@ -187,8 +252,8 @@ fn nearest_coop(
                 let o = (ch + 1u) * 8u;
                 xa = points_h[xg + o];
                 xb = points_h[xg + o + 1u];
-                xc = points_h[xg + 64u * row4 + o];
-                xd = points_h[xg + 64u * row4 + o + 1u];
+                xc = points_h[xh + o];
+                xd = points_h[xh + o + 1u];
                 ya = anchors_h[yg + o];
                 yb = anchors_h[yg + o + 1u];
                 yc = anchors_h[yg + 64u * row4 + o];
@@ -219,65 +284,155 @@ fn nearest_coop(
         coopStoreT(c00, &cstage[slot], 16u);
         coopStoreT(c10, &cstage[slot + 256u], 16u);
         workgroupBarrier();
-        coop_keep(&bd0, &bi0, at, ab, unscale);
-        coop_keep(&bd1, &bi1, at + 256u, ab, unscale);
+        coop_keep(&bd0, &bi0, &sd0, &si0, at, ab, unscale);
+        coop_keep(&bd1, &bi1, &sd1, &si1, at + 256u, ab, unscale);
         workgroupBarrier();
         coopStoreT(c01, &cstage[slot], 16u);
         coopStoreT(c11, &cstage[slot + 256u], 16u);
         workgroupBarrier();
-        coop_keep(&bd0, &bi0, at, ab + 16u, unscale);
-        coop_keep(&bd1, &bi1, at + 256u, ab + 16u, unscale);
+        coop_keep(&bd0, &bi0, &sd0, &si0, at, ab + 16u, unscale);
+        coop_keep(&bd1, &bi1, &sd1, &si1, at + 256u, ab + 16u, unscale);
         workgroupBarrier();
         coopStoreT(c02, &cstage[slot], 16u);
         coopStoreT(c12, &cstage[slot + 256u], 16u);
         workgroupBarrier();
-        coop_keep(&bd0, &bi0, at, ab + 32u, unscale);
-        coop_keep(&bd1, &bi1, at + 256u, ab + 32u, unscale);
+        coop_keep(&bd0, &bi0, &sd0, &si0, at, ab + 32u, unscale);
+        coop_keep(&bd1, &bi1, &sd1, &si1, at + 256u, ab + 32u, unscale);
         workgroupBarrier();
         coopStoreT(c03, &cstage[slot], 16u);
         coopStoreT(c13, &cstage[slot + 256u], 16u);
         workgroupBarrier();
-        coop_keep(&bd0, &bi0, at, ab + 48u, unscale);
-        coop_keep(&bd1, &bi1, at + 256u, ab + 48u, unscale);
+        coop_keep(&bd0, &bi0, &sd0, &si0, at, ab + 48u, unscale);
+        coop_keep(&bd1, &bi1, &sd1, &si1, at + 256u, ab + 48u, unscale);
         workgroupBarrier();
     }
-    // Four minima per point (h = 0, 1; cb = 0, 1): [point][h + 2 cb] in cstage, distances in
-    // the first 512 words, ids (as bits) in the next 512.
+    // Four partial results per point (h = 0, 1; cb = 0, 1): [point][h + 2 cb] in cstage, best
+    // distances in words 0 .., best ids (as bits) 512 .., runner-up distances 1024 .., ids 1536 ...
     let r0 = rb * 32u + m;
     let w = h + 2u * cb;
-    cstage[r0 * 4u + w] = bd0;
-    cstage[512u + r0 * 4u + w] = bitcast<f32>(bi0);
-    cstage[(r0 + 16u) * 4u + w] = bd1;
-    cstage[512u + (r0 + 16u) * 4u + w] = bitcast<f32>(bi1);
+    let at0 = r0 * 4u + w;
+    cstage[at0] = bd0;
+    cstage[512u + at0] = bitcast<f32>(bi0);
+    cstage[1024u + at0] = sd0;
+    cstage[1536u + at0] = bitcast<f32>(si0);
+    let at1 = (r0 + 16u) * 4u + w;
+    cstage[at1] = bd1;
+    cstage[512u + at1] = bitcast<f32>(bi1);
+    cstage[1024u + at1] = sd1;
+    cstage[1536u + at1] = bitcast<f32>(si1);
     workgroupBarrier();
-    // Two invocations per point (dimensions split in halves) recompute the exact distance.
+    // Two invocations per point (dimensions split in halves) merge the partial results and
+    // recompute the exact distance to the winner (and the point's squared norm).
     let r = li / 2u;
     let half = li % 2u;
-    var bd = cstage[r * 4u];
-    var bi = bitcast<u32>(cstage[512u + r * 4u]);
-    for (var s = 1u; s < 4u; s = s + 1u) {
-        let d = cstage[r * 4u + s];
-        let i = bitcast<u32>(cstage[512u + r * 4u + s]);
-        if (d < bd || (d == bd && i < bi)) {
-            bd = d;
-            bi = i;
-        }
+    var bd = 3.0e38;
+    var sd = 3.0e38;
+    var bi = 0xffffffffu;
+    var si = 0xffffffffu;
+    for (var s = 0u; s < 4u; s = s + 1u) {
+        let e = r * 4u + s;
+        top2_push(&bd, &bi, &sd, &si, cstage[e], bitcast<u32>(cstage[512u + e]));
+        top2_push(&bd, &bi, &sd, &si, cstage[1024u + e], bitcast<u32>(cstage[1536u + e]));
     }
-    let row = p0 + r;
+    let in_range = p0 + r < rows;
+    let point = point_of(p0 + r, rows);
     var acc = 0.0;
-    if (row < p.rows && bi < p.num_anchors) {
+    var norm = 0.0;
+    if (in_range && bi < p.num_anchors) {
         let first = half * (p.dim / 2u);
         let last = select(p.dim / 2u, p.dim, half == 1u);
         for (var d = first; d < last; d = d + 1u) {
-            let diff = points[row * p.dim + d] - anchors[bi * p.dim + d];
+            let x = points[point * p.dim + d];
+            let diff = x - anchors[bi * p.dim + d];
             acc = fma(diff, diff, acc);
+            norm = fma(x, x, norm);
         }
     }
     workgroupBarrier();
     cstage[li] = acc;
+    cstage[256u + li] = norm;
     workgroupBarrier();
-    if (half == 0u && row < p.rows && bi < p.num_anchors) {
-        out_ids[row] = bi;
-        out_dists[row] = acc + cstage[li + 1u];
+    if (half == 0u && in_range && bi < p.num_anchors) {
+        out_ids[point] = bi;
+        out_dists[point] = acc + cstage[li + 1u];
+        if (cq.mode != 0u) {
+            assign[point] = bi;
+            var bound = 3.0e38;
+            if (si < p.num_anchors) {
+                // The runner-up's squared distance from the f16 products: each is within
+                // 2^-10 (||x||^2 + ||c||^2) of the exact one (f16 keeps 11 significant bits,
+                // as TF32 does); allow four times that.
+                let xn = norm + cstage[256u + li + 1u];
+                let allowance = (xn + anchor_norms[si]) * (1.0 / 256.0);
+                bound = sqrt(max(xn + sd - allowance, 0.0));
+            }
+            lower[point] = bound;
+        }
+    }
+}
+
+// Workgroups for nearest_coop's mode 2: ceil(listed / 128), as indirect dispatch arguments.
+@group(0) @binding(20) var<storage, read_write> dispatch_args: array<u32>;
+
+@compute @workgroup_size(1)
+fn list_dispatch() {
+    dispatch_args[0] = (atomicLoad(&list_counter[0]) + 127u) / 128u;
+    dispatch_args[1] = 1u;
+    dispatch_args[2] = 1u;
+}
+
+// The largest anchor move since the bounds were set, ||anchors[a] - before[a]|| over a, into
+// maxima[2] (which the host zeroes). One subgroup per anchor.
+@compute @workgroup_size(256)
+fn anchor_drift(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    for (var a = wg.x * 8u + sg; a < p.num_anchors; a = a + groups.x * 8u) {
+        var s = 0.0;
+        for (var d = lane; d < p.dim; d = d + 32u) {
+            let diff = anchors[a * p.dim + d] - before[a * p.dim + d];
+            s = fma(diff, diff, s);
+        }
+        let total = subgroupAdd(s);
+        if (lane == 0u) {
+            // Rounded up a little: the bound must not shrink by less than the true move.
+            atomicMax(&maxima[2], bitcast<u32>(sqrt(total) * 1.0001 + 1e-30));
+        }
+    }
+}
+
+// One subgroup per point: the exact (FP32) squared distance to its anchor. The point keeps
+// that anchor when the distance (rounded up) is below its lowered bound (writes id and
+// distance), else it is appended to the list for nearest_coop (mode 2).
+@compute @workgroup_size(256)
+fn bound_check(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    let drift = bitcast<f32>(atomicLoad(&maxima[2]));
+    for (var pt = wg.x * 8u + sg; pt < p.rows; pt = pt + groups.x * 8u) {
+        let a = assign[pt];
+        var s = 0.0;
+        for (var d = lane; d < p.dim; d = d + 32u) {
+            let diff = points[pt * p.dim + d] - anchors[a * p.dim + d];
+            s = fma(diff, diff, s);
+        }
+        let dist = subgroupAdd(s);
+        if (lane == 0u) {
+            let bound = lower[pt] - drift;
+            lower[pt] = bound;
+            // The FP32 sum's rounding is far below 2^-10 of it.
+            if (sqrt(dist * (1.0 + 1.0 / 1024.0)) < bound) {
+                out_ids[pt] = a;
+                out_dists[pt] = dist;
+            } else {
+                list_out[atomicAdd(&list_counter[0], 1u)] = pt;
+            }
+        }
     }
 }
