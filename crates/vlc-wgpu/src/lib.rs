@@ -112,6 +112,9 @@ struct CoopPipelines {
     bound_check: wgpu::ComputePipeline,
     /// The indirect dispatch arguments for ranking the listed points.
     list_dispatch: wgpu::ComputePipeline,
+    /// Whether pinned points keep distance bounds (`VLC_WGPU_BOUNDS=0` turns them off, for
+    /// comparisons).
+    bounds: bool,
 }
 
 /// The features the cooperative-matrix assignment needs, when the adapter has them all: 16 x
@@ -278,6 +281,7 @@ impl WgpuBackend {
                 drift: pipeline(&m, "anchor_drift"),
                 bound_check: pipeline(&m, "bound_check"),
                 list_dispatch: pipeline(&m, "list_dispatch"),
+                bounds: std::env::var("VLC_WGPU_BOUNDS").map_or(true, |v| v != "0"),
             };
             pollster::block_on(scope.pop()).is_none().then_some(made)
         });
@@ -857,9 +861,7 @@ impl WgpuBackend {
         // Pinned points keep distance bounds: mode 1 ranks every point and sets them, mode 2
         // (once they are set, for the same number of anchors) first checks each point against
         // its bound and ranks only the listed ones. Other points: mode 0, no bounds.
-        // VLC_WGPU_BOUNDS=0 turns bounds off (for comparisons).
-        let wanted = std::env::var("VLC_WGPU_BOUNDS").map_or(true, |v| v != "0");
-        let (mode, bounds) = match call.pinned.filter(|_| wanted) {
+        let (mode, bounds) = match call.pinned.filter(|_| coop.bounds) {
             Some(r) => {
                 let mut guard = r.bounds.lock().unwrap();
                 let shape = (call.rows, call.num_anchors, call.dim);
