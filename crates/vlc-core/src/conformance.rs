@@ -182,20 +182,26 @@ pub fn check_nearest_with_moving_anchors(backend: &dyn Backend) {
         let _pinned = backend.pin(&points).unwrap();
         let mut anchors = random(k * dim, dim as u64 + 12);
         let mut r = Rng::new(dim as u64 + 13);
-        for step in 0..8 {
+        for step in 0..10 {
             match step {
-                // A few anchors jump to points.
-                3 => {
-                    for a in [0, k / 2] {
+                // A few anchors jump to points (at step 4 while the others move a little, as
+                // after re-seeding or splitting in training).
+                3 | 4 => {
+                    if step == 4 {
+                        anchors
+                            .iter_mut()
+                            .for_each(|c| *c += 0.02 * r.normal() as f32);
+                    }
+                    for a in [0, k / 2, k - 1] {
                         let p = r.below(n);
                         anchors[a * dim..(a + 1) * dim]
                             .copy_from_slice(&points[p * dim..(p + 1) * dim]);
                     }
                 }
                 // All move far.
-                5 => anchors = random(k * dim, dim as u64 + 14),
+                6 => anchors = random(k * dim, dim as u64 + 14),
                 // One anchor fewer.
-                6 => anchors.truncate((k - 1) * dim),
+                7 => anchors.truncate((k - 1) * dim),
                 // Small moves.
                 _ => anchors
                     .iter_mut()
@@ -203,25 +209,171 @@ pub fn check_nearest_with_moving_anchors(backend: &dyn Backend) {
             }
             let k_now = anchors.len() / dim;
             let got = backend.nearest_anchors(&points, &anchors, dim, 1).unwrap();
+            let norm = |v: &[f32]| v.iter().map(|&x| x as f64 * x as f64).sum::<f64>();
             for i in 0..n {
                 let p = &points[i * dim..(i + 1) * dim];
-                let best = (0..k_now)
-                    .map(|a| naive_dist(p, &anchors[a * dim..(a + 1) * dim]))
-                    .fold(f64::INFINITY, f64::min);
+                let (best, best_id) = (0..k_now)
+                    .map(|a| (naive_dist(p, &anchors[a * dim..(a + 1) * dim]), a))
+                    .fold((f64::INFINITY, 0), |x, y| if y.0 < x.0 { y } else { x });
                 let gid = got.ids[i] as usize;
                 assert!(gid < k_now, "step {step}: id {gid} of {k_now} anchors");
                 let tol = 1e-3 * (1.0 + best);
+                // Which anchor wins a near-tie may differ within the backend's stated rounding
+                // of its products (twice it: one rounding on each side).
+                let tie = 2.0
+                    * backend.ranking_rounding() as f64
+                    * (2.0 * norm(p)
+                        + norm(&anchors[gid * dim..(gid + 1) * dim])
+                        + norm(&anchors[best_id * dim..(best_id + 1) * dim]));
                 let true_d = naive_dist(p, &anchors[gid * dim..(gid + 1) * dim]);
                 assert!(
-                    (true_d - best).abs() <= tol,
+                    (true_d - best).abs() <= tol.max(tie),
                     "dim {dim} step {step} point {i}: anchor {gid} at {true_d}, nearest at {best}"
                 );
                 assert!(
-                    (got.dists[i] as f64 - best).abs() <= tol,
-                    "dim {dim} step {step} point {i}: distance {} vs {best}",
+                    (got.dists[i] as f64 - true_d).abs() <= tol,
+                    "dim {dim} step {step} point {i}: distance {} vs {true_d}",
                     got.dists[i]
                 );
             }
+        }
+    }
+}
+
+/// The robust estimator's trimming thresholds equal the CPU reference's value for value, from
+/// the backend's own copy of an assignment (pinned points) and from host data alike; bad
+/// arguments are typed errors.
+pub fn check_trimmed_thresholds(backend: &dyn Backend) {
+    for &(dim, n, k, trim) in &[
+        (16usize, 5000usize, 37usize, 0.05f32),
+        (3, 257, 64, 0.3),
+        (40, 2000, 7, 0.0),
+        (8, 1500, 300, 0.5),
+        // Enough points for a GPU backend to group them on the device.
+        (4, 70_000, 200, 0.05),
+    ] {
+        // Clustered, with exact duplicates (equal distances) in every tenth row.
+        let mut points = crate::synthetic::clustered(n, dim, 9, 0.3, dim as u64);
+        for i in (10..n).step_by(10) {
+            let (a, b) = points.split_at_mut(i * dim);
+            b[..dim].copy_from_slice(&a[(i - 10) * dim..(i - 9) * dim]);
+        }
+        let anchors = random(k * dim, dim as u64 + 5);
+        let _pinned = backend.pin(&points).unwrap();
+        let near = backend.nearest_anchors(&points, &anchors, dim, 1).unwrap();
+        let want = crate::backend::trimmed_thresholds(&near.ids, &near.dists, k, trim);
+        let got = backend.trimmed_thresholds(&near, k, trim).unwrap();
+        assert_eq!(got, want, "dim {dim}, {n} points, {k} anchors, trim {trim}");
+        // From the host copy (no resident result).
+        let host = crate::backend::Nearest {
+            resident: None,
+            ..near.clone()
+        };
+        assert_eq!(backend.trimmed_thresholds(&host, k, trim).unwrap(), want);
+        // An anchor with every point and the rest empty.
+        let one = crate::backend::Nearest {
+            per_point: 1,
+            ids: vec![k as u32 - 1; n],
+            dists: near.dists.clone(),
+            resident: None,
+        };
+        let t = backend.trimmed_thresholds(&one, k, trim).unwrap();
+        assert_eq!(
+            t,
+            crate::backend::trimmed_thresholds(&one.ids, &one.dists, k, trim)
+        );
+        assert!(t[..k - 1].iter().all(|v| v.is_infinite()));
+        // Bad arguments.
+        let mut out_of_range = one.clone();
+        out_of_range.ids[n / 2] = k as u32;
+        let e = backend
+            .trimmed_thresholds(&out_of_range, k, trim)
+            .unwrap_err();
+        assert!(e.to_string().contains("out of range"), "{e}");
+        assert!(backend.trimmed_thresholds(&near, k, f32::NAN).is_err());
+        assert!(backend.trimmed_thresholds(&near, k, 1.5).is_err());
+    }
+}
+
+/// Lists cut in two for the split maintenance match the CPU reference: the same members on
+/// each side (the data leaves no member near the cutting plane and no tie for the farthest)
+/// and the same means within rounding, from pinned points and from host data; lists that
+/// cannot be cut give None; bad arguments are typed errors.
+pub fn check_split_lists(backend: &dyn Backend) {
+    for &(dim, num_lists) in &[(384usize, 9usize), (5, 40), (33, 3)] {
+        let mut r = Rng::new(dim as u64 + 21);
+        let mut points = Vec::new();
+        let mut lists: Vec<Vec<u32>> = Vec::new();
+        let mut centers = Vec::new();
+        for l in 0..num_lists {
+            // Two blobs 8 apart along a random direction, of uneven sizes, members shuffled
+            // among other lists' rows; the centre is near the middle.
+            let size = [0usize, 1, 2, 37, 300, 1200][l % 6];
+            let dir: Vec<f32> = (0..dim).map(|_| r.normal() as f32).collect();
+            let norm = dir.iter().map(|v| v * v).sum::<f32>().sqrt();
+            let base: Vec<f32> = (0..dim).map(|_| 3.0 * r.normal() as f32).collect();
+            let mut list = Vec::new();
+            for m in 0..size {
+                let s = if m % 3 == 0 { 4.0 } else { -4.0 };
+                list.push((points.len() / dim) as u32);
+                points.extend(
+                    (0..dim).map(|d| base[d] + s * dir[d] / norm + 0.05 * r.normal() as f32),
+                );
+            }
+            lists.push(list);
+            centers.extend(base.iter().map(|&b| b + 0.01 * r.normal() as f32));
+        }
+        // A list of identical points cannot be cut.
+        let same = (points.len() / dim) as u32;
+        let row: Vec<f32> = (0..dim).map(|_| r.normal() as f32).collect();
+        for _ in 0..5 {
+            points.extend_from_slice(&row);
+        }
+        lists.push((same..same + 5).collect());
+        centers.extend_from_slice(&row);
+        let refs: Vec<&[u32]> = lists.iter().map(|l| &l[..]).collect();
+        let want = crate::backend::split::split_lists(&points, dim, &centers, &refs).unwrap();
+        let compare = |got: Vec<Option<crate::backend::ListSplit>>| {
+            assert_eq!(got.len(), want.len());
+            for (l, (g, w)) in got.iter().zip(&want).enumerate() {
+                match (g, w) {
+                    (None, None) => {}
+                    (Some(g), Some(w)) => {
+                        assert_eq!((&g.minus, &g.plus), (&w.minus, &w.plus), "list {l}");
+                        for (a, b) in g
+                            .minus_mean
+                            .iter()
+                            .chain(&g.plus_mean)
+                            .zip(w.minus_mean.iter().chain(&w.plus_mean))
+                        {
+                            assert!(
+                                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                                "list {l}: {a} vs {b}"
+                            );
+                        }
+                    }
+                    _ => panic!("dim {dim} list {l}: {} vs {}", g.is_some(), w.is_some()),
+                }
+            }
+        };
+        assert!(want[..num_lists]
+            .iter()
+            .enumerate()
+            .all(|(l, w)| w.is_some() == (l % 6 >= 2)));
+        assert!(want[num_lists].is_none());
+        compare(backend.split_lists(&points, dim, &centers, &refs).unwrap());
+        {
+            let _pinned = backend.pin(&points).unwrap();
+            compare(backend.split_lists(&points, dim, &centers, &refs).unwrap());
+            let beyond = [0, (points.len() / dim) as u32];
+            let bad: Vec<&[u32]> = vec![&beyond];
+            let e = backend
+                .split_lists(&points, dim, &centers[..dim], &bad)
+                .unwrap_err();
+            assert!(e.to_string().contains("out of range"), "{e}");
+            assert!(backend
+                .split_lists(&points, dim, &centers, &refs[1..])
+                .is_err());
         }
     }
 }
@@ -439,6 +591,8 @@ macro_rules! conformance_suite {
             case!(check_rejects_bad_shapes);
             case!(check_training_matches_cpu);
             case!(check_nearest_with_moving_anchors);
+            case!(check_trimmed_thresholds);
+            case!(check_split_lists);
         }
     };
 }

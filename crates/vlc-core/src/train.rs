@@ -14,9 +14,8 @@
 //!
 //! Everything is deterministic for a given seed, whatever the thread count.
 
-use crate::backend::{group_by_anchor, Backend};
+use crate::backend::{group_by_anchor, Backend, ListSplit as Split, SERIAL_MAX};
 use crate::error::{Result, VlcError};
-use crate::linalg::l2_sq;
 use crate::rng::Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -298,7 +297,7 @@ pub fn train_anchors(
             changed as f64 / num_train as f64
         });
 
-        let thresholds = trimmed_thresholds(assignment, dists, k, params.trim_fraction);
+        let thresholds = backend.trimmed_thresholds(&nearest, k, params.trim_fraction)?;
         phases.statistics += clock.elapsed().as_secs_f64();
         let clock = std::time::Instant::now();
         let step = params.learning_rate * temperature.max(params.min_temperature);
@@ -347,6 +346,7 @@ pub fn train_anchors(
             stats.merged = free.len();
             phases.merge += clock.elapsed().as_secs_f64();
             stats.split = split_overloaded(
+                backend,
                 &train,
                 dim,
                 &mut anchors,
@@ -354,16 +354,17 @@ pub fn train_anchors(
                 free,
                 params.split_threshold,
                 &mut maintenance_rng,
-            );
+            )?;
         }
         if any_empty || maintain {
             stats.reseeded = reseed_empty(
+                backend,
                 &train,
                 dim,
                 &mut anchors,
                 &mut members,
                 &mut maintenance_rng,
-            );
+            )?;
         }
 
         let maintenance = clock.elapsed().as_secs_f64();
@@ -495,37 +496,6 @@ fn kmeans_plus_plus(
     Ok(anchors)
 }
 
-/// Per-anchor distance threshold keeping the nearest ⌈(1 − trim)·count⌉ members.
-fn trimmed_thresholds(assignment: &[u32], dists: &[f32], k: usize, trim: f32) -> Vec<f32> {
-    let (offsets, members) = group_by_anchor(assignment, k);
-    let threshold = |a: usize, d: &mut Vec<f32>| {
-        let mem = &members[offsets[a]..offsets[a + 1]];
-        let keep = ((mem.len() as f64 * (1.0 - trim as f64)).ceil() as usize).min(mem.len());
-        if keep == mem.len() || keep == 0 {
-            return f32::INFINITY;
-        }
-        d.clear();
-        d.extend(mem.iter().map(|&i| dists[i as usize]));
-        let (_, &mut v, _) = d.select_nth_unstable_by(keep - 1, f32::total_cmp);
-        v
-    };
-    if assignment.len() <= SERIAL_MAX {
-        // Small problems skip the thread pool (its dispatch costs more than the work).
-        let mut d = Vec::new();
-        return (0..k).map(|a| threshold(a, &mut d)).collect();
-    }
-    // Enough anchors per task that each task has about SERIAL_MAX / 4 points.
-    let min_len = (k * (SERIAL_MAX / 4)).div_ceil(assignment.len()).max(1);
-    (0..k)
-        .into_par_iter()
-        .with_min_len(min_len)
-        .map_init(Vec::new, |d, a| threshold(a, d))
-        .collect()
-}
-
-/// Inputs of at most this many points are summarised on the calling thread.
-const SERIAL_MAX: usize = 1 << 16;
-
 /// Member lists per anchor, kept up to date through merges and splits of one iteration.
 struct Members {
     lists: Vec<Vec<u32>>,
@@ -605,111 +575,21 @@ fn merge_close_anchors(
     Ok(freed)
 }
 
-/// One anchor's list cut in two: the members on each side and their means.
-struct Split {
-    minus: Vec<u32>,
-    plus: Vec<u32>,
-    /// Layout: (dim,).
-    minus_mean: Vec<f32>,
-    /// Layout: (dim,).
-    plus_mean: Vec<f32>,
-}
-
-/// Cut `list` (members of the anchor at `center`) in two by a 2-means step seeded by its
-/// farthest member. `None` when it cannot be cut (fewer than 2 distinct points). Reads only,
-/// so several anchors' cuts can be computed at once.
-fn propose_split(points: &[f32], dim: usize, center: &[f32], list: &[u32]) -> Option<Split> {
-    if list.len() < 2 {
-        return None;
-    }
-    let row = |i: u32| &points[i as usize * dim..(i as usize + 1) * dim];
-    // The farthest member (ties to the smaller id), one distance per member. Large lists are
-    // scanned on all threads; every reduction below has a fixed order, so the result does not
-    // depend on the thread count.
-    let (far, _) = list
-        .par_iter()
-        .with_min_len(256)
-        .map(|&i| (i, l2_sq(row(i), center)))
-        .reduce_with(|x, y| {
-            if y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)) == std::cmp::Ordering::Greater {
-                y
-            } else {
-                x
-            }
-        })
-        .unwrap();
-    let axis: Vec<f32> = row(far).iter().zip(center).map(|(p, c)| p - c).collect();
-    let side: Vec<bool> = list
-        .par_iter()
-        .with_min_len(256)
-        .map(|&i| {
-            let proj: f32 = row(i)
-                .iter()
-                .zip(center)
-                .zip(&axis)
-                .map(|((x, c), a)| (x - c) * a)
-                .sum();
-            proj > 0.0
-        })
-        .collect();
-    let (mut plus, mut minus) = (Vec::new(), Vec::new());
-    for (&i, &up) in list.iter().zip(&side) {
-        if up {
-            plus.push(i);
-        } else {
-            minus.push(i);
-        }
-    }
-    if plus.is_empty() || minus.is_empty() {
-        return None;
-    }
-    // Sums over fixed chunks of 256 members, added in chunk order.
-    let mean = |ids: &[u32]| -> Vec<f32> {
-        let partial: Vec<Vec<f64>> = ids
-            .par_chunks(256)
-            .map(|chunk| {
-                let mut m = vec![0f64; dim];
-                for &i in chunk {
-                    m.iter_mut().zip(row(i)).for_each(|(a, &x)| *a += x as f64);
-                }
-                m
-            })
-            .collect();
-        let mut m = vec![0f64; dim];
-        for p in &partial {
-            m.iter_mut().zip(p).for_each(|(a, b)| *a += b);
-        }
-        m.into_iter()
-            .map(|v| (v / ids.len() as f64) as f32)
-            .collect()
-    };
-    Some(Split {
-        minus_mean: mean(&minus),
-        plus_mean: mean(&plus),
-        minus,
-        plus,
-    })
-}
-
-/// [`propose_split`] for each anchor of `batch`, in parallel; results in `batch` order.
+/// The cuts of the anchors of `batch` ([`Backend::split_lists`]); results in `batch` order.
 fn propose_splits(
+    backend: &dyn Backend,
     points: &[f32],
     dim: usize,
     anchors: &[f32],
     members: &Members,
     batch: &[usize],
-) -> Vec<Option<Split>> {
-    batch
-        .par_iter()
-        .map(|&a| {
-            propose_split(
-                points,
-                dim,
-                &anchors[a * dim..(a + 1) * dim],
-                &members.lists[a],
-            )
-        })
-        .collect()
+) -> Result<Vec<Option<Split>>> {
+    let mut centers = Vec::with_capacity(batch.len() * dim);
+    for &a in batch {
+        centers.extend_from_slice(&anchors[a * dim..(a + 1) * dim]);
+    }
+    let lists: Vec<&[u32]> = batch.iter().map(|&a| &members.lists[a][..]).collect();
+    backend.split_lists(points, dim, &centers, &lists)
 }
 
 /// Anchor `big` keeps the minus side of `split`; slot `free` gets the plus side.
@@ -741,7 +621,9 @@ fn largest(members: &Members) -> usize {
 
 /// Split overloaded anchors into the freed slots (retiring tiny anchors to make room), then
 /// split the largest anchors into any slot still free. Returns the number of splits.
+#[allow(clippy::too_many_arguments)]
 fn split_overloaded(
+    backend: &dyn Backend,
     points: &[f32],
     dim: usize,
     anchors: &mut [f32],
@@ -749,7 +631,7 @@ fn split_overloaded(
     mut free: Vec<usize>,
     threshold: f32,
     rng: &mut Rng,
-) -> usize {
+) -> Result<usize> {
     let k = members.lists.len();
     let total: usize = members.lists.iter().map(Vec::len).sum();
     let mean = total as f32 / k as f32;
@@ -789,7 +671,7 @@ fn split_overloaded(
     let mut next = 0;
     while !free.is_empty() && next < overloaded.len() {
         let batch = &overloaded[next..(next + free.len()).min(overloaded.len())];
-        let cuts = propose_splits(points, dim, anchors, members, batch);
+        let cuts = propose_splits(backend, points, dim, anchors, members, batch)?;
         for (&big, cut) in batch.iter().zip(cuts) {
             if let Some(cut) = cut {
                 let slot = free
@@ -803,15 +685,17 @@ fn split_overloaded(
     }
     // Slots still free go to the largest list, one after another (a list just cut may still be
     // the largest). A cut depends only on its anchor and its members, which change only when
-    // that anchor is cut or filled, so the cuts of the largest lists are computed together,
-    // in parallel, and kept until used or invalidated: the result is that of cutting one at a
-    // time.
+    // that anchor is cut or filled, so the cuts of the largest lists are computed together
+    // (one backend call) and kept until used or invalidated: the result is that of cutting one
+    // at a time. With r slots left only the r largest lists can still be cut (reaching a list
+    // takes one cut of each list above it), so a batch is the lists among the 1 + r largest
+    // whose cut is not known yet.
     let mut cached: Vec<Option<Option<Split>>> = (0..k).map(|_| None).collect();
     let mut slots = free.into_iter();
     while let Some(slot) = slots.next() {
         let big = largest(members);
         if cached[big].is_none() {
-            let mut batch: Vec<usize> = (0..k).filter(|&a| cached[a].is_none()).collect();
+            let mut batch: Vec<usize> = (0..k).collect();
             batch.sort_by(|&a, &b| {
                 members.lists[b]
                     .len()
@@ -819,7 +703,8 @@ fn split_overloaded(
                     .then(a.cmp(&b))
             });
             batch.truncate(1 + slots.len());
-            let cuts = propose_splits(points, dim, anchors, members, &batch);
+            batch.retain(|&a| cached[a].is_none());
+            let cuts = propose_splits(backend, points, dim, anchors, members, &batch)?;
             for (a, cut) in batch.into_iter().zip(cuts) {
                 cached[a] = Some(cut);
             }
@@ -837,23 +722,33 @@ fn split_overloaded(
             anchors[slot * dim..(slot + 1) * dim].copy_from_slice(&points[p * dim..(p + 1) * dim]);
         }
     }
-    splits
+    Ok(splits)
 }
 
 /// Re-seed anchors that own no points by splitting the largest lists. Returns how many.
 fn reseed_empty(
+    backend: &dyn Backend,
     points: &[f32],
     dim: usize,
     anchors: &mut [f32],
     members: &mut Members,
     rng: &mut Rng,
-) -> usize {
+) -> Result<usize> {
     let empty: Vec<usize> = (0..members.lists.len())
         .filter(|&a| members.lists[a].is_empty())
         .collect();
     let count = empty.len();
     if count > 0 {
-        split_overloaded(points, dim, anchors, members, empty, f32::INFINITY, rng);
+        split_overloaded(
+            backend,
+            points,
+            dim,
+            anchors,
+            members,
+            empty,
+            f32::INFINITY,
+            rng,
+        )?;
     }
-    count
+    Ok(count)
 }

@@ -27,13 +27,13 @@ use cudarc::cublas::sys as cublas_sys;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut,
-    LaunchConfig, PushKernelArg,
+    LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use vlc::backend::{
-    check_accumulate_args, check_nearest_args, check_single_nearest, check_update_args, AnchorSums,
-    Backend, Nearest, PinGuard,
+    check_accumulate_args, check_nearest_args, check_single_nearest, check_threshold_args,
+    check_update_args, AnchorSums, Backend, ListSplit, Nearest, PinGuard,
 };
 use vlc::{Result, VlcError};
 
@@ -75,7 +75,9 @@ struct Kernels {
     scatter_kept: CudaFunction,
     sum_kept_fixed: CudaFunction,
     max_abs: CudaFunction,
+    select_thresholds: CudaFunction,
     update_anchors: CudaFunction,
+    split_lists: CudaFunction,
 }
 
 /// A host buffer kept on the device by [`Backend::pin`], with what is derived from it on first
@@ -158,13 +160,41 @@ struct Scratch {
     kept: Option<CudaSlice<u32>>,
     /// One flag: a value beyond the FP16 range was seen.
     overflow: Option<CudaSlice<i32>>,
+    /// Lists to split, concatenated. Layout: (total members,).
+    split_members: Option<CudaSlice<u32>>,
+    /// Start of each list in `split_members`. Layout: (num_lists + 1,).
+    split_offsets: Option<CudaSlice<u32>>,
+    /// Layout: (num_lists, dim), row-major.
+    split_centers: Option<CudaSlice<f32>>,
+    /// 1 for members on the plus side. Layout: (total members,).
+    split_side: Option<CudaSlice<u32>>,
+    /// Layout: (num_lists, 2, dim): minus mean, plus mean.
+    split_means: Option<CudaSlice<f32>>,
+    /// Layout: (num_lists, 2): minus count, plus count.
+    split_counts: Option<CudaSlice<u32>>,
 }
+
+/// Page-locked host memory that large results are read back through: the driver copies into
+/// it at full bus speed, where a copy into ordinary (pageable) memory goes through a bounce
+/// buffer at a fraction of it. Plain (cached) host memory, not write-combined, because the CPU
+/// reads it. Each only grows.
+#[derive(Default)]
+struct Staging {
+    /// Layout: flat, at least the largest u32 read back so far.
+    words: Option<PinnedHostSlice<u32>>,
+    /// Layout: flat, at least the largest f32 read back so far.
+    floats: Option<PinnedHostSlice<f32>>,
+}
+
+/// Results of at least this many bytes are read back through [`Staging`].
+const STAGED_READ: usize = 1 << 20;
 
 #[derive(Default)]
 struct State {
     /// Pinned host buffers, keyed by (address, length).
     resident: HashMap<(usize, usize), Resident>,
     scratch: Scratch,
+    staging: Staging,
     /// Numbers the results of `nearest_anchors`.
     generation: u64,
     /// (generation, num_points) of the one-per-point result that `scratch.ids` and
@@ -306,8 +336,10 @@ impl CudaBackend {
                 "scatter_kept",
                 "sum_kept_fixed",
                 "max_abs",
+                "select_thresholds",
             ],
         )?;
+        let select_thresholds = f.pop().unwrap();
         let max_abs = f.pop().unwrap();
         let sum_kept_fixed = f.pop().unwrap();
         let scatter_kept = f.pop().unwrap();
@@ -320,6 +352,9 @@ impl CudaBackend {
         )?
         .pop()
         .unwrap();
+        let split_lists = load("split", include_str!("kernels/split.cu"), &["split_lists"])?
+            .pop()
+            .unwrap();
         let device_name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
         let tile_bytes = match std::env::var("VLC_CUDA_TILE_MB").ok() {
             Some(v) => match v.parse::<usize>() {
@@ -363,7 +398,9 @@ impl CudaBackend {
                 scatter_kept,
                 sum_kept_fixed,
                 max_abs,
+                select_thresholds,
                 update_anchors,
+                split_lists,
             },
             precision,
             device_name,
@@ -477,6 +514,42 @@ impl CudaBackend {
         Ok(host)
     }
 
+    /// The first `out.len()` elements of `d` into `out`; large reads go through the page-locked
+    /// `staging` buffer (grown as needed).
+    fn get_into<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy>(
+        &self,
+        staging: &mut Option<PinnedHostSlice<T>>,
+        d: &CudaSlice<T>,
+        out: &mut [T],
+    ) -> Result<()> {
+        let len = out.len();
+        if len == 0 {
+            return Ok(());
+        }
+        if d.len() < len {
+            return Err(err("read-back longer than its device buffer"));
+        }
+        if len * std::mem::size_of::<T>() < STAGED_READ {
+            return self.stream.memcpy_dtoh(&d.slice(0..len), out).map_err(err);
+        }
+        if staging.as_ref().is_none_or(|s| s.len() < len) {
+            *staging = None;
+            // SAFETY: the memory is uninitialised until the copy below fills the first `len`
+            // elements, and only those are read.
+            *staging = Some(unsafe { self.ctx.alloc_pinned_with_flags::<T>(len, 0) }.map_err(err)?);
+        }
+        // A copy takes the length of its destination, so it goes to the first `len` elements
+        // as a plain slice. The driver still sees page-locked memory (it knows the address), so
+        // the copy is asynchronous: wait for it before reading.
+        let host = &mut staging.as_mut().unwrap().as_mut_slice().map_err(err)?[..len];
+        self.stream
+            .memcpy_dtoh(&d.slice(0..len), host)
+            .map_err(err)?;
+        self.stream.synchronize().map_err(err)?;
+        out.copy_from_slice(host);
+        Ok(())
+    }
+
     fn launch_warps(rows: usize) -> LaunchConfig {
         let threads = 256u32;
         let blocks = (rows * 32).div_ceil(threads as usize) as u32;
@@ -556,8 +629,11 @@ impl CudaBackend {
         else {
             return Err(err("no assignment on the device"));
         };
-        let ids = self.get(ids, num_points * per_point)?;
-        let dists = self.get(dists, num_points * per_point)?;
+        let len = num_points * per_point;
+        let (mut host_ids, mut host_dists) = (vec![0u32; len], vec![0f32; len]);
+        self.get_into(&mut state.staging.words, ids, &mut host_ids)?;
+        self.get_into(&mut state.staging.floats, dists, &mut host_dists)?;
+        let (ids, dists) = (host_ids, host_dists);
         state.generation += 1;
         let generation = state.generation;
         state.nearest_on_device = (per_point == 1).then_some((generation, num_points));
@@ -1086,6 +1162,14 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
+    /// TF32 and FP16 products keep 11 significant bits: within 2^-10 (‖x‖² + ‖c‖²).
+    fn ranking_rounding(&self) -> f32 {
+        match self.precision {
+            GemmPrecision::Fp32 => f32::EPSILON,
+            GemmPrecision::Tf32 | GemmPrecision::Fp16 => 1.0 / 1024.0,
+        }
+    }
+
     fn pin<'a>(&'a self, points: &'a [f32]) -> Result<PinGuard<'a>> {
         let key = (points.as_ptr() as usize, points.len());
         let mut data = self.alloc::<f32>(points.len())?;
@@ -1330,9 +1414,14 @@ impl Backend for CudaBackend {
         self.put(&mut guard.scratch.anchors, anchors)?;
         let members =
             self.accumulate_on_device(&mut guard, points, dim, host, thresholds, Some(step))?;
-        let scratch = &mut guard.scratch;
-        let moved = self.get(scratch.anchors.as_ref().unwrap(), num_anchors * dim)?;
-        anchors.copy_from_slice(&moved);
+        let State {
+            scratch, staging, ..
+        } = &mut *guard;
+        self.get_into(
+            &mut staging.floats,
+            scratch.anchors.as_ref().unwrap(),
+            anchors,
+        )?;
         Ok(AnchorSums {
             sums: Vec::new(),
             kept: self.get(scratch.kept.as_ref().unwrap(), num_anchors)?,
@@ -1340,16 +1429,220 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn split_lists(
+        &self,
+        points: &[f32],
+        dim: usize,
+        centers: &[f32],
+        lists: &[&[u32]],
+    ) -> Result<Vec<Option<ListSplit>>> {
+        vlc::backend::split::check_split_args(points, dim, centers, lists)?;
+        let total: usize = lists.iter().map(|l| l.len()).sum();
+        let key = (points.as_ptr() as usize, points.len());
+        let mut guard = self.state.lock().unwrap();
+        // Only pinned points (the training sample) are cut on the device: uploading them for
+        // this alone would cost more than the CPU's cut.
+        if !guard.resident.contains_key(&key)
+            || lists.is_empty()
+            || total >= u32::MAX as usize
+            || dim * 4 > 48 << 10
+        {
+            drop(guard);
+            return vlc::backend::split::split_lists(points, dim, centers, lists);
+        }
+        let num_lists = lists.len();
+        let mut offsets = Vec::with_capacity(num_lists + 1);
+        let mut flat = Vec::with_capacity(total);
+        offsets.push(0u32);
+        for l in lists {
+            flat.extend_from_slice(l);
+            offsets.push(flat.len() as u32);
+        }
+        let State {
+            resident,
+            scratch,
+            staging,
+            ..
+        } = &mut *guard;
+        let x = &resident[&key].data;
+        let d_members = self.put(&mut scratch.split_members, &flat)?;
+        let d_offsets = self.put(&mut scratch.split_offsets, &offsets)?;
+        let d_centers = self.put(&mut scratch.split_centers, centers)?;
+        let side = self.grow(&mut scratch.split_side, total)?;
+        let means = self.grow(&mut scratch.split_means, num_lists * 2 * dim)?;
+        let counts = self.grow(&mut scratch.split_counts, num_lists * 2)?;
+        let d_i32 = dim as i32;
+        let cfg = LaunchConfig {
+            grid_dim: (num_lists as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: (dim * 4) as u32,
+        };
+        // SAFETY: one block of 256 threads (8 warps) per list with dim floats of dynamic shared
+        // memory (at most 48 KiB, checked above): reads offsets (num_lists + 1), the members of
+        // each list (indices < num_points, checked by check_split_args) and their rows of x
+        // (num_points·dim), the list's centre (num_lists·dim); writes one side per member
+        // (total), 2·dim means and 2 counts per list, all within the sizes grown above.
+        unsafe {
+            self.stream
+                .launch_builder(&self.kernels.split_lists)
+                .arg(x)
+                .arg(&d_i32)
+                .arg(&*d_centers)
+                .arg(&*d_offsets)
+                .arg(&*d_members)
+                .arg(&mut *side)
+                .arg(&mut *means)
+                .arg(&mut *counts)
+                .launch(cfg)
+        }
+        .map_err(err)?;
+        let mut host_side = vec![0u32; total];
+        self.get_into(&mut staging.words, side, &mut host_side)?;
+        let mut host_means = vec![0f32; num_lists * 2 * dim];
+        self.get_into(&mut staging.floats, means, &mut host_means)?;
+        let host_counts = self.get(counts, num_lists * 2)?;
+        Ok(lists
+            .iter()
+            .enumerate()
+            .map(|(l, list)| {
+                let (n_minus, n_plus) = (host_counts[2 * l], host_counts[2 * l + 1]);
+                if list.len() < 2 || n_minus == 0 || n_plus == 0 {
+                    return None;
+                }
+                let sides = &host_side[offsets[l] as usize..offsets[l + 1] as usize];
+                let (mut minus, mut plus) = (
+                    Vec::with_capacity(n_minus as usize),
+                    Vec::with_capacity(n_plus as usize),
+                );
+                for (&i, &s) in list.iter().zip(sides) {
+                    if s != 0 {
+                        plus.push(i);
+                    } else {
+                        minus.push(i);
+                    }
+                }
+                let m = &host_means[l * 2 * dim..(l + 1) * 2 * dim];
+                Some(ListSplit {
+                    minus,
+                    plus,
+                    minus_mean: m[..dim].to_vec(),
+                    plus_mean: m[dim..].to_vec(),
+                })
+            })
+            .collect())
+    }
+
+    fn trimmed_thresholds(
+        &self,
+        nearest: &Nearest,
+        num_anchors: usize,
+        trim: f32,
+    ) -> Result<Vec<f32>> {
+        check_threshold_args(nearest, num_anchors, trim)?;
+        let num_points = nearest.ids.len();
+        let mut guard = self.state.lock().unwrap();
+        let on_device = nearest.resident.is_some()
+            && guard.nearest_on_device == nearest.resident.map(|g| (g, num_points));
+        // Small assignments are grouped faster on the host than a device round trip.
+        if !on_device || num_points < vlc::backend::SERIAL_MAX || num_points >= u32::MAX as usize {
+            drop(guard);
+            return Ok(vlc::backend::trimmed_thresholds(
+                &nearest.ids,
+                &nearest.dists,
+                num_anchors,
+                trim,
+            ));
+        }
+        let scratch = &mut guard.scratch;
+        let (Some(ids), Some(dists)) = (scratch.ids.as_ref(), scratch.dists.as_ref()) else {
+            return Err(err("no assignment on the device"));
+        };
+        // Every member grouped by anchor: the accumulation's count, scan and scatter with
+        // every threshold +inf.
+        let all = vec![f32::INFINITY; num_anchors];
+        let d_thr = self.put(&mut scratch.thresholds, &all)?;
+        let counts = self.grow(&mut scratch.member_counts, num_anchors)?;
+        let kept = self.grow(&mut scratch.kept, num_anchors)?;
+        self.stream.memset_zeros(&mut *counts).map_err(err)?;
+        self.stream.memset_zeros(&mut *kept).map_err(err)?;
+        let offsets = self.grow(&mut scratch.offsets, num_anchors + 1)?;
+        let cursor = self.grow(&mut scratch.cursor, num_anchors)?;
+        let members = self.grow(&mut scratch.members, num_points)?;
+        let n_u32 = num_points as u32;
+        let per_point = LaunchConfig {
+            grid_dim: (num_points.div_ceil(256).clamp(1, 65536) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: ids and dists hold the num_points entries of this assignment (its ids were
+        // checked < num_anchors above); thresholds, counts and kept hold num_anchors.
+        unsafe {
+            self.stream
+                .launch_builder(&self.kernels.count_members)
+                .arg(ids)
+                .arg(dists)
+                .arg(&*d_thr)
+                .arg(&n_u32)
+                .arg(&mut *counts)
+                .arg(&mut *kept)
+                .launch(per_point)
+        }
+        .map_err(err)?;
+        self.exclusive_scan(kept, num_anchors, offsets)?;
+        self.stream
+            .memcpy_dtod(&offsets.slice(0..num_anchors), &mut *cursor)
+            .map_err(err)?;
+        // SAFETY: every point takes one slot of its anchor's range; the ranges (from the counts
+        // of the same ids) partition 0..num_points, the size of members.
+        unsafe {
+            self.stream
+                .launch_builder(&self.kernels.scatter_kept)
+                .arg(ids)
+                .arg(dists)
+                .arg(&*d_thr)
+                .arg(&n_u32)
+                .arg(&mut *cursor)
+                .arg(&mut *members)
+                .launch(per_point)
+        }
+        .map_err(err)?;
+        let per_anchor = LaunchConfig {
+            grid_dim: (num_anchors as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: one block of 256 threads (a power of two, as the kernel needs) per anchor:
+        // reads offsets (num_anchors + 1), the members in its range (< num_points) and their
+        // distances; writes one threshold per anchor into d_thr (num_anchors).
+        unsafe {
+            self.stream
+                .launch_builder(&self.kernels.select_thresholds)
+                .arg(dists)
+                .arg(&*offsets)
+                .arg(&*members)
+                .arg(&trim)
+                .arg(&mut *d_thr)
+                .launch(per_anchor)
+        }
+        .map_err(err)?;
+        self.get(d_thr, num_anchors)
+    }
+
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()> {
         let num_anchors = check_update_args(anchors, dim, sums)?;
         let mut guard = self.state.lock().unwrap();
-        let scratch = &mut guard.scratch;
+        let State {
+            scratch, staging, ..
+        } = &mut *guard;
         self.put(&mut scratch.anchors, anchors)?;
         self.put(&mut scratch.sums, &sums.sums)?;
         self.put(&mut scratch.kept, &sums.kept)?;
         self.update_on_device(scratch, num_anchors, dim, step)?;
-        let host = self.get(scratch.anchors.as_ref().unwrap(), num_anchors * dim)?;
-        anchors.copy_from_slice(&host);
+        self.get_into(
+            &mut staging.floats,
+            scratch.anchors.as_ref().unwrap(),
+            anchors,
+        )?;
         Ok(())
     }
 }

@@ -19,7 +19,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use vlc::backend::{
     check_accumulate_args, check_anchor_rows, check_nearest_args, check_single_nearest,
-    check_update_args, fixed_point_exponent, rows_of, AnchorSums, Backend, Nearest, PinGuard,
+    check_threshold_args, check_update_args, fixed_point_exponent, kept_count, rows_of,
+    trimmed_thresholds, AnchorSums, Backend, ListSplit, Nearest, PinGuard, SERIAL_MAX,
 };
 use vlc::{Result, VlcError};
 use wgpu::util::DeviceExt;
@@ -45,14 +46,17 @@ struct Pipelines {
     coop: Option<CoopPipelines>,
     accumulate: AccumulatePipelines,
     update: wgpu::ComputePipeline,
+    /// `split_lists` of split.wgsl.
+    split: wgpu::ComputePipeline,
 }
 
-/// The four passes of accumulate.wgsl.
+/// The four passes of accumulate.wgsl and its threshold selection.
 struct AccumulatePipelines {
     count: wgpu::ComputePipeline,
     scan: wgpu::ComputePipeline,
     scatter: wgpu::ComputePipeline,
     sum: wgpu::ComputePipeline,
+    select: wgpu::ComputePipeline,
 }
 
 /// A buffer pinned with [`Backend::pin`].
@@ -250,6 +254,7 @@ impl WgpuBackend {
         let nearest = module("nearest", include_str!("shaders/nearest.wgsl"));
         let accumulate = module("accumulate", include_str!("shaders/accumulate.wgsl"));
         let update = module("update", include_str!("shaders/update.wgsl"));
+        let split = module("split", include_str!("shaders/split.wgsl"));
         let pipeline = |m: &wgpu::ShaderModule, entry: &str| {
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(entry),
@@ -295,9 +300,11 @@ impl WgpuBackend {
                 count: pipeline(&accumulate, "count_members"),
                 scan: pipeline(&accumulate, "exclusive_scan"),
                 scatter: pipeline(&accumulate, "scatter_kept"),
+                select: pipeline(&accumulate, "select_thresholds"),
                 sum: pipeline(&accumulate, "sum_kept_fixed"),
             },
             update: pipeline(&update, "update_anchors"),
+            split: pipeline(&split, "split_lists"),
         };
         let has_coop = pipelines.coop.is_some();
         Ok(WgpuBackend {
@@ -598,6 +605,16 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
+    /// On tensor cores (nearest_coop.wgsl) each f16 product is within 2^-10 (‖x‖² + ‖c‖²) of
+    /// the exact one.
+    fn ranking_rounding(&self) -> f32 {
+        if self.pipelines.coop.is_some() {
+            1.0 / 1024.0
+        } else {
+            f32::EPSILON
+        }
+    }
+
     fn pin<'a>(&'a self, points: &'a [f32]) -> Result<PinGuard<'a>> {
         if (points.len() * 4) as u64 > self.max_binding() {
             // Too large for one binding: calls will stream chunks instead.
@@ -663,6 +680,49 @@ impl Backend for WgpuBackend {
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()> {
         let num_anchors = check_update_args(anchors, dim, sums)?;
         self.scoped(|| self.update_inner(anchors, dim, sums, step, num_anchors))
+    }
+
+    fn split_lists(
+        &self,
+        points: &[f32],
+        dim: usize,
+        centers: &[f32],
+        lists: &[&[u32]],
+    ) -> Result<Vec<Option<ListSplit>>> {
+        vlc::backend::split::check_split_args(points, dim, centers, lists)?;
+        let total: usize = lists.iter().map(|l| l.len()).sum();
+        // Only pinned points (the training sample) are cut on the device: uploading them for
+        // this alone would cost more than the CPU's cut.
+        match self.resident(points) {
+            Some(r) if !lists.is_empty() && total < u32::MAX as usize => {
+                self.scoped(|| self.split_inner(&r, dim, centers, lists, total))
+            }
+            _ => vlc::backend::split::split_lists(points, dim, centers, lists),
+        }
+    }
+
+    fn trimmed_thresholds(
+        &self,
+        nearest: &Nearest,
+        num_anchors: usize,
+        trim: f32,
+    ) -> Result<Vec<f32>> {
+        check_threshold_args(nearest, num_anchors, trim)?;
+        let num_points = nearest.ids.len();
+        let on_device =
+            self.assigned.lock().unwrap().1.as_ref().is_some_and(|a| {
+                Some(a.generation) == nearest.resident && a.num_points == num_points
+            });
+        // Small assignments are grouped faster on the host than a device round trip.
+        if !on_device || num_points < SERIAL_MAX || num_points >= u32::MAX as usize {
+            return Ok(trimmed_thresholds(
+                &nearest.ids,
+                &nearest.dists,
+                num_anchors,
+                trim,
+            ));
+        }
+        self.scoped(|| self.thresholds_inner(nearest, num_anchors, trim))
     }
 }
 
@@ -1359,6 +1419,229 @@ impl WgpuBackend {
             kept,
             members,
         })
+    }
+
+    /// [`Backend::split_lists`] of the pinned points `resident` (arguments checked by the
+    /// caller) with split.wgsl.
+    fn split_inner(
+        &self,
+        resident: &Resident,
+        dim: usize,
+        centers: &[f32],
+        lists: &[&[u32]],
+        total: usize,
+    ) -> Result<Vec<Option<ListSplit>>> {
+        let num_lists = lists.len();
+        let mut offsets = Vec::with_capacity(num_lists + 1);
+        let mut flat = Vec::with_capacity(total);
+        offsets.push(0u32);
+        for l in lists {
+            flat.extend_from_slice(l);
+            offsets.push(flat.len() as u32);
+        }
+        let d_members = self.storage("split members", &flat)?;
+        let d_offsets = self.storage("split offsets", &offsets)?;
+        let d_centers = self.storage("split centres", centers)?;
+        let side = self.output("split sides", (total.max(1) * 4) as u64)?;
+        let means = self.output("split means", (num_lists * 2 * dim * 4) as u64)?;
+        let counts = self.output("split counts", (num_lists * 2 * 4) as u64)?;
+        let per_row = num_lists.clamp(1, 65_535);
+        let params = self.uniform(&[num_lists as u32, dim as u32, per_row as u32, 0]);
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        let pipe = &self.pipelines.split;
+        let g = self.bind(
+            pipe,
+            &[
+                (0, &params),
+                (1, &resident.buffer),
+                (2, &d_centers),
+                (3, &d_offsets),
+                (4, &d_members),
+                (5, &side),
+                (6, &means),
+                (7, &counts),
+            ],
+        );
+        self.dispatch(
+            &mut encoder,
+            pipe,
+            &g,
+            per_row as u32,
+            num_lists.div_ceil(per_row) as u32,
+        );
+        let mut got = self.read_back::<u32>(
+            encoder,
+            &[
+                (&side, total),
+                (&means, num_lists * 2 * dim),
+                (&counts, num_lists * 2),
+            ],
+        )?;
+        let host_counts = got.pop().unwrap();
+        let host_means: &[f32] = bytemuck::cast_slice(&got[1]);
+        let host_side = &got[0];
+        Ok(lists
+            .iter()
+            .enumerate()
+            .map(|(l, list)| {
+                if list.len() < 2 {
+                    return None;
+                }
+                let (n_minus, n_plus) = (host_counts[2 * l], host_counts[2 * l + 1]);
+                if n_minus == 0 || n_plus == 0 {
+                    return None;
+                }
+                let sides = &host_side[offsets[l] as usize..offsets[l + 1] as usize];
+                let (mut minus, mut plus) = (
+                    Vec::with_capacity(n_minus as usize),
+                    Vec::with_capacity(n_plus as usize),
+                );
+                for (&i, &s) in list.iter().zip(sides) {
+                    if s != 0 {
+                        plus.push(i);
+                    } else {
+                        minus.push(i);
+                    }
+                }
+                let m = &host_means[l * 2 * dim..(l + 1) * 2 * dim];
+                Some(ListSplit {
+                    minus,
+                    plus,
+                    minus_mean: m[..dim].to_vec(),
+                    plus_mean: m[dim..].to_vec(),
+                })
+            })
+            .collect())
+    }
+
+    /// [`Backend::trimmed_thresholds`] on the device's copy of `nearest` (checked by the
+    /// caller): every member grouped by anchor (accumulate.wgsl's passes 1-3 with +inf
+    /// thresholds), the member counts read back to rank each anchor's threshold as the CPU
+    /// does, then `select_thresholds`.
+    fn thresholds_inner(
+        &self,
+        nearest: &Nearest,
+        num_anchors: usize,
+        trim: f32,
+    ) -> Result<Vec<f32>> {
+        let num_points = nearest.ids.len();
+        // Held until the passes are submitted, so that no assignment replaces these buffers.
+        let on_device = self.assigned.lock().unwrap();
+        let Some(a) = on_device
+            .1
+            .as_ref()
+            .filter(|a| Some(a.generation) == nearest.resident && a.num_points == num_points)
+        else {
+            return Err(err("the assignment left the device"));
+        };
+        let (d_ids, d_dists) = (a.ids.clone(), a.dists.clone());
+        let d_all = self.storage("thresholds", &vec![f32::INFINITY; num_anchors])?;
+        let anchor_bytes = (num_anchors * 4) as u64;
+        let counts = self.take_scratch("member counts", anchor_bytes)?;
+        let kept = self.take_scratch("kept", anchor_bytes)?;
+        let cursor = self.take_scratch("cursor", anchor_bytes)?;
+        let offsets = self.take_scratch("offsets", anchor_bytes + 4)?;
+        let members = self.take_scratch("members", (num_points * 4) as u64)?;
+        let per_row = num_anchors.clamp(1, 65_535);
+        let params = self.uniform(&[
+            num_points as u32,
+            num_anchors as u32,
+            0,
+            per_row as u32,
+            0,
+            0,
+            0,
+            0,
+        ]);
+        let pipes = &self.pipelines.accumulate;
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        encoder.clear_buffer(&counts, 0, None);
+        encoder.clear_buffer(&kept, 0, None);
+        let point_groups = num_points.div_ceil(256).clamp(1, 65_535) as u32;
+        let g = self.bind(
+            &pipes.count,
+            &[
+                (0, &params),
+                (2, &d_ids),
+                (3, &d_dists),
+                (4, &d_all),
+                (5, &counts),
+                (6, &kept),
+            ],
+        );
+        self.dispatch(&mut encoder, &pipes.count, &g, point_groups, 1);
+        let g = self.bind(
+            &pipes.scan,
+            &[(0, &params), (6, &kept), (7, &offsets), (8, &cursor)],
+        );
+        self.dispatch(&mut encoder, &pipes.scan, &g, 1, 1);
+        let g = self.bind(
+            &pipes.scatter,
+            &[
+                (0, &params),
+                (2, &d_ids),
+                (3, &d_dists),
+                (4, &d_all),
+                (8, &cursor),
+                (9, &members),
+            ],
+        );
+        self.dispatch(&mut encoder, &pipes.scatter, &g, point_groups, 1);
+        let member_counts = self
+            .read_back::<u32>(encoder, &[(&counts, num_anchors)])?
+            .pop()
+            .unwrap();
+        let ranks: Vec<u32> = member_counts
+            .iter()
+            .map(|&m| {
+                let keep = kept_count(m as usize, trim);
+                if keep == m as usize || keep == 0 {
+                    u32::MAX
+                } else {
+                    keep as u32 - 1
+                }
+            })
+            .collect();
+        let d_ranks = self.storage("ranks", &ranks)?;
+        let d_out = self.output("thresholds", anchor_bytes)?;
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        let g = self.bind(
+            &pipes.select,
+            &[
+                (0, &params),
+                (3, &d_dists),
+                (7, &offsets),
+                (9, &members),
+                (12, &d_ranks),
+                (13, &d_out),
+            ],
+        );
+        self.dispatch(
+            &mut encoder,
+            &pipes.select,
+            &g,
+            per_row as u32,
+            num_anchors.div_ceil(per_row) as u32,
+        );
+        let selected = self
+            .read_back::<f32>(encoder, &[(&d_out, num_anchors)])?
+            .pop()
+            .unwrap();
+        drop(on_device);
+        for (label, b) in [
+            ("member counts", counts),
+            ("kept", kept),
+            ("cursor", cursor),
+            ("offsets", offsets),
+            ("members", members),
+        ] {
+            self.give_back(label, b);
+        }
+        Ok(selected
+            .into_iter()
+            .zip(&ranks)
+            .map(|(v, &r)| if r == u32::MAX { f32::INFINITY } else { v })
+            .collect())
     }
 
     fn update_inner(

@@ -30,7 +30,7 @@ fn check(name: &str, source: &str, capabilities: Capabilities) {
 #[test]
 fn fp32_shaders_validate() {
     let src = |f: &str| std::fs::read_to_string(format!("src/shaders/{f}.wgsl")).unwrap();
-    for name in ["nearest", "accumulate", "update", "search"] {
+    for name in ["nearest", "accumulate", "update", "search", "split"] {
         check(name, &src(name), Capabilities::empty());
     }
 }

@@ -6,10 +6,12 @@
 //! in `tests/conformance.rs`).
 
 pub mod cpu;
+pub mod split;
 
 use crate::error::Result;
 
 pub use cpu::CpuBackend;
+pub use split::{split_list, ListSplit};
 
 /// Nearest anchors of a batch of points.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -77,6 +79,15 @@ pub trait Backend: Send + Sync {
         Ok(PinGuard::none())
     }
 
+    /// Relative rounding of the products behind [`nearest_anchors`](Backend::nearest_anchors)'s
+    /// one-per-point ranking: two anchors whose squared distances to `x` differ by less than
+    /// `ranking_rounding() · (‖x‖² + ‖c‖²)` may be ranked either way (the distances returned
+    /// are still FP32). FP32 kernels: `f32::EPSILON` (the default). A backend that ranks with
+    /// f16 or TF32 products says so here.
+    fn ranking_rounding(&self) -> f32 {
+        f32::EPSILON
+    }
+
     /// For each point, the `per_point` nearest anchors by squared L2, nearest first, computed in
     /// GEMM form `‖x‖² − 2x·c + ‖c‖²` (clamped at 0). Ties resolve to the smaller anchor id.
     ///
@@ -130,6 +141,115 @@ pub trait Backend: Send + Sync {
         sums.sums = Vec::new();
         Ok(sums)
     }
+
+    /// Cut each of `lists` in two for the split maintenance ([`split_list`], which the default
+    /// runs): list `i` holds indices of rows of `points` ((num_points, dim), row-major) and
+    /// belongs to the anchor `centers[i]` ((num_lists, dim), row-major). A GPU backend cuts
+    /// them on the device when `points` is pinned; its distances and projections are summed in
+    /// another order, so a member within rounding of the cutting plane, or a tie for the
+    /// farthest member, may fall differently. Results in list order.
+    fn split_lists(
+        &self,
+        points: &[f32],
+        dim: usize,
+        centers: &[f32],
+        lists: &[&[u32]],
+    ) -> Result<Vec<Option<ListSplit>>> {
+        split::split_lists(points, dim, centers, lists)
+    }
+
+    /// The robust estimator's per-anchor trimming thresholds for the one-per-point assignment
+    /// `nearest` (ids < `num_anchors`): see [`trimmed_thresholds`], which the default runs. A
+    /// GPU backend computes them on its own copy of the assignment when
+    /// [`Nearest::resident`] says it still has one; the result is the same, value for value,
+    /// since each threshold is one of the distances. Layout: (num_anchors,).
+    fn trimmed_thresholds(
+        &self,
+        nearest: &Nearest,
+        num_anchors: usize,
+        trim: f32,
+    ) -> Result<Vec<f32>> {
+        check_threshold_args(nearest, num_anchors, trim)?;
+        Ok(trimmed_thresholds(
+            &nearest.ids,
+            &nearest.dists,
+            num_anchors,
+            trim,
+        ))
+    }
+}
+
+/// Validate [`Backend::trimmed_thresholds`] arguments: one anchor per point, every id below
+/// `num_anchors`, `trim` in [0, 1].
+pub fn check_threshold_args(nearest: &Nearest, num_anchors: usize, trim: f32) -> Result<()> {
+    check_single_nearest(nearest)?;
+    if !(0.0..=1.0).contains(&trim) {
+        return Err(crate::VlcError::param(
+            "trim_fraction",
+            format!("must be in [0, 1], got {trim}"),
+        ));
+    }
+    // The largest id alone (a loop the compiler vectorises).
+    if let Some(&bad) = nearest
+        .ids
+        .iter()
+        .max()
+        .filter(|&&a| a as usize >= num_anchors)
+    {
+        return Err(crate::VlcError::param(
+            "assignment",
+            format!("anchor id {bad} is out of range for {num_anchors} anchors"),
+        ));
+    }
+    Ok(())
+}
+
+/// Inputs of at most this many points are summarised on the calling thread (the thread pool's
+/// dispatch costs more than the work).
+pub const SERIAL_MAX: usize = 1 << 16;
+
+/// The CPU reference of the robust estimator's trimming: for each anchor with `m` members
+/// (points with `assignment[i] == a`), the distance of its `keep`-th nearest member, `keep` =
+/// ⌈(1 − trim)·m⌉, so that members at or below it are kept; +∞ when `keep` is all of them or
+/// none. `assignment`, `dists`: (num_points,), ids < num_anchors. Layout: (num_anchors,).
+pub fn trimmed_thresholds(
+    assignment: &[u32],
+    dists: &[f32],
+    num_anchors: usize,
+    trim: f32,
+) -> Vec<f32> {
+    use rayon::prelude::*;
+    let (offsets, members) = group_by_anchor(assignment, num_anchors);
+    let threshold = |a: usize, d: &mut Vec<f32>| {
+        let mem = &members[offsets[a]..offsets[a + 1]];
+        let keep = kept_count(mem.len(), trim);
+        if keep == mem.len() || keep == 0 {
+            return f32::INFINITY;
+        }
+        d.clear();
+        d.extend(mem.iter().map(|&i| dists[i as usize]));
+        let (_, &mut v, _) = d.select_nth_unstable_by(keep - 1, f32::total_cmp);
+        v
+    };
+    if assignment.len() <= SERIAL_MAX {
+        let mut d = Vec::new();
+        return (0..num_anchors).map(|a| threshold(a, &mut d)).collect();
+    }
+    // Enough anchors per task that each task has about SERIAL_MAX / 4 points.
+    let min_len = (num_anchors * (SERIAL_MAX / 4))
+        .div_ceil(assignment.len())
+        .max(1);
+    (0..num_anchors)
+        .into_par_iter()
+        .with_min_len(min_len)
+        .map_init(Vec::new, |d, a| threshold(a, d))
+        .collect()
+}
+
+/// How many of an anchor's `members` the trimmed mean keeps: ⌈(1 − trim)·members⌉ (computed
+/// in f64; a GPU backend computes it the same way).
+pub fn kept_count(members: usize, trim: f32) -> usize {
+    ((members as f64 * (1.0 - trim as f64)).ceil() as usize).min(members)
 }
 
 /// An assignment for accumulation: `nearest` must hold one anchor per point.

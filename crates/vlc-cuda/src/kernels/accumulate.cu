@@ -99,3 +99,52 @@ extern "C" __global__ void max_abs(const float* __restrict__ x, unsigned long lo
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
     if ((threadIdx.x & 31) == 0) atomicMax(out, __float_as_uint(m));
 }
+
+// The trimming thresholds of the robust estimator (the CPU reference is
+// vlc::backend::trimmed_thresholds): with every member of each anchor grouped by count_members,
+// exclusive_scan and scatter_kept (all thresholds +inf), one block per anchor finds the distance
+// of its keep-th nearest member, keep = ceil((1 - trim) * members) in double as on the CPU, by a
+// radix select over the distances' bits (non-negative floats order as their bits): four passes
+// of 8 bits, each narrowing the prefix with a histogram in shared memory. The value found is one
+// of the distances, so the result equals the CPU's exactly. +inf when keep is all or none.
+// dists: (num_points,); offsets: (num_anchors + 1,); members: (num_points,) grouped by anchor;
+// thresholds: (num_anchors,). blockDim.x: a power of two, at least 32.
+extern "C" __global__ void select_thresholds(const float* __restrict__ dists,
+                                             const unsigned int* __restrict__ offsets,
+                                             const unsigned int* __restrict__ members, float trim,
+                                             float* __restrict__ thresholds) {
+    __shared__ unsigned int hist[256];
+    __shared__ unsigned int chosen_prefix, chosen_rank;
+    int a = blockIdx.x;
+    unsigned int lo = offsets[a], hi = offsets[a + 1];
+    unsigned int count = hi - lo;
+    unsigned int keep = (unsigned int)ceil((double)count * (1.0 - (double)trim));
+    if (keep > count) keep = count;
+    if (keep == count || keep == 0u) {
+        if (threadIdx.x == 0) thresholds[a] = __int_as_float(0x7f800000);
+        return;
+    }
+    unsigned int prefix = 0u, mask = 0u, rank = keep - 1u;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0u;
+        __syncthreads();
+        for (unsigned int m = lo + threadIdx.x; m < hi; m += blockDim.x) {
+            // -0 (from a clamp) counts as +0.
+            unsigned int bits = __float_as_uint(dists[members[m]]) & 0x7fffffffu;
+            if ((bits & mask) == prefix) atomicAdd(&hist[(bits >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned int below = 0u, bin = 0u;
+            while (below + hist[bin] <= rank) below += hist[bin++];
+            chosen_prefix = prefix | (bin << shift);
+            chosen_rank = rank - below;
+        }
+        __syncthreads();
+        prefix = chosen_prefix;
+        rank = chosen_rank;
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) thresholds[a] = __uint_as_float(prefix);
+}

@@ -175,3 +175,72 @@ fn sum_kept_fixed(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         }
     }
 }
+
+// The trimming thresholds of the robust estimator (the CPU reference is
+// vlc::backend::trimmed_thresholds), after passes 1-3 grouped every member by anchor (all
+// thresholds +inf): workgroup (x, y) is anchor a = y * anchors_per_row + x and finds the value
+// of rank rank[a] (0-based) among its members' distances; the host derives the rank from the
+// member counts exactly as the CPU does (keep - 1, keep = vlc::backend::kept_count), and
+// 0xffffffff (keep is all or none: +inf, set by the host) skips the anchor. A radix select over
+// the distances' bits (non-negative floats order as their bits): four passes of 8 bits, each
+// narrowing the prefix with a histogram in workgroup memory. The value found is one of the
+// distances, so the result equals the CPU's exactly.
+// Layout: (num_anchors,).
+@group(0) @binding(12) var<storage, read> rank: array<u32>;
+// Layout: (num_anchors,).
+@group(0) @binding(13) var<storage, read_write> thresholds_out: array<f32>;
+
+var<workgroup> hist: array<atomic<u32>, 256>;
+// The prefix found so far and the rank within it.
+var<workgroup> chosen: vec2<u32>;
+
+@compute @workgroup_size(256)
+fn select_thresholds(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let a = wg.y * p.anchors_per_row + wg.x;
+    var lo = 0u;
+    var hi = 0u;
+    var r = 0xffffffffu;
+    if (a < p.num_anchors) {
+        lo = offsets[a];
+        hi = offsets[a + 1u];
+        r = rank[a];
+    }
+    let selecting = r != 0xffffffffu;
+    var prefix = 0u;
+    var mask = 0u;
+    for (var pass_index = 0u; pass_index < 4u; pass_index = pass_index + 1u) {
+        let shift = 24u - 8u * pass_index;
+        atomicStore(&hist[t], 0u);
+        workgroupBarrier();
+        if (selecting) {
+            for (var m = lo + t; m < hi; m = m + 256u) {
+                // -0 (from a clamp) counts as +0.
+                let bits = bitcast<u32>(dists[members[m]]) & 0x7fffffffu;
+                if ((bits & mask) == prefix) {
+                    atomicAdd(&hist[(bits >> shift) & 255u], 1u);
+                }
+            }
+        }
+        workgroupBarrier();
+        if (t == 0u) {
+            var below = 0u;
+            var bin = 0u;
+            loop {
+                let h = atomicLoad(&hist[bin]);
+                if (below + h > r || bin == 255u) {
+                    break;
+                }
+                below = below + h;
+                bin = bin + 1u;
+            }
+            chosen = vec2<u32>(prefix | (bin << shift), r - below);
+        }
+        workgroupBarrier();
+        prefix = chosen.x;
+        r = chosen.y;
+        mask = mask | (255u << shift);
+    }
+    if (t == 0u && selecting) {
+        thresholds_out[a] = bitcast<f32>(prefix);
+    }
+}
