@@ -937,55 +937,26 @@ impl CudaBackend {
             return Err(err("accumulation before an assignment is on the device"));
         };
         let d_thr = self.put(&mut scratch.thresholds, thresholds)?;
-        let counts = self.grow(&mut scratch.member_counts, num_anchors)?;
-        let kept = self.grow(&mut scratch.kept, num_anchors)?;
-        self.stream.memset_zeros(&mut *counts).map_err(err)?;
-        self.stream.memset_zeros(&mut *kept).map_err(err)?;
-        let offsets = self.grow(&mut scratch.offsets, num_anchors + 1)?;
-        let cursor = self.grow(&mut scratch.cursor, num_anchors)?;
-        let members = self.grow(&mut scratch.members, num_points)?;
+        self.group_kept(
+            (ids, dists, &*d_thr),
+            num_points,
+            num_anchors,
+            &mut scratch.member_counts,
+            &mut scratch.kept,
+            &mut scratch.offsets,
+            &mut scratch.cursor,
+            &mut scratch.members,
+        )?;
+        let (Some(counts), Some(offsets), Some(members)) = (
+            scratch.member_counts.as_ref(),
+            scratch.offsets.as_ref(),
+            scratch.members.as_ref(),
+        ) else {
+            return Err(err("grouping buffers missing"));
+        };
         let sums = self.grow(&mut scratch.sums, num_anchors * dim)?;
         let anchors = self.grow(&mut scratch.anchors, num_anchors * dim)?;
-        let n_u32 = num_points as u32;
         let d_i32 = dim as i32;
-        let per_point = LaunchConfig {
-            grid_dim: (num_points.div_ceil(256).clamp(1, 65536) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: ids, dists hold num_points entries (uploaded above or by nearest_anchors, with
-        // ids < num_anchors); thresholds, counts, kept hold num_anchors.
-        unsafe {
-            self.stream
-                .launch_builder(&self.kernels.count_members)
-                .arg(ids)
-                .arg(dists)
-                .arg(&*d_thr)
-                .arg(&n_u32)
-                .arg(&mut *counts)
-                .arg(&mut *kept)
-                .launch(per_point)
-        }
-        .map_err(err)?;
-        self.exclusive_scan(kept, num_anchors, offsets)?;
-        self.stream
-            .memcpy_dtod(&offsets.slice(0..num_anchors), &mut *cursor)
-            .map_err(err)?;
-        // SAFETY: every kept point takes one slot of its anchor's range, and the ranges
-        // (offsets from the kept counts of the same ids, dists and thresholds) partition
-        // 0..total kept <= num_points, the size of members.
-        unsafe {
-            self.stream
-                .launch_builder(&self.kernels.scatter_kept)
-                .arg(ids)
-                .arg(dists)
-                .arg(&*d_thr)
-                .arg(&n_u32)
-                .arg(&mut *cursor)
-                .arg(&mut *members)
-                .launch(per_point)
-        }
-        .map_err(err)?;
         let update = step.is_some() as i32;
         let step = step.unwrap_or(0.0);
         let per_anchor = LaunchConfig {
@@ -1061,6 +1032,75 @@ impl CudaBackend {
         // ids, dists, assign and lower (one per point) of the points idx[i] (indices of the
         // flagged points, < num_points) or base..base + rows (checked above).
         unsafe { launch.launch(Self::launch_warps(rows)) }.map_err(err)?;
+        Ok(())
+    }
+
+    /// Group the points of an assignment (`ids`, `dists`: num_points each, ids < num_anchors)
+    /// whose distance is at most their anchor's threshold (`thresholds`: num_anchors) by
+    /// anchor: member counts (all points) into `counts`, kept counts into `kept`, the start of
+    /// each anchor's range into `offsets` (num_anchors + 1) and the kept points' indices into
+    /// `members`, grouped (their order within a range depends on timing). `cursor` is scratch.
+    #[allow(clippy::too_many_arguments)]
+    fn group_kept(
+        &self,
+        (ids, dists, thresholds): (&CudaSlice<u32>, &CudaSlice<f32>, &CudaSlice<f32>),
+        num_points: usize,
+        num_anchors: usize,
+        counts: &mut Option<CudaSlice<u32>>,
+        kept: &mut Option<CudaSlice<u32>>,
+        offsets: &mut Option<CudaSlice<u32>>,
+        cursor: &mut Option<CudaSlice<u32>>,
+        members: &mut Option<CudaSlice<u32>>,
+    ) -> Result<()> {
+        if ids.len() < num_points || dists.len() < num_points || thresholds.len() < num_anchors {
+            return Err(err("grouping: buffer shapes do not match"));
+        }
+        let counts = self.grow(counts, num_anchors)?;
+        let kept = self.grow(kept, num_anchors)?;
+        self.stream.memset_zeros(&mut *counts).map_err(err)?;
+        self.stream.memset_zeros(&mut *kept).map_err(err)?;
+        let offsets = self.grow(offsets, num_anchors + 1)?;
+        let cursor = self.grow(cursor, num_anchors)?;
+        let members = self.grow(members, num_points)?;
+        let n_u32 = num_points as u32;
+        let per_point = LaunchConfig {
+            grid_dim: (num_points.div_ceil(256).clamp(1, 65536) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: ids, dists hold num_points entries (checked above; the callers checked the
+        // ids < num_anchors); thresholds, counts, kept hold num_anchors.
+        unsafe {
+            self.stream
+                .launch_builder(&self.kernels.count_members)
+                .arg(ids)
+                .arg(dists)
+                .arg(thresholds)
+                .arg(&n_u32)
+                .arg(&mut *counts)
+                .arg(&mut *kept)
+                .launch(per_point)
+        }
+        .map_err(err)?;
+        self.exclusive_scan(kept, num_anchors, offsets)?;
+        self.stream
+            .memcpy_dtod(&offsets.slice(0..num_anchors), &mut *cursor)
+            .map_err(err)?;
+        // SAFETY: every kept point takes one slot of its anchor's range, and the ranges
+        // (offsets from the kept counts of the same ids, dists and thresholds) partition
+        // 0..total kept <= num_points, the size of members.
+        unsafe {
+            self.stream
+                .launch_builder(&self.kernels.scatter_kept)
+                .arg(ids)
+                .arg(dists)
+                .arg(thresholds)
+                .arg(&n_u32)
+                .arg(&mut *cursor)
+                .arg(&mut *members)
+                .launch(per_point)
+        }
+        .map_err(err)?;
         Ok(())
     }
 
@@ -1451,13 +1491,7 @@ impl Backend for CudaBackend {
             return vlc::backend::split::split_lists(points, dim, centers, lists);
         }
         let num_lists = lists.len();
-        let mut offsets = Vec::with_capacity(num_lists + 1);
-        let mut flat = Vec::with_capacity(total);
-        offsets.push(0u32);
-        for l in lists {
-            flat.extend_from_slice(l);
-            offsets.push(flat.len() as u32);
-        }
+        let (offsets, flat) = vlc::backend::split::flatten_lists(lists);
         let State {
             resident,
             scratch,
@@ -1501,35 +1535,14 @@ impl Backend for CudaBackend {
         let mut host_means = vec![0f32; num_lists * 2 * dim];
         self.get_into(&mut staging.floats, means, &mut host_means)?;
         let host_counts = self.get(counts, num_lists * 2)?;
-        Ok(lists
-            .iter()
-            .enumerate()
-            .map(|(l, list)| {
-                let (n_minus, n_plus) = (host_counts[2 * l], host_counts[2 * l + 1]);
-                if list.len() < 2 || n_minus == 0 || n_plus == 0 {
-                    return None;
-                }
-                let sides = &host_side[offsets[l] as usize..offsets[l + 1] as usize];
-                let (mut minus, mut plus) = (
-                    Vec::with_capacity(n_minus as usize),
-                    Vec::with_capacity(n_plus as usize),
-                );
-                for (&i, &s) in list.iter().zip(sides) {
-                    if s != 0 {
-                        plus.push(i);
-                    } else {
-                        minus.push(i);
-                    }
-                }
-                let m = &host_means[l * 2 * dim..(l + 1) * 2 * dim];
-                Some(ListSplit {
-                    minus,
-                    plus,
-                    minus_mean: m[..dim].to_vec(),
-                    plus_mean: m[dim..].to_vec(),
-                })
-            })
-            .collect())
+        Ok(vlc::backend::split::assemble_splits(
+            lists,
+            &offsets,
+            &host_side,
+            &host_means,
+            &host_counts,
+            dim,
+        ))
     }
 
     fn trimmed_thresholds(
@@ -1561,51 +1574,20 @@ impl Backend for CudaBackend {
         // every threshold +inf.
         let all = vec![f32::INFINITY; num_anchors];
         let d_thr = self.put(&mut scratch.thresholds, &all)?;
-        let counts = self.grow(&mut scratch.member_counts, num_anchors)?;
-        let kept = self.grow(&mut scratch.kept, num_anchors)?;
-        self.stream.memset_zeros(&mut *counts).map_err(err)?;
-        self.stream.memset_zeros(&mut *kept).map_err(err)?;
-        let offsets = self.grow(&mut scratch.offsets, num_anchors + 1)?;
-        let cursor = self.grow(&mut scratch.cursor, num_anchors)?;
-        let members = self.grow(&mut scratch.members, num_points)?;
-        let n_u32 = num_points as u32;
-        let per_point = LaunchConfig {
-            grid_dim: (num_points.div_ceil(256).clamp(1, 65536) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
+        self.group_kept(
+            (ids, dists, &*d_thr),
+            num_points,
+            num_anchors,
+            &mut scratch.member_counts,
+            &mut scratch.kept,
+            &mut scratch.offsets,
+            &mut scratch.cursor,
+            &mut scratch.members,
+        )?;
+        let (Some(offsets), Some(members)) = (scratch.offsets.as_ref(), scratch.members.as_ref())
+        else {
+            return Err(err("grouping buffers missing"));
         };
-        // SAFETY: ids and dists hold the num_points entries of this assignment (its ids were
-        // checked < num_anchors above); thresholds, counts and kept hold num_anchors.
-        unsafe {
-            self.stream
-                .launch_builder(&self.kernels.count_members)
-                .arg(ids)
-                .arg(dists)
-                .arg(&*d_thr)
-                .arg(&n_u32)
-                .arg(&mut *counts)
-                .arg(&mut *kept)
-                .launch(per_point)
-        }
-        .map_err(err)?;
-        self.exclusive_scan(kept, num_anchors, offsets)?;
-        self.stream
-            .memcpy_dtod(&offsets.slice(0..num_anchors), &mut *cursor)
-            .map_err(err)?;
-        // SAFETY: every point takes one slot of its anchor's range; the ranges (from the counts
-        // of the same ids) partition 0..num_points, the size of members.
-        unsafe {
-            self.stream
-                .launch_builder(&self.kernels.scatter_kept)
-                .arg(ids)
-                .arg(dists)
-                .arg(&*d_thr)
-                .arg(&n_u32)
-                .arg(&mut *cursor)
-                .arg(&mut *members)
-                .launch(per_point)
-        }
-        .map_err(err)?;
         let per_anchor = LaunchConfig {
             grid_dim: (num_anchors as u32, 1, 1),
             block_dim: (256, 1, 1),

@@ -50,6 +50,20 @@ struct Pipelines {
     split: wgpu::ComputePipeline,
 }
 
+/// Buffers of accumulate.wgsl's grouping passes (count, scan, scatter).
+struct Grouping<'a> {
+    /// Members per anchor. Layout: (num_anchors,).
+    counts: &'a wgpu::Buffer,
+    /// Kept members per anchor. Layout: (num_anchors,).
+    kept: &'a wgpu::Buffer,
+    /// Scratch for the scatter. Layout: (num_anchors,).
+    cursor: &'a wgpu::Buffer,
+    /// Start of each anchor's range. Layout: (num_anchors + 1,).
+    offsets: &'a wgpu::Buffer,
+    /// Kept point indices grouped by anchor. Layout: (num_points,).
+    members: &'a wgpu::Buffer,
+}
+
 /// The four passes of accumulate.wgsl and its threshold selection.
 struct AccumulatePipelines {
     count: wgpu::ComputePipeline,
@@ -1333,38 +1347,20 @@ impl WgpuBackend {
         ]);
         let pipes = &self.pipelines.accumulate;
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        encoder.clear_buffer(&counts, 0, None);
-        encoder.clear_buffer(&kept, 0, None);
-        let point_groups = num_points.div_ceil(256).clamp(1, 65_535) as u32;
-        let g = self.bind(
-            &pipes.count,
-            &[
-                (0, &params),
-                (2, &d_ids),
-                (3, &d_dists),
-                (4, &d_thresholds),
-                (5, &counts),
-                (6, &kept),
-            ],
+        let grouping = Grouping {
+            counts: &counts,
+            kept: &kept,
+            cursor: &cursor,
+            offsets: &offsets,
+            members: &members,
+        };
+        self.encode_grouping(
+            &mut encoder,
+            &params,
+            (&d_ids, &d_dists, &d_thresholds),
+            num_points,
+            &grouping,
         );
-        self.dispatch(&mut encoder, &pipes.count, &g, point_groups, 1);
-        let g = self.bind(
-            &pipes.scan,
-            &[(0, &params), (6, &kept), (7, &offsets), (8, &cursor)],
-        );
-        self.dispatch(&mut encoder, &pipes.scan, &g, 1, 1);
-        let g = self.bind(
-            &pipes.scatter,
-            &[
-                (0, &params),
-                (2, &d_ids),
-                (3, &d_dists),
-                (4, &d_thresholds),
-                (8, &cursor),
-                (9, &members),
-            ],
-        );
-        self.dispatch(&mut encoder, &pipes.scatter, &g, point_groups, 1);
         let g = self.bind(
             &pipes.sum,
             &[
@@ -1421,6 +1417,57 @@ impl WgpuBackend {
         })
     }
 
+    /// Encode accumulate.wgsl's passes 1-3 (`params` as for `accumulate_inner`): the points of
+    /// an assignment (`ids`, `dists`) whose distance is at most their anchor's threshold,
+    /// grouped by anchor into `grouping` (counts and kept counts cleared first).
+    fn encode_grouping(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        params: &wgpu::Buffer,
+        (ids, dists, thresholds): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
+        num_points: usize,
+        grouping: &Grouping<'_>,
+    ) {
+        let pipes = &self.pipelines.accumulate;
+        encoder.clear_buffer(grouping.counts, 0, None);
+        encoder.clear_buffer(grouping.kept, 0, None);
+        let point_groups = num_points.div_ceil(256).clamp(1, 65_535) as u32;
+        let g = self.bind(
+            &pipes.count,
+            &[
+                (0, params),
+                (2, ids),
+                (3, dists),
+                (4, thresholds),
+                (5, grouping.counts),
+                (6, grouping.kept),
+            ],
+        );
+        self.dispatch(encoder, &pipes.count, &g, point_groups, 1);
+        let g = self.bind(
+            &pipes.scan,
+            &[
+                (0, params),
+                (6, grouping.kept),
+                (7, grouping.offsets),
+                (8, grouping.cursor),
+            ],
+        );
+        self.dispatch(encoder, &pipes.scan, &g, 1, 1);
+        let g = self.bind(
+            &pipes.scatter,
+            &[
+                (0, params),
+                (2, ids),
+                (3, dists),
+                (4, thresholds),
+                (8, grouping.cursor),
+                (9, grouping.members),
+            ],
+        );
+        self.dispatch(encoder, &pipes.scatter, &g, point_groups, 1);
+    }
+
     /// [`Backend::split_lists`] of the pinned points `resident` (arguments checked by the
     /// caller) with split.wgsl.
     fn split_inner(
@@ -1432,13 +1479,7 @@ impl WgpuBackend {
         total: usize,
     ) -> Result<Vec<Option<ListSplit>>> {
         let num_lists = lists.len();
-        let mut offsets = Vec::with_capacity(num_lists + 1);
-        let mut flat = Vec::with_capacity(total);
-        offsets.push(0u32);
-        for l in lists {
-            flat.extend_from_slice(l);
-            offsets.push(flat.len() as u32);
-        }
+        let (offsets, flat) = vlc::backend::split::flatten_lists(lists);
         let d_members = self.storage("split members", &flat)?;
         let d_offsets = self.storage("split offsets", &offsets)?;
         let d_centers = self.storage("split centres", centers)?;
@@ -1480,38 +1521,14 @@ impl WgpuBackend {
         let host_counts = got.pop().unwrap();
         let host_means: &[f32] = bytemuck::cast_slice(&got[1]);
         let host_side = &got[0];
-        Ok(lists
-            .iter()
-            .enumerate()
-            .map(|(l, list)| {
-                if list.len() < 2 {
-                    return None;
-                }
-                let (n_minus, n_plus) = (host_counts[2 * l], host_counts[2 * l + 1]);
-                if n_minus == 0 || n_plus == 0 {
-                    return None;
-                }
-                let sides = &host_side[offsets[l] as usize..offsets[l + 1] as usize];
-                let (mut minus, mut plus) = (
-                    Vec::with_capacity(n_minus as usize),
-                    Vec::with_capacity(n_plus as usize),
-                );
-                for (&i, &s) in list.iter().zip(sides) {
-                    if s != 0 {
-                        plus.push(i);
-                    } else {
-                        minus.push(i);
-                    }
-                }
-                let m = &host_means[l * 2 * dim..(l + 1) * 2 * dim];
-                Some(ListSplit {
-                    minus,
-                    plus,
-                    minus_mean: m[..dim].to_vec(),
-                    plus_mean: m[dim..].to_vec(),
-                })
-            })
-            .collect())
+        Ok(vlc::backend::split::assemble_splits(
+            lists,
+            &offsets,
+            host_side,
+            host_means,
+            &host_counts,
+            dim,
+        ))
     }
 
     /// [`Backend::trimmed_thresholds`] on the device's copy of `nearest` (checked by the
@@ -1555,38 +1572,20 @@ impl WgpuBackend {
         ]);
         let pipes = &self.pipelines.accumulate;
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        encoder.clear_buffer(&counts, 0, None);
-        encoder.clear_buffer(&kept, 0, None);
-        let point_groups = num_points.div_ceil(256).clamp(1, 65_535) as u32;
-        let g = self.bind(
-            &pipes.count,
-            &[
-                (0, &params),
-                (2, &d_ids),
-                (3, &d_dists),
-                (4, &d_all),
-                (5, &counts),
-                (6, &kept),
-            ],
+        let grouping = Grouping {
+            counts: &counts,
+            kept: &kept,
+            cursor: &cursor,
+            offsets: &offsets,
+            members: &members,
+        };
+        self.encode_grouping(
+            &mut encoder,
+            &params,
+            (&d_ids, &d_dists, &d_all),
+            num_points,
+            &grouping,
         );
-        self.dispatch(&mut encoder, &pipes.count, &g, point_groups, 1);
-        let g = self.bind(
-            &pipes.scan,
-            &[(0, &params), (6, &kept), (7, &offsets), (8, &cursor)],
-        );
-        self.dispatch(&mut encoder, &pipes.scan, &g, 1, 1);
-        let g = self.bind(
-            &pipes.scatter,
-            &[
-                (0, &params),
-                (2, &d_ids),
-                (3, &d_dists),
-                (4, &d_all),
-                (8, &cursor),
-                (9, &members),
-            ],
-        );
-        self.dispatch(&mut encoder, &pipes.scatter, &g, point_groups, 1);
         let member_counts = self
             .read_back::<u32>(encoder, &[(&counts, num_anchors)])?
             .pop()

@@ -135,3 +135,61 @@ pub fn split_lists(
         .map(|(i, list)| split_list(points, dim, &centers[i * dim..(i + 1) * dim], list))
         .collect())
 }
+
+/// `lists` concatenated for a device, with the start of each: returns `(offsets, members)`;
+/// list `l` is `members[offsets[l]..offsets[l + 1]]`. The caller checked that the total fits
+/// a u32.
+pub fn flatten_lists(lists: &[&[u32]]) -> (Vec<u32>, Vec<u32>) {
+    let total: usize = lists.iter().map(|l| l.len()).sum();
+    let mut offsets = Vec::with_capacity(lists.len() + 1);
+    let mut members = Vec::with_capacity(total);
+    offsets.push(0u32);
+    for l in lists {
+        members.extend_from_slice(l);
+        offsets.push(members.len() as u32);
+    }
+    (offsets, members)
+}
+
+/// The [`ListSplit`]s of `lists` from a device's cut (the layouts of
+/// [`flatten_lists`]): `side` holds 1 for each member on the plus side, `means` the minus then
+/// plus mean of each list ((num_lists, 2, dim)), `counts` the minus and plus sizes
+/// ((num_lists, 2)). Lists of fewer than 2 members, or with an empty side, give None.
+pub fn assemble_splits(
+    lists: &[&[u32]],
+    offsets: &[u32],
+    side: &[u32],
+    means: &[f32],
+    counts: &[u32],
+    dim: usize,
+) -> Vec<Option<ListSplit>> {
+    lists
+        .iter()
+        .enumerate()
+        .map(|(l, list)| {
+            let (n_minus, n_plus) = (counts[2 * l], counts[2 * l + 1]);
+            if list.len() < 2 || n_minus == 0 || n_plus == 0 {
+                return None;
+            }
+            let sides = &side[offsets[l] as usize..offsets[l + 1] as usize];
+            let (mut minus, mut plus) = (
+                Vec::with_capacity(n_minus as usize),
+                Vec::with_capacity(n_plus as usize),
+            );
+            for (&i, &s) in list.iter().zip(sides) {
+                if s != 0 {
+                    plus.push(i);
+                } else {
+                    minus.push(i);
+                }
+            }
+            let m = &means[l * 2 * dim..(l + 1) * 2 * dim];
+            Some(ListSplit {
+                minus,
+                plus,
+                minus_mean: m[..dim].to_vec(),
+                plus_mean: m[dim..].to_vec(),
+            })
+        })
+        .collect()
+}
