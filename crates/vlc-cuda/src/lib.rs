@@ -848,6 +848,7 @@ impl CudaBackend {
                 self.scatter_nearest2(
                     tile,
                     &norms,
+                    (x, &c, dim),
                     c_norms,
                     num_anchors,
                     Some(&idx),
@@ -867,6 +868,7 @@ impl CudaBackend {
                 self.scatter_nearest2(
                     tile,
                     &norms,
+                    (x, &c, dim),
                     c_norms,
                     num_anchors,
                     None,
@@ -992,6 +994,7 @@ impl CudaBackend {
         &self,
         tile: &CudaSlice<f32>,
         norms: &CudaView<f32>,
+        (x, c, dim): (&CudaSlice<f32>, &CudaView<f32>, usize),
         c_norms: &CudaSlice<f32>,
         num_anchors: usize,
         idx: Option<&CudaView<u32>>,
@@ -1006,10 +1009,16 @@ impl CudaBackend {
             Some(i) => i.len() == rows,
             None => base + rows <= points,
         };
-        if !in_range || tile.len() < rows * num_anchors || c_norms.len() < num_anchors {
+        if !in_range
+            || tile.len() < rows * num_anchors
+            || c_norms.len() < num_anchors
+            || x.len() < points * dim
+            || c.len() < num_anchors * dim
+        {
             return Err(err("nearest2_scatter: buffer shapes do not match"));
         }
-        let (r_i32, k_i32, base) = (rows as i32, num_anchors as i32, base as u32);
+        let (r_i32, k_i32, d_i32, base) =
+            (rows as i32, num_anchors as i32, dim as i32, base as u32);
         let mut launch = self.stream.launch_builder(&self.kernels.nearest2_scatter);
         launch
             .arg(tile)
@@ -1024,13 +1033,17 @@ impl CudaBackend {
         };
         launch
             .arg(&base)
+            .arg(x)
+            .arg(c)
+            .arg(&d_i32)
             .arg(ids)
             .arg(dists)
             .arg(&mut bounds.assign)
             .arg(&mut bounds.lower);
-        // SAFETY: reads rows·k dots, rows norms and k anchor norms (checked above); writes
-        // ids, dists, assign and lower (one per point) of the points idx[i] (indices of the
-        // flagged points, < num_points) or base..base + rows (checked above).
+        // SAFETY: reads rows·k dots, rows norms, k anchor norms, and for near-ties the rows of
+        // x (num_points·dim) and c (k·dim) of a point and its two nearest anchors (checked
+        // above); writes ids, dists, assign and lower (one per point) of the points idx[i]
+        // (indices of the flagged points, < num_points) or base..base + rows (checked above).
         unsafe { launch.launch(Self::launch_warps(rows)) }.map_err(err)?;
         Ok(())
     }

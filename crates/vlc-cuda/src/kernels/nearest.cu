@@ -219,9 +219,15 @@ extern "C" __global__ void gather_rows(const float* __restrict__ x, const float*
 
 // Nearest and runner-up from a GEMM tile (rows of the tile are points idx[row], or base + row
 // when idx is null); writes the nearest id and distance, the assignment and the new bound.
+// The winner's distance is recomputed exactly in FP32 from the point's row of x (num_points,
+// dim) and the anchors c (num_anchors, dim); when the two are closer than the GEMM's rounding
+// allowance, so is the runner-up's, and the exact nearest wins. Near-ties are decided, and
+// distances reported, as an FP32 pass would, so training follows the FP32 reference instead of
+// drifting with TF32 rounding.
 extern "C" __global__ void nearest2_scatter(const float* __restrict__ dots, const float* __restrict__ x_norms,
                                             const float* __restrict__ c_norms, int rows, int num_anchors,
                                             const unsigned int* __restrict__ idx, unsigned int base,
+                                            const float* __restrict__ x, const float* __restrict__ c, int dim,
                                             unsigned int* __restrict__ out_ids, float* __restrict__ out_dists,
                                             unsigned int* __restrict__ assign, float* __restrict__ lower) {
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -237,6 +243,7 @@ extern "C" __global__ void nearest2_scatter(const float* __restrict__ dots, cons
         if (better(d, j, bd, bi)) { sd = bd; si = bi; bd = d; bi = j; }
         else if (better(d, j, sd, si)) { sd = d; si = j; }
     }
+    // Butterfly merge: every lane ends with the same nearest and runner-up.
     for (int o = 16; o > 0; o >>= 1) {
         float od = __shfl_xor_sync(0xffffffff, bd, o), osd = __shfl_xor_sync(0xffffffff, sd, o);
         int oi = __shfl_xor_sync(0xffffffff, bi, o), osi = __shfl_xor_sync(0xffffffff, si, o);
@@ -245,14 +252,42 @@ extern "C" __global__ void nearest2_scatter(const float* __restrict__ dots, cons
             bd = od; bi = oi;
         } else if (better(od, oi, sd, si)) { sd = od; si = oi; }
     }
+    unsigned int p = idx ? idx[warp] : base + (unsigned int)warp;
+    // TF32 GEMM rounding of a squared distance is at most 2^-10 (||x||^2 + ||c||^2): allow
+    // four times that.
+    float allowance = si < num_anchors ? 0x1p-8f * (xn + c_norms[si]) : 0.f;
+    // Other anchors than these two are at least this far (squared), rounding allowed for.
+    float others = sd - allowance;
+    float loser = inf;
+    // Uniform across the warp (every lane holds the same bd, sd, si).
+    bool tie = si < num_anchors && sd - bd <= allowance;
+    const float* r = x + (size_t)p * dim;
+    const float* cb = c + (size_t)bi * dim;
+    const float* cs = c + (size_t)(tie ? si : bi) * dim;
+    float eb = 0.f, es = 0.f;
+    for (int d = lane; d < dim; d += 32) {
+        float u = r[d] - cb[d];
+        eb += u * u;
+        if (tie) {
+            float v = r[d] - cs[d];
+            es += v * v;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        eb += __shfl_xor_sync(0xffffffff, eb, o);
+        es += __shfl_xor_sync(0xffffffff, es, o);
+    }
+    if (tie && better(es, si, eb, bi)) {
+        bd = es; loser = eb; bi = si;
+    } else {
+        bd = eb;
+        if (tie) loser = es;
+    }
     if (lane == 0) {
-        unsigned int p = idx ? idx[warp] : base + (unsigned int)warp;
         out_ids[p] = (unsigned int)bi;
         out_dists[p] = bd;
         assign[p] = (unsigned int)bi;
-        // TF32 GEMM rounding of a squared distance is at most 2^-10 (||x||^2 + ||c||^2):
-        // allow four times that.
-        float allowance = si < num_anchors ? 0x1p-8f * (xn + c_norms[si]) : 0.f;
-        lower[p] = sd < inf ? sqrtf(fmaxf(sd - allowance, 0.f)) : inf;
+        float bound = fminf(fmaxf(others, 0.f), loser);
+        lower[p] = si < num_anchors ? sqrtf(bound) : inf;
     }
 }
