@@ -529,7 +529,7 @@ impl CudaBackend {
         if d.len() < len {
             return Err(err("read-back longer than its device buffer"));
         }
-        if len * std::mem::size_of::<T>() < STAGED_READ {
+        if std::mem::size_of_val(out) < STAGED_READ {
             return self.stream.memcpy_dtoh(&d.slice(0..len), out).map_err(err);
         }
         if staging.as_ref().is_none_or(|s| s.len() < len) {
@@ -973,8 +973,8 @@ impl CudaBackend {
                 .launch_builder(&self.kernels.sum_kept_fixed)
                 .arg(x)
                 .arg(&d_i32)
-                .arg(&*offsets)
-                .arg(&*members)
+                .arg(offsets)
+                .arg(members)
                 .arg(&scale)
                 .arg(&mut *sums)
                 .arg(&mut *anchors)
@@ -1613,8 +1613,8 @@ impl Backend for CudaBackend {
             self.stream
                 .launch_builder(&self.kernels.select_thresholds)
                 .arg(dists)
-                .arg(&*offsets)
-                .arg(&*members)
+                .arg(offsets)
+                .arg(members)
                 .arg(&trim)
                 .arg(&mut *d_thr)
                 .launch(per_anchor)
