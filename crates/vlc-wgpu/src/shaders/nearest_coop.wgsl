@@ -16,9 +16,10 @@
 //           subgroup stores its tiles (two at a time) to workgroup memory
 //           and each lane keeps a running minimum of ||c||^2 - 2 x.c for one point and 8
 //           anchors per tile. At the end the four minima of each point are reduced, and the
-//           distance to the chosen anchor is recomputed in FP32: distances are exact; only
-//           which anchor wins a near-tie (within f16 rounding of the dot products) can differ
-//           from the FP32 kernels.
+//           distances to the chosen anchor and the runner-up are recomputed in FP32: distances
+//           are exact, and a near-tie (within f16 rounding of the dot products) goes to the
+//           exact nearest, as the FP32 kernels decide it (a third anchor within rounding of
+//           both is the only case that can still differ).
 //
 // Distance bounds (training: the same pinned points, anchors that move a little; as
 // nearest.cu). Each point keeps a lower bound on its distance (not squared) to every anchor but
@@ -336,35 +337,61 @@ fn nearest_coop(
     }
     let in_range = p0 + r < rows;
     let point = point_of(p0 + r, rows);
+    // Exact FP32 distances to the winner and to the runner-up (for a near-tie, below).
     var acc = 0.0;
+    var acc2 = 0.0;
     var norm = 0.0;
     if (in_range && bi < p.num_anchors) {
         let first = half * (p.dim / 2u);
         let last = select(p.dim / 2u, p.dim, half == 1u);
+        let second = select(bi, si, si < p.num_anchors);
         for (var d = first; d < last; d = d + 1u) {
             let x = points[point * p.dim + d];
             let diff = x - anchors[bi * p.dim + d];
             acc = fma(diff, diff, acc);
             norm = fma(x, x, norm);
+            let diff2 = x - anchors[second * p.dim + d];
+            acc2 = fma(diff2, diff2, acc2);
         }
     }
     workgroupBarrier();
     cstage[li] = acc;
     cstage[256u + li] = norm;
+    cstage[512u + li] = acc2;
     workgroupBarrier();
     if (half == 0u && in_range && bi < p.num_anchors) {
-        out_ids[point] = bi;
-        out_dists[point] = acc + cstage[li + 1u];
+        let xn = norm + cstage[256u + li + 1u];
+        var best = bi;
+        var best_d = acc + cstage[li + 1u];
+        // The runner-up's exact distance when it is within rounding of the winner.
+        var loser = 3.0e38;
+        // The f16 products are each within 2^-10 (||x||^2 + ||c||^2) of the exact ones (f16
+        // keeps 11 significant bits, as TF32 does); allow four times that.
+        var allowance = 0.0;
+        if (si < p.num_anchors) {
+            allowance = (xn + anchor_norms[si]) * (1.0 / 256.0);
+            if (sd - bd <= allowance) {
+                // A near-tie: the exact nearest wins (ties to the smaller id), as an FP32 pass
+                // decides it.
+                let exact2 = acc2 + cstage[512u + li + 1u];
+                if (exact2 < best_d || (exact2 == best_d && si < bi)) {
+                    loser = best_d;
+                    best = si;
+                    best_d = exact2;
+                } else {
+                    loser = exact2;
+                }
+            }
+        }
+        out_ids[point] = best;
+        out_dists[point] = best_d;
         if (cq.mode != 0u) {
-            assign[point] = bi;
+            assign[point] = best;
             var bound = 3.0e38;
             if (si < p.num_anchors) {
-                // The runner-up's squared distance from the f16 products: each is within
-                // 2^-10 (||x||^2 + ||c||^2) of the exact one (f16 keeps 11 significant bits,
-                // as TF32 does); allow four times that.
-                let xn = norm + cstage[256u + li + 1u];
-                let allowance = (xn + anchor_norms[si]) * (1.0 / 256.0);
-                bound = sqrt(max(xn + sd - allowance, 0.0));
+                // Anchors other than these two are at least the runner-up's f16 distance
+                // away, less the allowance.
+                bound = sqrt(max(min(xn + sd - allowance, loser), 0.0));
             }
             lower[point] = bound;
         }
