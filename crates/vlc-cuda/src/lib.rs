@@ -1501,7 +1501,9 @@ impl Backend for CudaBackend {
             || dim * 4 > 48 << 10
         {
             drop(guard);
-            return vlc::backend::split::split_lists(points, dim, centers, lists);
+            return Ok(vlc::backend::split::split_checked_lists(
+                points, dim, centers, lists,
+            ));
         }
         let num_lists = lists.len();
         let (offsets, flat) = vlc::backend::split::flatten_lists(lists);

@@ -50,18 +50,20 @@ struct Pipelines {
     split: wgpu::ComputePipeline,
 }
 
-/// Buffers of accumulate.wgsl's grouping passes (count, scan, scatter).
-struct Grouping<'a> {
+/// Buffers of accumulate.wgsl's grouping passes (count, scan, scatter), taken from the
+/// scratch pool by [`WgpuBackend::take_grouping`] and returned by
+/// [`WgpuBackend::give_back_grouping`].
+struct Grouping {
     /// Members per anchor. Layout: (num_anchors,).
-    counts: &'a wgpu::Buffer,
+    counts: wgpu::Buffer,
     /// Kept members per anchor. Layout: (num_anchors,).
-    kept: &'a wgpu::Buffer,
+    kept: wgpu::Buffer,
     /// Scratch for the scatter. Layout: (num_anchors,).
-    cursor: &'a wgpu::Buffer,
+    cursor: wgpu::Buffer,
     /// Start of each anchor's range. Layout: (num_anchors + 1,).
-    offsets: &'a wgpu::Buffer,
+    offsets: wgpu::Buffer,
     /// Kept point indices grouped by anchor. Layout: (num_points,).
-    members: &'a wgpu::Buffer,
+    members: wgpu::Buffer,
 }
 
 /// The four passes of accumulate.wgsl and its threshold selection.
@@ -711,7 +713,9 @@ impl Backend for WgpuBackend {
             Some(r) if !lists.is_empty() && total < u32::MAX as usize => {
                 self.scoped(|| self.split_inner(&r, dim, centers, lists, total))
             }
-            _ => vlc::backend::split::split_lists(points, dim, centers, lists),
+            _ => Ok(vlc::backend::split::split_checked_lists(
+                points, dim, centers, lists,
+            )),
         }
     }
 
@@ -1315,12 +1319,7 @@ impl WgpuBackend {
             _ => (self.storage("ids", ids)?, self.storage("dists", dists)?),
         };
         let d_thresholds = self.storage("thresholds", thresholds)?;
-        let anchor_bytes = (num_anchors * 4) as u64;
-        let counts = self.take_scratch("member counts", anchor_bytes)?;
-        let kept = self.take_scratch("kept", anchor_bytes)?;
-        let cursor = self.take_scratch("cursor", anchor_bytes)?;
-        let offsets = self.take_scratch("offsets", anchor_bytes + 4)?;
-        let members = self.take_scratch("members", (num_points * 4) as u64)?;
+        let grouping = self.take_grouping(num_anchors, num_points)?;
         let step = moving.as_ref().map_or(0.0, |m| m.1);
         let d_anchors = match &moving {
             Some((anchors, _)) => self.storage("anchors", anchors)?,
@@ -1347,13 +1346,6 @@ impl WgpuBackend {
         ]);
         let pipes = &self.pipelines.accumulate;
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        let grouping = Grouping {
-            counts: &counts,
-            kept: &kept,
-            cursor: &cursor,
-            offsets: &offsets,
-            members: &members,
-        };
         self.encode_grouping(
             &mut encoder,
             &params,
@@ -1366,8 +1358,8 @@ impl WgpuBackend {
             &[
                 (0, &params),
                 (1, d_points),
-                (7, &offsets),
-                (9, &members),
+                (7, &grouping.offsets),
+                (9, &grouping.members),
                 (10, &d_anchors),
                 (11, &sums),
             ],
@@ -1379,22 +1371,17 @@ impl WgpuBackend {
             per_row as u32,
             num_anchors.div_ceil(per_row) as u32,
         );
-        let mut sources = vec![(&counts, num_anchors), (&kept, num_anchors)];
+        let mut sources = vec![
+            (&grouping.counts, num_anchors),
+            (&grouping.kept, num_anchors),
+        ];
         match moving {
             Some(_) => sources.push((&d_anchors, num_anchors * dim)),
             None => sources.push((&sums, num_anchors * dim * 2)),
         }
         let mut got = self.read_back::<u32>(encoder, &sources)?;
         drop(on_device);
-        for (label, b) in [
-            ("member counts", counts),
-            ("kept", kept),
-            ("cursor", cursor),
-            ("offsets", offsets),
-            ("members", members),
-        ] {
-            self.give_back(label, b);
-        }
+        self.give_back_grouping(grouping);
         let last = got.pop().unwrap();
         let kept = got.pop().unwrap();
         let members = got.pop().unwrap();
@@ -1417,6 +1404,28 @@ impl WgpuBackend {
         })
     }
 
+    /// The grouping buffers for `num_anchors` anchors and `num_points` points, from the
+    /// scratch pool where it has them.
+    fn take_grouping(&self, num_anchors: usize, num_points: usize) -> Result<Grouping> {
+        let anchor_bytes = (num_anchors * 4) as u64;
+        Ok(Grouping {
+            counts: self.take_scratch("member counts", anchor_bytes)?,
+            kept: self.take_scratch("kept", anchor_bytes)?,
+            cursor: self.take_scratch("cursor", anchor_bytes)?,
+            offsets: self.take_scratch("offsets", anchor_bytes + 4)?,
+            members: self.take_scratch("members", (num_points * 4) as u64)?,
+        })
+    }
+
+    /// Return [`Self::take_grouping`]'s buffers to the scratch pool.
+    fn give_back_grouping(&self, g: Grouping) {
+        self.give_back("member counts", g.counts);
+        self.give_back("kept", g.kept);
+        self.give_back("cursor", g.cursor);
+        self.give_back("offsets", g.offsets);
+        self.give_back("members", g.members);
+    }
+
     /// Encode accumulate.wgsl's passes 1-3 (`params` as for `accumulate_inner`): the points of
     /// an assignment (`ids`, `dists`) whose distance is at most their anchor's threshold,
     /// grouped by anchor into `grouping` (counts and kept counts cleared first).
@@ -1426,11 +1435,11 @@ impl WgpuBackend {
         params: &wgpu::Buffer,
         (ids, dists, thresholds): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
         num_points: usize,
-        grouping: &Grouping<'_>,
+        grouping: &Grouping,
     ) {
         let pipes = &self.pipelines.accumulate;
-        encoder.clear_buffer(grouping.counts, 0, None);
-        encoder.clear_buffer(grouping.kept, 0, None);
+        encoder.clear_buffer(&grouping.counts, 0, None);
+        encoder.clear_buffer(&grouping.kept, 0, None);
         let point_groups = num_points.div_ceil(256).clamp(1, 65_535) as u32;
         let g = self.bind(
             &pipes.count,
@@ -1439,8 +1448,8 @@ impl WgpuBackend {
                 (2, ids),
                 (3, dists),
                 (4, thresholds),
-                (5, grouping.counts),
-                (6, grouping.kept),
+                (5, &grouping.counts),
+                (6, &grouping.kept),
             ],
         );
         self.dispatch(encoder, &pipes.count, &g, point_groups, 1);
@@ -1448,9 +1457,9 @@ impl WgpuBackend {
             &pipes.scan,
             &[
                 (0, params),
-                (6, grouping.kept),
-                (7, grouping.offsets),
-                (8, grouping.cursor),
+                (6, &grouping.kept),
+                (7, &grouping.offsets),
+                (8, &grouping.cursor),
             ],
         );
         self.dispatch(encoder, &pipes.scan, &g, 1, 1);
@@ -1461,8 +1470,8 @@ impl WgpuBackend {
                 (2, ids),
                 (3, dists),
                 (4, thresholds),
-                (8, grouping.cursor),
-                (9, grouping.members),
+                (8, &grouping.cursor),
+                (9, &grouping.members),
             ],
         );
         self.dispatch(encoder, &pipes.scatter, &g, point_groups, 1);
@@ -1554,11 +1563,7 @@ impl WgpuBackend {
         let (d_ids, d_dists) = (a.ids.clone(), a.dists.clone());
         let d_all = self.storage("thresholds", &vec![f32::INFINITY; num_anchors])?;
         let anchor_bytes = (num_anchors * 4) as u64;
-        let counts = self.take_scratch("member counts", anchor_bytes)?;
-        let kept = self.take_scratch("kept", anchor_bytes)?;
-        let cursor = self.take_scratch("cursor", anchor_bytes)?;
-        let offsets = self.take_scratch("offsets", anchor_bytes + 4)?;
-        let members = self.take_scratch("members", (num_points * 4) as u64)?;
+        let grouping = self.take_grouping(num_anchors, num_points)?;
         let per_row = num_anchors.clamp(1, 65_535);
         let params = self.uniform(&[
             num_points as u32,
@@ -1572,13 +1577,6 @@ impl WgpuBackend {
         ]);
         let pipes = &self.pipelines.accumulate;
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        let grouping = Grouping {
-            counts: &counts,
-            kept: &kept,
-            cursor: &cursor,
-            offsets: &offsets,
-            members: &members,
-        };
         self.encode_grouping(
             &mut encoder,
             &params,
@@ -1587,7 +1585,7 @@ impl WgpuBackend {
             &grouping,
         );
         let member_counts = self
-            .read_back::<u32>(encoder, &[(&counts, num_anchors)])?
+            .read_back::<u32>(encoder, &[(&grouping.counts, num_anchors)])?
             .pop()
             .unwrap();
         let ranks: Vec<u32> = member_counts
@@ -1609,8 +1607,8 @@ impl WgpuBackend {
             &[
                 (0, &params),
                 (3, &d_dists),
-                (7, &offsets),
-                (9, &members),
+                (7, &grouping.offsets),
+                (9, &grouping.members),
                 (12, &d_ranks),
                 (13, &d_out),
             ],
@@ -1627,15 +1625,7 @@ impl WgpuBackend {
             .pop()
             .unwrap();
         drop(on_device);
-        for (label, b) in [
-            ("member counts", counts),
-            ("kept", kept),
-            ("cursor", cursor),
-            ("offsets", offsets),
-            ("members", members),
-        ] {
-            self.give_back(label, b);
-        }
+        self.give_back_grouping(grouping);
         Ok(selected
             .into_iter()
             .zip(&ranks)

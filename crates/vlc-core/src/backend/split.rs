@@ -121,7 +121,8 @@ pub fn check_split_args(
     Ok(num_points)
 }
 
-/// [`split_list`] for each list, in parallel; results in list order.
+/// [`split_list`] for each list, in parallel, after [`check_split_args`]; results in list
+/// order.
 pub fn split_lists(
     points: &[f32],
     dim: usize,
@@ -129,11 +130,21 @@ pub fn split_lists(
     lists: &[&[u32]],
 ) -> Result<Vec<Option<ListSplit>>> {
     check_split_args(points, dim, centers, lists)?;
-    Ok(lists
+    Ok(split_checked_lists(points, dim, centers, lists))
+}
+
+/// [`split_lists`] for arguments the caller already passed through [`check_split_args`].
+pub fn split_checked_lists(
+    points: &[f32],
+    dim: usize,
+    centers: &[f32],
+    lists: &[&[u32]],
+) -> Vec<Option<ListSplit>> {
+    lists
         .par_iter()
         .enumerate()
         .map(|(i, list)| split_list(points, dim, &centers[i * dim..(i + 1) * dim], list))
-        .collect())
+        .collect()
 }
 
 /// `lists` concatenated for a device, with the start of each: returns `(offsets, members)`;
