@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device check (run R): WGPU's tensor-core assignment re-ranks near-ties exactly in FP32
+# Device check (runs R, S): WGPU's tensor-core assignment re-ranks near-ties exactly in FP32
 # (nearest_coop.wgsl), as CUDA's nearest2_scatter does. Conformance (WGPU three ways, CUDA),
 # WGPU search tests, 1M x 384 training WGPU and CUDA in the same run.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
