@@ -172,6 +172,103 @@ pub fn check_accumulate_and_update(backend: &dyn Backend) {
     }
 }
 
+/// Training iterations' calls in sequence on pinned points, each checked against the CPU
+/// reference given the same inputs: assignment, thresholds from the backend's own assignment,
+/// accumulate-and-update with those thresholds (a GPU backend may reuse what it grouped to
+/// select them) or with others, anchors changed on the host between calls (as maintenance
+/// does), and other calls in between that reuse the backend's buffers (a plain update, an
+/// accumulation with more anchors), after which the same anchors must still be seen as they are.
+pub fn check_iteration_sequences(backend: &dyn Backend) {
+    for &(dim, n, k) in &[(24usize, 2000usize, 16usize), (130, 700, 45)] {
+        let points = crate::synthetic::clustered(n, dim, 12, 0.4, dim as u64 + 20);
+        let _pinned = backend.pin(&points).unwrap();
+        let mut anchors = points[..k * dim].to_vec();
+        let mut r = Rng::new(dim as u64 + 21);
+        let close = |got: &[f32], want: &[f32], what: &str| {
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (g - w).abs() < 1e-5 * (1.0 + w.abs()),
+                    "dim {dim}, {what}, element {i}: {g} vs {w}"
+                );
+            }
+        };
+        for step in 0..8 {
+            let near = backend.nearest_anchors(&points, &anchors, dim, 1).unwrap();
+            let want_near = CpuBackend
+                .nearest_anchors(&points, &anchors, dim, 1)
+                .unwrap();
+            for i in 0..n {
+                assert!(
+                    (near.dists[i] - want_near.dists[i]).abs() <= 1e-3 * (1.0 + want_near.dists[i]),
+                    "dim {dim} step {step} point {i}: distance {} vs {}",
+                    near.dists[i],
+                    want_near.dists[i]
+                );
+            }
+            let thresholds = backend.trimmed_thresholds(&near, k, 0.1).unwrap();
+            assert_eq!(
+                thresholds,
+                crate::backend::trimmed_thresholds(&near.ids, &near.dists, k, 0.1),
+                "dim {dim} step {step}: thresholds"
+            );
+            // Odd steps pass other thresholds than those just selected.
+            let thresholds: Vec<f32> = if step % 2 == 1 {
+                thresholds.iter().map(|t| 0.9 * t).collect()
+            } else {
+                thresholds
+            };
+            let plain = Nearest {
+                resident: None,
+                ..near.clone()
+            };
+            let (mut got, mut want) = (anchors.clone(), anchors.clone());
+            let counts = backend
+                .accumulate_and_update(&points, &mut got, dim, &near, &thresholds, 0.7)
+                .unwrap();
+            let want_counts = CpuBackend
+                .accumulate_and_update(&points, &mut want, dim, &plain, &thresholds, 0.7)
+                .unwrap();
+            assert_eq!(counts.kept, want_counts.kept, "dim {dim} step {step}: kept");
+            assert_eq!(counts.members, want_counts.members, "dim {dim} step {step}");
+            close(&got, &want, "accumulate-and-update");
+            anchors = want;
+            match step {
+                // An anchor moved on the host, as a split or re-seed does.
+                2 => {
+                    let p = r.below(n);
+                    anchors[..dim].copy_from_slice(&points[p * dim..(p + 1) * dim]);
+                }
+                // A plain update of other anchors in between.
+                4 => {
+                    let sums = CpuBackend
+                        .accumulate(&points, dim, &plain.ids, &plain.dists, &thresholds)
+                        .unwrap();
+                    let mut other = random(k * dim, 7);
+                    let mut want_other = other.clone();
+                    backend.update(&mut other, dim, &sums, 0.5).unwrap();
+                    CpuBackend.update(&mut want_other, dim, &sums, 0.5).unwrap();
+                    close(&other, &want_other, "plain update");
+                }
+                // An accumulation of host data with more anchors in between.
+                5 => {
+                    let wide = 2 * k + 3;
+                    let ids: Vec<u32> = (0..n).map(|_| r.below(wide) as u32).collect();
+                    let dists: Vec<f32> = (0..n).map(|_| r.next_f64() as f32).collect();
+                    let thr = vec![0.5f32; wide];
+                    let got = backend
+                        .accumulate(&points, dim, &ids, &dists, &thr)
+                        .unwrap();
+                    let want = CpuBackend
+                        .accumulate(&points, dim, &ids, &dists, &thr)
+                        .unwrap();
+                    assert_eq!(got.kept, want.kept, "dim {dim}: wide accumulation");
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Anchor training through the backend ends within 0.5% of the CPU reference's energy.
 /// Repeated one-per-point assignments of pinned points while the anchors move (a little, a
 /// lot for a few, all at once, or change in number), as in training: each result is the
@@ -593,6 +690,7 @@ macro_rules! conformance_suite {
             case!(check_nearest_with_moving_anchors);
             case!(check_trimmed_thresholds);
             case!(check_split_lists);
+            case!(check_iteration_sequences);
         }
     };
 }

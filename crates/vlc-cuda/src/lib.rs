@@ -70,12 +70,14 @@ struct Kernels {
     compact_flags: CudaFunction,
     gather_rows: CudaFunction,
     nearest2_scatter: CudaFunction,
+    nearest_direct: CudaFunction,
     count_members: CudaFunction,
     exclusive_scan: CudaFunction,
     scatter_kept: CudaFunction,
     sum_kept_fixed: CudaFunction,
     max_abs: CudaFunction,
     select_thresholds: CudaFunction,
+    group_small: CudaFunction,
     update_anchors: CudaFunction,
     split_lists: CudaFunction,
 }
@@ -135,6 +137,9 @@ struct Scratch {
     cursor: Option<CudaSlice<u32>>,
     /// Indices of the kept points, grouped by anchor. Layout: (num_points,).
     members: Option<CudaSlice<u32>>,
+    /// The kept points that select_thresholds moved to the front of each anchor's range (of
+    /// all its members, from `offsets`). Layout: (num_points,).
+    kept_members: Option<CudaSlice<u32>>,
     /// Members per anchor (kept or not). Layout: (num_anchors,).
     member_counts: Option<CudaSlice<u32>>,
     /// One value: the largest |x| as float bits.
@@ -154,6 +159,12 @@ struct Scratch {
     gathered_norms: Option<CudaSlice<f32>>,
     /// Layout: (num_anchors,).
     thresholds: Option<CudaSlice<f32>>,
+    /// What the first floats of `anchors` hold, as last uploaded or read back; empty when not
+    /// known or when the anchors are too large to compare cheaply (see `put_anchors`).
+    /// Layout: (num_anchors, dim), row-major.
+    anchors_mirror: Vec<f32>,
+    /// +inf, at least num_anchors of them: thresholds that keep every member.
+    infinite: Option<CudaSlice<f32>>,
     /// Layout: (num_anchors, dim), f64.
     sums: Option<CudaSlice<f64>>,
     /// Layout: (num_anchors,).
@@ -186,9 +197,6 @@ struct Staging {
     floats: Option<PinnedHostSlice<f32>>,
 }
 
-/// Results of at least this many bytes are read back through [`Staging`].
-const STAGED_READ: usize = 1 << 20;
-
 #[derive(Default)]
 struct State {
     /// Pinned host buffers, keyed by (address, length).
@@ -200,6 +208,10 @@ struct State {
     /// (generation, num_points) of the one-per-point result that `scratch.ids` and
     /// `scratch.dists` still hold.
     nearest_on_device: Option<(u64, usize)>,
+    /// (generation, thresholds) of the assignment whose trimmed thresholds were selected on the
+    /// device, while `scratch.offsets`, `kept`, `member_counts` and `kept_members` still hold
+    /// its grouping: an accumulation with these thresholds reuses it.
+    selected: Option<(u64, Vec<f32>)>,
 }
 
 /// The CUDA implementation of [`Backend`].
@@ -242,6 +254,67 @@ pub fn device_available() -> bool {
 /// Fewest rows in one assignment GEMM chunk (smaller GEMMs waste the GPU).
 const MIN_TILE_ROWS: usize = 256;
 
+/// Assignments of pinned points with at most this many (point, anchor) pairs, to anchors of
+/// at most `DIRECT_MAX_FLOATS` floats (48 KiB, the default shared-memory limit), are computed
+/// from exact distances in one launch (`nearest_direct`): a seeding round's few anchors. A
+/// cuBLAS GEMM call alone costs the host 16-25 us on the H100; 2^18 pairs keep the kernel's
+/// warp reductions to a few microseconds.
+const DIRECT_MAX_PAIRS: usize = 1 << 18;
+const DIRECT_MAX_FLOATS: usize = 12 << 10;
+
+/// Assignments of at most this many points, to at most `GROUP_SMALL_ANCHORS` anchors, are
+/// grouped by anchor in one launch of one block (`group_small`) instead of five launches:
+/// on an H100 it saved 12 us of 72 at 10,000 points and lost 70 us at 65,536.
+const GROUP_SMALL_POINTS: usize = 1 << 14;
+const GROUP_SMALL_ANCHORS: usize = 4096;
+
+/// Anchors of at most this many floats (1 MiB) are mirrored on the host (see
+/// `CudaBackend::put_anchors`).
+const MIRRORED_ANCHORS: usize = 1 << 18;
+
+/// Whether `a` and `b` hold the same floats bit for bit (a byte compare: the float compare's
+/// element loop took longer than the upload it saves).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    // SAFETY: any initialised f32 is 4 initialised bytes; the views cover exactly the slices.
+    let bytes = |v: &[f32]| unsafe {
+        std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v))
+    };
+    bytes(a) == bytes(b)
+}
+
+/// Record that the device's anchors now hold `anchors` (when they are small enough to mirror).
+fn mirror_anchors(mirror: &mut Vec<f32>, anchors: &[f32]) {
+    mirror.clear();
+    if anchors.len() <= MIRRORED_ANCHORS {
+        mirror.extend_from_slice(anchors);
+    }
+}
+
+/// After the stream has caught up with [`CudaBackend::stage_reads`]: consecutive ranges of `staging`
+/// into `outs`, in the order they were staged.
+fn unstage<T: Copy + cudarc::driver::ValidAsZeroBits>(
+    staging: &mut Option<PinnedHostSlice<T>>,
+    outs: &mut [&mut [T]],
+) -> Result<()> {
+    let total: usize = outs.iter().map(|o| o.len()).sum();
+    if total == 0 {
+        return Ok(());
+    }
+    let Some(host) = staging.as_mut() else {
+        return Err(err("nothing staged"));
+    };
+    let host = host.as_mut_slice().map_err(err)?;
+    if host.len() < total {
+        return Err(err("read-back longer than what was staged"));
+    }
+    let mut at = 0;
+    for out in outs.iter_mut() {
+        out.copy_from_slice(&host[at..at + out.len()]);
+        at += out.len();
+    }
+    Ok(())
+}
+
 /// The power of two that turns values of magnitude at most `max_abs` into 64-bit fixed point
 /// with room for sums of `num_points` of them (see [`vlc::backend::fixed_point_exponent`]).
 fn fixed_point_scale(num_points: usize, max_abs: f32) -> f64 {
@@ -251,6 +324,12 @@ fn fixed_point_scale(num_points: usize, max_abs: f32) -> f64 {
 /// Allocations above this size first check free device memory, for a typed out-of-memory
 /// error instead of a driver failure.
 const CHECKED_ALLOCATION: usize = 64 << 20;
+
+/// Assignments of fewer multiply-adds (points · anchors · dim) than this rank every point
+/// instead of checking distance bounds first: on an H100 the whole ranking of 10,000 x 128
+/// against 256 anchors (3·10^8) takes a few microseconds, the bound check's launches and
+/// read-back about 0.1 ms.
+const BOUNDED_MIN_WORK: usize = 1 << 31;
 
 impl CudaBackend {
     /// Open device `ordinal` with TF32 assignment GEMMs (`VLC_CUDA_PRECISION=fp32|tf32|fp16`
@@ -315,8 +394,10 @@ impl CudaBackend {
                 "compact_flags",
                 "gather_rows",
                 "nearest2_scatter",
+                "nearest_direct",
             ],
         )?;
+        let nearest_direct = f.pop().unwrap();
         let nearest2_scatter = f.pop().unwrap();
         let gather_rows = f.pop().unwrap();
         let compact_flags = f.pop().unwrap();
@@ -337,8 +418,10 @@ impl CudaBackend {
                 "sum_kept_fixed",
                 "max_abs",
                 "select_thresholds",
+                "group_small",
             ],
         )?;
+        let group_small = f.pop().unwrap();
         let select_thresholds = f.pop().unwrap();
         let max_abs = f.pop().unwrap();
         let sum_kept_fixed = f.pop().unwrap();
@@ -393,12 +476,14 @@ impl CudaBackend {
                 compact_flags,
                 gather_rows,
                 nearest2_scatter,
+                nearest_direct,
                 count_members,
                 exclusive_scan,
                 scatter_kept,
                 sum_kept_fixed,
                 max_abs,
                 select_thresholds,
+                group_small,
                 update_anchors,
                 split_lists,
             },
@@ -499,6 +584,24 @@ impl CudaBackend {
         Ok(d)
     }
 
+    /// [`Self::put`] for anchors, skipped when `mirror` shows that `slot` already holds them:
+    /// a training iteration uploads the same anchors twice (assignment, then update), and a
+    /// small upload costs more than comparing (anchors of at most `MIRRORED_ANCHORS` floats).
+    fn put_anchors<'s>(
+        &self,
+        slot: &'s mut Option<CudaSlice<f32>>,
+        mirror: &mut Vec<f32>,
+        anchors: &[f32],
+    ) -> Result<&'s mut CudaSlice<f32>> {
+        if slot.is_some() && !anchors.is_empty() && same_bits(mirror, anchors) {
+            return Ok(slot.as_mut().unwrap());
+        }
+        mirror.clear();
+        let d = self.put(slot, anchors)?;
+        mirror_anchors(mirror, anchors);
+        Ok(d)
+    }
+
     /// The first `len` elements of `d`.
     fn get<T: cudarc::driver::DeviceRepr + Default + Clone>(
         &self,
@@ -514,39 +617,51 @@ impl CudaBackend {
         Ok(host)
     }
 
-    /// The first `out.len()` elements of `d` into `out`; large reads go through the page-locked
-    /// `staging` buffer (grown as needed).
+    /// The first `out.len()` elements of `d` into `out`, through the page-locked `staging`
+    /// buffer (grown as needed).
     fn get_into<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy>(
         &self,
         staging: &mut Option<PinnedHostSlice<T>>,
         d: &CudaSlice<T>,
         out: &mut [T],
     ) -> Result<()> {
-        let len = out.len();
-        if len == 0 {
-            return Ok(());
-        }
-        if d.len() < len {
+        self.stage_reads(staging, &[(d, out.len())])?;
+        self.stream.synchronize().map_err(err)?;
+        unstage(staging, &mut [out])
+    }
+
+    /// Queue copies of the first `len` elements of each device buffer of `parts` into
+    /// consecutive ranges of the page-locked `staging` buffer (grown as needed). The copies are
+    /// asynchronous (the driver knows the memory is page-locked): synchronise the stream before
+    /// [`unstage`], so that several read-backs share one wait.
+    fn stage_reads<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy>(
+        &self,
+        staging: &mut Option<PinnedHostSlice<T>>,
+        parts: &[(&CudaSlice<T>, usize)],
+    ) -> Result<()> {
+        let total: usize = parts.iter().map(|(_, len)| len).sum();
+        if parts.iter().any(|(d, len)| d.len() < *len) {
             return Err(err("read-back longer than its device buffer"));
         }
-        if std::mem::size_of_val(out) < STAGED_READ {
-            return self.stream.memcpy_dtoh(&d.slice(0..len), out).map_err(err);
-        }
-        if staging.as_ref().is_none_or(|s| s.len() < len) {
+        if staging.as_ref().is_none_or(|s| s.len() < total.max(1)) {
             *staging = None;
-            // SAFETY: the memory is uninitialised until the copy below fills the first `len`
-            // elements, and only those are read.
-            *staging = Some(unsafe { self.ctx.alloc_pinned_with_flags::<T>(len, 0) }.map_err(err)?);
+            // SAFETY: the memory is uninitialised until the copies fill the first `total`
+            // elements, and only those are read (by unstage, after the copies).
+            *staging = Some(
+                unsafe { self.ctx.alloc_pinned_with_flags::<T>(total.max(1), 0) }.map_err(err)?,
+            );
         }
-        // A copy takes the length of its destination, so it goes to the first `len` elements
-        // as a plain slice. The driver still sees page-locked memory (it knows the address), so
-        // the copy is asynchronous: wait for it before reading.
-        let host = &mut staging.as_mut().unwrap().as_mut_slice().map_err(err)?[..len];
-        self.stream
-            .memcpy_dtoh(&d.slice(0..len), host)
-            .map_err(err)?;
-        self.stream.synchronize().map_err(err)?;
-        out.copy_from_slice(host);
+        // Each copy goes to a plain sub-slice (a copy takes its destination's length).
+        let host = staging.as_mut().unwrap().as_mut_slice().map_err(err)?;
+        let mut at = 0;
+        for &(d, len) in parts {
+            if len > 0 {
+                self.stream
+                    .memcpy_dtoh(&d.slice(0..len), &mut host[at..at + len])
+                    .map_err(err)?;
+            }
+            at += len;
+        }
         Ok(())
     }
 
@@ -631,8 +746,12 @@ impl CudaBackend {
         };
         let len = num_points * per_point;
         let (mut host_ids, mut host_dists) = (vec![0u32; len], vec![0f32; len]);
-        self.get_into(&mut state.staging.words, ids, &mut host_ids)?;
-        self.get_into(&mut state.staging.floats, dists, &mut host_dists)?;
+        // Both copies queued, one wait.
+        self.stage_reads(&mut state.staging.words, &[(ids, len)])?;
+        self.stage_reads(&mut state.staging.floats, &[(dists, len)])?;
+        self.stream.synchronize().map_err(err)?;
+        unstage(&mut state.staging.words, &mut [&mut host_ids])?;
+        unstage(&mut state.staging.floats, &mut [&mut host_dists])?;
         let (ids, dists) = (host_ids, host_dists);
         state.generation += 1;
         let generation = state.generation;
@@ -648,7 +767,10 @@ impl CudaBackend {
     /// Rows per assignment GEMM chunk: a dot-product tile of at most `tile_bytes`, at least
     /// `MIN_TILE_ROWS` rows for efficient GEMMs, never more than a quarter of free memory.
     fn chunk_rows(&self, num_points: usize, num_anchors: usize) -> Result<usize> {
-        let mut chunk = (self.tile_bytes / (num_anchors * 4)).max(MIN_TILE_ROWS);
+        let mut chunk = (self.tile_bytes / (num_anchors * 4))
+            .max(MIN_TILE_ROWS)
+            .min(num_points.max(1));
+        // Free memory is asked for only when the tile is large (the query costs a round trip).
         if chunk * num_anchors * 4 > CHECKED_ALLOCATION {
             chunk = chunk.min(self.memory()?.0 / 4 / (num_anchors * 4));
         }
@@ -707,12 +829,43 @@ impl CudaBackend {
             self.row_norms(&r.data.slice(..), num_points, dim, &mut n)?;
             r.norms = Some((dim, n));
         }
-        let c = self.put(&mut scratch.anchors, anchors)?;
+        let c = self.put_anchors(&mut scratch.anchors, &mut scratch.anchors_mirror, anchors)?;
+        let ids = self.grow(&mut scratch.ids, num_points)?;
+        let dists = self.grow(&mut scratch.dists, num_points)?;
+        if num_points * num_anchors <= DIRECT_MAX_PAIRS && anchors.len() <= DIRECT_MAX_FLOATS {
+            // A few anchors (a seeding round): exact distances in one launch. The bounds are
+            // not kept: the next call ranks everything again.
+            if let Some(b) = r.bounds.as_mut() {
+                b.num_anchors = 0;
+            }
+            let (n_i32, k_i32, d_i32) = (num_points as i32, num_anchors as i32, dim as i32);
+            let cfg = LaunchConfig {
+                grid_dim: (num_points.div_ceil(16).min(1024) as u32, 1, 1),
+                block_dim: (512, 1, 1),
+                shared_mem_bytes: (anchors.len() * 4) as u32,
+            };
+            // SAFETY: blocks of 512 threads (16 warps) stage the k·d floats of c (at most
+            // DIRECT_MAX_FLOATS, 48 KiB of dynamic shared memory) and stride over the
+            // num_points rows of x (num_points·dim floats); each point's warp writes its id
+            // and distance (ids and dists hold num_points).
+            unsafe {
+                self.stream
+                    .launch_builder(&self.kernels.nearest_direct)
+                    .arg(&r.data)
+                    .arg(&*c)
+                    .arg(&n_i32)
+                    .arg(&k_i32)
+                    .arg(&d_i32)
+                    .arg(&mut *ids)
+                    .arg(&mut *dists)
+                    .launch(cfg)
+            }
+            .map_err(err)?;
+            return Ok(num_points);
+        }
         let c_norms = self.grow(&mut scratch.anchor_norms, num_anchors)?;
         self.row_norms(&c.slice(0..anchors.len()), num_anchors, dim, c_norms)?;
         let c = c.slice(0..anchors.len());
-        let ids = self.grow(&mut scratch.ids, num_points)?;
-        let dists = self.grow(&mut scratch.dists, num_points)?;
         let chunk = self.chunk_rows(num_points, num_anchors)?;
         let tile = self.grow(&mut scratch.tile, chunk * num_anchors)?;
         let (k_i32, d_i32, n_i32) = (num_anchors as i32, dim as i32, num_points as i32);
@@ -721,21 +874,34 @@ impl CudaBackend {
             .as_ref()
             .is_some_and(|b| b.dim == dim && b.num_anchors == num_anchors);
         if !valid {
-            r.bounds = None;
-            r.bounds = Some(Bounds {
-                dim,
-                num_anchors,
-                anchors: self.alloc::<f32>(anchors.len())?,
-                assign: self.alloc::<u32>(num_points)?,
-                lower: self.alloc::<f32>(num_points)?,
-            });
+            // A new shape (each seeding round has its own anchor count): the buffers are
+            // kept when they are large enough, since allocations wait for the device.
+            let fits = r
+                .bounds
+                .as_ref()
+                .is_some_and(|b| b.anchors.len() >= anchors.len());
+            if !fits {
+                r.bounds = None;
+                r.bounds = Some(Bounds {
+                    dim,
+                    num_anchors,
+                    anchors: self.alloc::<f32>(anchors.len())?,
+                    assign: self.alloc::<u32>(num_points)?,
+                    lower: self.alloc::<f32>(num_points)?,
+                });
+            }
+            let b = r.bounds.as_mut().unwrap();
+            (b.dim, b.num_anchors) = (dim, num_anchors);
         }
         let x = &r.data;
         let x_norms = &r.norms.as_ref().unwrap().1;
         let b = r.bounds.as_mut().unwrap();
-        let mut full = !valid;
+        // Checking the bounds costs a handful of launches and one read-back whatever the size;
+        // below BOUNDED_MIN_WORK multiply-adds, ranking every point costs less than that.
+        let small = num_points * num_anchors * dim < BOUNDED_MIN_WORK;
+        let mut full = !valid || small;
         let mut ranked = 0;
-        if valid {
+        if !full {
             // Zeroed on the stream (a host upload would wait for it).
             let drift = self.grow(&mut scratch.max_drift, 1)?;
             self.stream.memset_zeros(&mut *drift).map_err(err)?;
@@ -880,7 +1046,14 @@ impl CudaBackend {
             }
             ranked = num_points;
         }
-        self.stream.memcpy_dtod(&c, &mut b.anchors).map_err(err)?;
+        if small {
+            // Never checked at this size: the next call ranks everything again too.
+            b.num_anchors = 0;
+        } else {
+            self.stream
+                .memcpy_dtod(&c, &mut b.anchors.slice_mut(0..anchors.len()))
+                .map_err(err)?;
+        }
         Ok(ranked)
     }
 
@@ -888,7 +1061,7 @@ impl CudaBackend {
     /// the device); with `step`, also `scratch.anchors += step · (sum / kept − anchor)` for
     /// anchors with kept members (the caller uploads the anchors first). The assignment is
     /// `host` (ids, dists), or with None the one-per-point result that `scratch.ids` /
-    /// `scratch.dists` hold. Returns the member count per anchor.
+    /// `scratch.dists` hold. The member count per anchor is left in `scratch.member_counts`.
     fn accumulate_on_device(
         &self,
         state: &mut State,
@@ -897,7 +1070,7 @@ impl CudaBackend {
         host: Option<(&[u32], &[f32])>,
         thresholds: &[f32],
         step: Option<f32>,
-    ) -> Result<Vec<u32>> {
+    ) -> Result<()> {
         let num_anchors = thresholds.len();
         let num_points = match host {
             Some((ids, dists)) => check_accumulate_args(points, dim, ids, dists, num_anchors)?,
@@ -912,8 +1085,19 @@ impl CudaBackend {
             resident,
             scratch,
             nearest_on_device,
+            selected,
             ..
         } = state;
+        // The grouping that trimmed_thresholds left, when it was made for this assignment and
+        // these thresholds.
+        let reuse = host.is_none()
+            && selected.as_ref().is_some_and(|(generation, thr)| {
+                nearest_on_device.is_some_and(|(g, _)| g == *generation) && thr == thresholds
+            });
+        if !reuse {
+            // The grouping below replaces it.
+            *selected = None;
+        }
         if let Some((ids, dists)) = host {
             // These uploads replace what a previous nearest_anchors left on the device.
             *nearest_on_device = None;
@@ -938,25 +1122,39 @@ impl CudaBackend {
         let (Some(ids), Some(dists)) = (scratch.ids.as_ref(), scratch.dists.as_ref()) else {
             return Err(err("accumulation before an assignment is on the device"));
         };
-        let d_thr = self.put(&mut scratch.thresholds, thresholds)?;
-        self.group_kept(
-            (ids, dists, &*d_thr),
-            num_points,
-            num_anchors,
-            &mut scratch.member_counts,
-            &mut scratch.kept,
-            &mut scratch.offsets,
-            &mut scratch.cursor,
-            &mut scratch.members,
-        )?;
-        let (Some(counts), Some(offsets), Some(members)) = (
-            scratch.member_counts.as_ref(),
-            scratch.offsets.as_ref(),
-            scratch.members.as_ref(),
-        ) else {
+        if !reuse {
+            let d_thr = self.put(&mut scratch.thresholds, thresholds)?;
+            self.group_kept(
+                (ids, dists, &*d_thr),
+                num_points,
+                num_anchors,
+                &mut scratch.member_counts,
+                &mut scratch.kept,
+                &mut scratch.offsets,
+                &mut scratch.cursor,
+                &mut scratch.members,
+            )?;
+        }
+        let members = if reuse {
+            scratch.kept_members.as_ref()
+        } else {
+            scratch.members.as_ref()
+        };
+        let (Some(offsets), Some(kept), Some(members)) =
+            (scratch.offsets.as_ref(), scratch.kept.as_ref(), members)
+        else {
             return Err(err("grouping buffers missing"));
         };
         let sums = self.grow(&mut scratch.sums, num_anchors * dim)?;
+        if step.is_some()
+            || scratch
+                .anchors
+                .as_ref()
+                .is_none_or(|b| b.len() < num_anchors * dim)
+        {
+            // The launch below moves them, or the grow below replaces the buffer.
+            scratch.anchors_mirror.clear();
+        }
         let anchors = self.grow(&mut scratch.anchors, num_anchors * dim)?;
         let d_i32 = dim as i32;
         let update = step.is_some() as i32;
@@ -966,14 +1164,16 @@ impl CudaBackend {
             block_dim: (dim.next_multiple_of(32).min(512) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: one block per anchor; offsets/members index points rows < num_points of x
-        // (num_points·dim floats); sums and anchors hold num_anchors·dim values.
+        // SAFETY: one block per anchor; each anchor's range offsets[a]..offsets[a] + kept[a] of
+        // members (within its group of at most num_points) indexes point rows < num_points of
+        // x (num_points·dim floats); sums and anchors hold num_anchors·dim values.
         unsafe {
             self.stream
                 .launch_builder(&self.kernels.sum_kept_fixed)
                 .arg(x)
                 .arg(&d_i32)
                 .arg(offsets)
+                .arg(kept)
                 .arg(members)
                 .arg(&scale)
                 .arg(&mut *sums)
@@ -983,7 +1183,42 @@ impl CudaBackend {
                 .launch(per_anchor)
         }
         .map_err(err)?;
-        self.get(counts, num_anchors)
+        Ok(())
+    }
+
+    /// The kept and member counts per anchor that an accumulation left on the device, and
+    /// with `anchors` the moved anchors too, read back with one wait.
+    fn read_counts(
+        &self,
+        state: &mut State,
+        num_anchors: usize,
+        anchors: Option<&mut [f32]>,
+    ) -> Result<(Vec<u32>, Vec<u32>)> {
+        let State {
+            scratch, staging, ..
+        } = state;
+        let (Some(kept), Some(counts)) = (scratch.kept.as_ref(), scratch.member_counts.as_ref())
+        else {
+            return Err(err("no accumulation on the device"));
+        };
+        self.stage_reads(
+            &mut staging.words,
+            &[(kept, num_anchors), (counts, num_anchors)],
+        )?;
+        if let Some(a) = &anchors {
+            let Some(d) = scratch.anchors.as_ref() else {
+                return Err(err("no anchors on the device"));
+            };
+            self.stage_reads(&mut staging.floats, &[(d, a.len())])?;
+        }
+        self.stream.synchronize().map_err(err)?;
+        let (mut host_kept, mut host_counts) = (vec![0u32; num_anchors], vec![0u32; num_anchors]);
+        unstage(&mut staging.words, &mut [&mut host_kept, &mut host_counts])?;
+        if let Some(a) = anchors {
+            unstage(&mut staging.floats, &mut [&mut *a])?;
+            mirror_anchors(&mut scratch.anchors_mirror, a);
+        }
+        Ok((host_kept, host_counts))
     }
 
     /// Nearest anchor and runner-up of each row of `tile` (rows = `norms.len()`, num_anchors
@@ -1070,6 +1305,37 @@ impl CudaBackend {
         }
         let counts = self.grow(counts, num_anchors)?;
         let kept = self.grow(kept, num_anchors)?;
+        if num_points <= GROUP_SMALL_POINTS && num_anchors <= GROUP_SMALL_ANCHORS {
+            let offsets = self.grow(offsets, num_anchors + 1)?;
+            let members = self.grow(members, num_points)?;
+            let (n_u32, k_i32) = (num_points as u32, num_anchors as i32);
+            let one_block = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1024, 1, 1),
+                shared_mem_bytes: (2 * num_anchors * 4) as u32,
+            };
+            // SAFETY: one block of 1024 threads (a power of two) with 2·num_anchors u32 of
+            // dynamic shared memory (at most 32 KiB: GROUP_SMALL_ANCHORS); reads ids, dists
+            // (num_points, ids < num_anchors as the callers checked) and thresholds
+            // (num_anchors); writes counts, kept (num_anchors), offsets (num_anchors + 1) and
+            // one slot of members (num_points) per kept point.
+            unsafe {
+                self.stream
+                    .launch_builder(&self.kernels.group_small)
+                    .arg(ids)
+                    .arg(dists)
+                    .arg(thresholds)
+                    .arg(&n_u32)
+                    .arg(&k_i32)
+                    .arg(&mut *counts)
+                    .arg(&mut *kept)
+                    .arg(&mut *offsets)
+                    .arg(&mut *members)
+                    .launch(one_block)
+            }
+            .map_err(err)?;
+            return Ok(());
+        }
         self.stream.memset_zeros(&mut *counts).map_err(err)?;
         self.stream.memset_zeros(&mut *kept).map_err(err)?;
         let offsets = self.grow(offsets, num_anchors + 1)?;
@@ -1192,6 +1458,8 @@ impl CudaBackend {
         ) else {
             return Err(err("update before the anchors and sums are on the device"));
         };
+        // The launch below moves them.
+        scratch.anchors_mirror.clear();
         // SAFETY: one thread per anchor element; the callers filled anchors (num_anchors·dim),
         // sums (num_anchors·dim) and kept (num_anchors) before this launch.
         unsafe {
@@ -1270,6 +1538,7 @@ impl Backend for CudaBackend {
             point_norms: s_norms,
             points_half: s_half,
             anchors: s_anchors,
+            anchors_mirror: s_mirror,
             anchors_half: s_anchors_half,
             anchor_norms: s_anchor_norms,
             tile: s_tile,
@@ -1315,7 +1584,7 @@ impl Backend for CudaBackend {
                     (&*d, &*n, h)
                 }
             };
-        let c = self.put(s_anchors, anchors)?;
+        let c = self.put_anchors(s_anchors, s_mirror, anchors)?;
         let c_norms = self.grow(s_anchor_norms, num_anchors)?;
         self.row_norms(&c.slice(0..anchors.len()), num_anchors, dim, c_norms)?;
         let c_half = match x_half {
@@ -1423,7 +1692,7 @@ impl Backend for CudaBackend {
     ) -> Result<AnchorSums> {
         let num_anchors = thresholds.len();
         let mut guard = self.state.lock().unwrap();
-        let members = self.accumulate_on_device(
+        self.accumulate_on_device(
             &mut guard,
             points,
             dim,
@@ -1431,10 +1700,11 @@ impl Backend for CudaBackend {
             thresholds,
             None,
         )?;
-        let scratch = &guard.scratch;
+        let sums = self.get(guard.scratch.sums.as_ref().unwrap(), num_anchors * dim)?;
+        let (kept, members) = self.read_counts(&mut guard, num_anchors, None)?;
         Ok(AnchorSums {
-            sums: self.get(scratch.sums.as_ref().unwrap(), num_anchors * dim)?,
-            kept: self.get(scratch.kept.as_ref().unwrap(), num_anchors)?,
+            sums,
+            kept,
             members,
         })
     }
@@ -1464,20 +1734,13 @@ impl Backend for CudaBackend {
             });
         }
         // The sums stay on the device: upload the anchors, move them, read them back.
-        self.put(&mut guard.scratch.anchors, anchors)?;
-        let members =
-            self.accumulate_on_device(&mut guard, points, dim, host, thresholds, Some(step))?;
-        let State {
-            scratch, staging, ..
-        } = &mut *guard;
-        self.get_into(
-            &mut staging.floats,
-            scratch.anchors.as_ref().unwrap(),
-            anchors,
-        )?;
+        let scratch = &mut guard.scratch;
+        self.put_anchors(&mut scratch.anchors, &mut scratch.anchors_mirror, anchors)?;
+        self.accumulate_on_device(&mut guard, points, dim, host, thresholds, Some(step))?;
+        let (kept, members) = self.read_counts(&mut guard, num_anchors, Some(anchors))?;
         Ok(AnchorSums {
             sums: Vec::new(),
-            kept: self.get(scratch.kept.as_ref().unwrap(), num_anchors)?,
+            kept,
             members,
         })
     }
@@ -1571,8 +1834,7 @@ impl Backend for CudaBackend {
         let mut guard = self.state.lock().unwrap();
         let on_device = nearest.resident.is_some()
             && guard.nearest_on_device == nearest.resident.map(|g| (g, num_points));
-        // Small assignments are grouped faster on the host than a device round trip.
-        if !on_device || num_points < vlc::backend::SERIAL_MAX || num_points >= u32::MAX as usize {
+        if !on_device || num_points >= u32::MAX as usize {
             drop(guard);
             return Ok(vlc::backend::trimmed_thresholds(
                 &nearest.ids,
@@ -1581,16 +1843,27 @@ impl Backend for CudaBackend {
                 trim,
             ));
         }
-        let scratch = &mut guard.scratch;
+        let generation = nearest.resident.unwrap_or_default();
+        let State {
+            scratch, selected, ..
+        } = &mut *guard;
+        // The grouping below replaces the one a previous selection left.
+        *selected = None;
         let (Some(ids), Some(dists)) = (scratch.ids.as_ref(), scratch.dists.as_ref()) else {
             return Err(err("no assignment on the device"));
         };
         // Every member grouped by anchor: the accumulation's count, scan and scatter with
         // every threshold +inf.
-        let all = vec![f32::INFINITY; num_anchors];
-        let d_thr = self.put(&mut scratch.thresholds, &all)?;
+        if scratch
+            .infinite
+            .as_ref()
+            .is_none_or(|b| b.len() < num_anchors)
+        {
+            self.put(&mut scratch.infinite, &vec![f32::INFINITY; num_anchors])?;
+        }
+        let all = scratch.infinite.as_ref().unwrap();
         self.group_kept(
-            (ids, dists, &*d_thr),
+            (ids, dists, all),
             num_points,
             num_anchors,
             &mut scratch.member_counts,
@@ -1599,8 +1872,13 @@ impl Backend for CudaBackend {
             &mut scratch.cursor,
             &mut scratch.members,
         )?;
-        let (Some(offsets), Some(members)) = (scratch.offsets.as_ref(), scratch.members.as_ref())
-        else {
+        let d_thr = self.grow(&mut scratch.thresholds, num_anchors)?;
+        let kept_members = self.grow(&mut scratch.kept_members, num_points)?;
+        let (Some(offsets), Some(members), Some(kept)) = (
+            scratch.offsets.as_ref(),
+            scratch.members.as_ref(),
+            scratch.kept.as_mut(),
+        ) else {
             return Err(err("grouping buffers missing"));
         };
         let per_anchor = LaunchConfig {
@@ -1610,7 +1888,9 @@ impl Backend for CudaBackend {
         };
         // SAFETY: one block of 256 threads (a power of two, as the kernel needs) per anchor:
         // reads offsets (num_anchors + 1), the members in its range (< num_points) and their
-        // distances; writes one threshold per anchor into d_thr (num_anchors).
+        // distances; writes one threshold and one kept count per anchor into d_thr and kept
+        // (num_anchors each) and the kept members within its own range of kept_members
+        // (num_points).
         unsafe {
             self.stream
                 .launch_builder(&self.kernels.select_thresholds)
@@ -1619,19 +1899,28 @@ impl Backend for CudaBackend {
                 .arg(members)
                 .arg(&trim)
                 .arg(&mut *d_thr)
+                .arg(kept)
+                .arg(&mut *kept_members)
                 .launch(per_anchor)
         }
         .map_err(err)?;
-        self.get(d_thr, num_anchors)
+        let thresholds = self.get(d_thr, num_anchors)?;
+        *selected = Some((generation, thresholds.clone()));
+        Ok(thresholds)
     }
 
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()> {
         let num_anchors = check_update_args(anchors, dim, sums)?;
         let mut guard = self.state.lock().unwrap();
         let State {
-            scratch, staging, ..
+            scratch,
+            staging,
+            selected,
+            ..
         } = &mut *guard;
-        self.put(&mut scratch.anchors, anchors)?;
+        // The kept counts below replace those of a selection's grouping.
+        *selected = None;
+        self.put_anchors(&mut scratch.anchors, &mut scratch.anchors_mirror, anchors)?;
         self.put(&mut scratch.sums, &sums.sums)?;
         self.put(&mut scratch.kept, &sums.kept)?;
         self.update_on_device(scratch, num_anchors, dim, step)?;
@@ -1640,6 +1929,7 @@ impl Backend for CudaBackend {
             scratch.anchors.as_ref().unwrap(),
             anchors,
         )?;
+        mirror_anchors(&mut scratch.anchors_mirror, anchors);
         Ok(())
     }
 }

@@ -291,3 +291,38 @@ extern "C" __global__ void nearest2_scatter(const float* __restrict__ dots, cons
         lower[p] = si < num_anchors ? sqrtf(bound) : inf;
     }
 }
+
+// Nearest anchor of each point from exact FP32 distances to every anchor, for a few anchors
+// (seeding rounds): one launch instead of norms, GEMM and arg-min. Each distance is summed as
+// nearest2_scatter's exact recompute sums it (per-lane partial sums, then the butterfly), so a
+// winner's distance is the same value either way; ties go to the smaller id. The anchors c
+// (num_anchors, dim) are staged in dynamic shared memory (num_anchors * dim floats); warps
+// stride over the points x (rows, dim).
+extern "C" __global__ void nearest_direct(const float* __restrict__ x, const float* __restrict__ c, int rows,
+                                          int num_anchors, int dim, unsigned int* __restrict__ out_ids,
+                                          float* __restrict__ out_dists) {
+    extern __shared__ float staged[];
+    for (int i = threadIdx.x; i < num_anchors * dim; i += blockDim.x) staged[i] = c[i];
+    __syncthreads();
+    int lane = threadIdx.x & 31;
+    int warps = (gridDim.x * blockDim.x) >> 5;
+    for (int p = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; p < rows; p += warps) {
+        const float* r = x + (size_t)p * dim;
+        float bd = __int_as_float(0x7f800000);
+        int bi = 0x7fffffff;
+        for (int a = 0; a < num_anchors; ++a) {
+            const float* ca = staged + (size_t)a * dim;
+            float e = 0.f;
+            for (int d = lane; d < dim; d += 32) {
+                float u = r[d] - ca[d];
+                e += u * u;
+            }
+            for (int o = 16; o > 0; o >>= 1) e += __shfl_xor_sync(0xffffffff, e, o);
+            if (better(e, a, bd, bi)) { bd = e; bi = a; }
+        }
+        if (lane == 0) {
+            out_ids[p] = (unsigned int)bi;
+            out_dists[p] = bd;
+        }
+    }
+}
