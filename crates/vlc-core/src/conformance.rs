@@ -39,9 +39,17 @@ pub fn check_nearest(backend: &dyn Backend) {
                     .map(|a| (naive_dist(p, &anchors[a * dim..(a + 1) * dim]), a as u32))
                     .collect();
                 want.sort_by(|x, y| x.0.partial_cmp(&y.0).unwrap().then(x.1.cmp(&y.1)));
+                let norm = |v: &[f32]| v.iter().map(|&x| x as f64 * x as f64).sum::<f64>();
+                let largest_anchor = (0..k)
+                    .map(|a| norm(&anchors[a * dim..(a + 1) * dim]))
+                    .fold(0.0, f64::max);
+                // A backend that ranks with rounded products (TF32, FP16) reports distances
+                // within its stated rounding of ||p||^2 + ||c||^2 (twice it, as both the
+                // reported and the competing distance may carry it).
+                let rounding = 2.0 * backend.ranking_rounding() as f64 * (norm(p) + largest_anchor);
                 for j in 0..m {
                     let (gid, gd) = (got.ids[i * m + j], got.dists[i * m + j] as f64);
-                    let tol = 1e-3 * (1.0 + want[j].0);
+                    let tol = (1e-3 * (1.0 + want[j].0)).max(rounding);
                     // The id must be the reference's, unless the two are tied within rounding.
                     assert!(
                         (gd - want[j].0).abs() <= tol,

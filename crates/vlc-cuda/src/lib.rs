@@ -48,8 +48,15 @@ pub enum GemmPrecision {
     /// TF32 tensor cores (10-bit mantissa inputs, FP32 accumulation): several times faster.
     Tf32,
     /// FP16 inputs (the same 10-bit mantissa as TF32, half the bytes) with FP32 accumulation
-    /// on the tensor cores. Buffers with a value beyond the FP16 range (|x| > 65504) use TF32.
+    /// on the tensor cores; training's large assignments also write their dot products as
+    /// FP16. Buffers with a value beyond the FP16 range (|x| > 65504), and dot products that
+    /// could overflow it, use TF32.
     Fp16,
+    /// The default: TF32, except training's large assignments of pinned points (at least
+    /// `BOUNDED_MIN_WORK` multiply-adds), which take FP16 operands and an FP16 tile as `Fp16`
+    /// does (where the values fit): on the H100 that made the 1M x 384 training loop 15-20%
+    /// faster, its energy 0.075% from the FP32 reference.
+    Mixed,
 }
 
 fn err(reason: impl std::fmt::Display) -> VlcError {
@@ -71,6 +78,8 @@ struct Kernels {
     gather_rows: CudaFunction,
     nearest2_scatter: CudaFunction,
     nearest_direct: CudaFunction,
+    nearest2_scatter_half: CudaFunction,
+    gather_rows_half: CudaFunction,
     count_members: CudaFunction,
     exclusive_scan: CudaFunction,
     scatter_kept: CudaFunction,
@@ -93,6 +102,8 @@ struct Resident {
     half: Option<Option<CudaSlice<u16>>>,
     /// Largest |value|, for the fixed-point scale of the sums.
     max_abs: Option<f32>,
+    /// Largest squared row norm (for `norms`' dim): whether FP16 dot products fit.
+    max_norm2: Option<f32>,
     /// Distance bounds of the last one-per-point assignment of these points.
     bounds: Option<Bounds>,
 }
@@ -155,6 +166,12 @@ struct Scratch {
     flagged: Option<CudaSlice<u32>>,
     /// Flagged rows gathered for one GEMM chunk. Layout: (chunk rows, dim).
     gathered: Option<CudaSlice<f32>>,
+    /// The same rows from the FP16 copy. Layout: (chunk rows, dim).
+    gathered_half: Option<CudaSlice<u16>>,
+    /// FP16 dot products of one assignment chunk. Layout: (chunk rows, num_anchors).
+    tile_half: Option<CudaSlice<u16>>,
+    /// One value: the largest squared anchor norm as float bits.
+    max_anchor_norm2: Option<CudaSlice<u32>>,
     /// Layout: (chunk rows,).
     gathered_norms: Option<CudaSlice<f32>>,
     /// Layout: (num_anchors,).
@@ -228,6 +245,8 @@ pub struct CudaBackend {
     /// Whether one-per-point assignments of resident points use distance bounds
     /// (`VLC_CUDA_BOUNDS=0` turns them off).
     use_bounds: bool,
+    /// [`BOUNDED_MIN_WORK`], or `VLC_CUDA_SMALL_WORK`.
+    small_work: usize,
     cache: KernelCache,
     /// The search kernel, compiled on first use (training never needs it).
     search: OnceLock<CudaFunction>,
@@ -253,6 +272,29 @@ pub fn device_available() -> bool {
 
 /// Fewest rows in one assignment GEMM chunk (smaller GEMMs waste the GPU).
 const MIN_TILE_ROWS: usize = 256;
+
+/// FP16 assignment GEMMs need points with a value of at least this magnitude (smaller data
+/// would lose precision to FP16's subnormals) ...
+const HALF_MIN_ABS: f32 = 1.0 / 256.0;
+/// ... and dot products bounded by this (FP16's range ends at 65504; a quarter of it leaves
+/// room for the GEMM's rounding).
+const HALF_MAX_DOT: f64 = 16384.0;
+
+/// One GEMM chunk's dot-product tile. Layout: (rows, num_anchors), row-major.
+enum Tile<'a> {
+    F32(&'a mut CudaSlice<f32>),
+    /// From FP16 operands.
+    F16(&'a mut CudaSlice<u16>),
+}
+
+impl Tile<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Tile::F32(t) => t.len(),
+            Tile::F16(t) => t.len(),
+        }
+    }
+}
 
 /// Assignments of pinned points with at most this many (point, anchor) pairs, to anchors of
 /// at most `DIRECT_MAX_FLOATS` floats (48 KiB, the default shared-memory limit), are computed
@@ -326,22 +368,24 @@ fn fixed_point_scale(num_points: usize, max_abs: f32) -> f64 {
 const CHECKED_ALLOCATION: usize = 64 << 20;
 
 /// Assignments of fewer multiply-adds (points · anchors · dim) than this rank every point
-/// instead of checking distance bounds first: on an H100 the whole ranking of 10,000 x 128
-/// against 256 anchors (3·10^8) takes a few microseconds, the bound check's launches and
-/// read-back about 0.1 ms.
+/// instead of checking distance bounds first (and use no FP16 tile): on an H100 the whole
+/// ranking of 10,000 x 128 against 256 anchors (3·10^8) takes a few microseconds, the bound
+/// check's launches and read-back about 0.1 ms. `VLC_CUDA_SMALL_WORK` sets another (0: none
+/// is small, as the conformance run of the bounded and FP16 paths on small shapes needs).
 const BOUNDED_MIN_WORK: usize = 1 << 31;
 
 impl CudaBackend {
-    /// Open device `ordinal` with TF32 assignment GEMMs (`VLC_CUDA_PRECISION=fp32|tf32|fp16`
-    /// selects another).
+    /// Open device `ordinal` with the mixed TF32 / FP16 assignment GEMMs
+    /// (`VLC_CUDA_PRECISION=fp32|tf32|fp16|mixed` selects another).
     pub fn new(ordinal: usize) -> Result<Self> {
         let precision = match std::env::var("VLC_CUDA_PRECISION").ok().as_deref() {
             Some("fp32") => GemmPrecision::Fp32,
-            Some("tf32") | None => GemmPrecision::Tf32,
+            Some("tf32") => GemmPrecision::Tf32,
             Some("fp16") => GemmPrecision::Fp16,
+            Some("mixed") | None => GemmPrecision::Mixed,
             Some(other) => {
                 return Err(err(format!(
-                    "VLC_CUDA_PRECISION must be fp32, tf32 or fp16, not `{other}`"
+                    "VLC_CUDA_PRECISION must be fp32, tf32, fp16 or mixed, not `{other}`"
                 )))
             }
         };
@@ -364,7 +408,7 @@ impl CudaBackend {
         let blas = CudaBlas::new(stream.clone()).map_err(err)?;
         let mode = match precision {
             GemmPrecision::Fp32 => cublas_sys::cublasMath_t::CUBLAS_PEDANTIC_MATH,
-            GemmPrecision::Tf32 | GemmPrecision::Fp16 => {
+            GemmPrecision::Tf32 | GemmPrecision::Fp16 | GemmPrecision::Mixed => {
                 cublas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
             }
         };
@@ -395,8 +439,12 @@ impl CudaBackend {
                 "gather_rows",
                 "nearest2_scatter",
                 "nearest_direct",
+                "nearest2_scatter_half",
+                "gather_rows_half",
             ],
         )?;
+        let gather_rows_half = f.pop().unwrap();
+        let nearest2_scatter_half = f.pop().unwrap();
         let nearest_direct = f.pop().unwrap();
         let nearest2_scatter = f.pop().unwrap();
         let gather_rows = f.pop().unwrap();
@@ -461,6 +509,14 @@ impl CudaBackend {
                 )))
             }
         };
+        let small_work = match std::env::var("VLC_CUDA_SMALL_WORK").ok() {
+            None => BOUNDED_MIN_WORK,
+            Some(v) => v.parse::<usize>().map_err(|_| {
+                err(format!(
+                    "VLC_CUDA_SMALL_WORK must be a number of multiply-adds, not `{v}`"
+                ))
+            })?,
+        };
         Ok(CudaBackend {
             ctx,
             stream,
@@ -477,6 +533,8 @@ impl CudaBackend {
                 gather_rows,
                 nearest2_scatter,
                 nearest_direct,
+                nearest2_scatter_half,
+                gather_rows_half,
                 count_members,
                 exclusive_scan,
                 scatter_kept,
@@ -491,6 +549,7 @@ impl CudaBackend {
             device_name,
             tile_bytes,
             use_bounds,
+            small_work,
             cache,
             search: OnceLock::new(),
             state: Mutex::new(State::default()),
@@ -805,6 +864,64 @@ impl CudaBackend {
         unsafe { self.blas.gemm(cfg, c, x, tile) }.map_err(err)
     }
 
+    /// [`Self::gemm_dots`] with FP16 operands and an FP16 tile: `tile` (rows, num_anchors) =
+    /// rows `start..start + rows` of `x_half` (.., dim) · `c_half` (num_anchors, dim)ᵀ,
+    /// accumulated in FP32.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_dots_half(
+        &self,
+        c_half: &CudaSlice<u16>,
+        num_anchors: usize,
+        x_half: &CudaSlice<u16>,
+        start: usize,
+        rows: usize,
+        dim: usize,
+        tile: &mut Tile,
+    ) -> Result<()> {
+        let Tile::F16(tile) = tile else {
+            return Err(err("an FP16 GEMM needs an FP16 tile"));
+        };
+        if c_half.len() < num_anchors * dim
+            || x_half.len() < (start + rows) * dim
+            || tile.len() < rows * num_anchors
+        {
+            return Err(err("FP16 GEMM: buffer shapes do not match"));
+        }
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (a_ptr, _ra) = c_half.device_ptr(&self.stream);
+        let (b_ptr, _rb) = x_half.device_ptr(&self.stream);
+        let (c_ptr, _rc) = tile.device_ptr_mut(&self.stream);
+        let b_ptr = b_ptr + (start * dim * 2) as u64;
+        // SAFETY: column-major view as in gemm_dots, FP16 throughout (FP32 accumulation): A
+        // is (dim × k, ld dim), B (dim × rows, ld dim) from row `start`, C (k × rows, ld k);
+        // the lengths are checked above.
+        unsafe {
+            cublas_sys::cublasGemmEx(
+                *self.blas.handle(),
+                cublas_sys::cublasOperation_t::CUBLAS_OP_T,
+                cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                num_anchors as i32,
+                rows as i32,
+                dim as i32,
+                &alpha as *const f32 as *const _,
+                a_ptr as *const _,
+                cublas_sys::cudaDataType::CUDA_R_16F,
+                dim as i32,
+                b_ptr as *const _,
+                cublas_sys::cudaDataType::CUDA_R_16F,
+                dim as i32,
+                &beta as *const f32 as *const _,
+                c_ptr as *mut _,
+                cublas_sys::cudaDataType::CUDA_R_16F,
+                num_anchors as i32,
+                cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+            )
+        }
+        .result()
+        .map_err(err)
+    }
+
     /// One-per-point assignment of the resident buffer `key` into `scratch.ids` /
     /// `scratch.dists`, using the distance bounds kept from the previous call when the anchors
     /// have the same shape: only points whose bound no longer proves their anchor are ranked
@@ -828,6 +945,7 @@ impl CudaBackend {
             let mut n = self.alloc::<f32>(num_points)?;
             self.row_norms(&r.data.slice(..), num_points, dim, &mut n)?;
             r.norms = Some((dim, n));
+            r.max_norm2 = None;
         }
         let c = self.put_anchors(&mut scratch.anchors, &mut scratch.anchors_mirror, anchors)?;
         let ids = self.grow(&mut scratch.ids, num_points)?;
@@ -866,8 +984,46 @@ impl CudaBackend {
         let c_norms = self.grow(&mut scratch.anchor_norms, num_anchors)?;
         self.row_norms(&c.slice(0..anchors.len()), num_anchors, dim, c_norms)?;
         let c = c.slice(0..anchors.len());
+        // Checking the bounds costs a handful of launches and one read-back whatever the size;
+        // below BOUNDED_MIN_WORK multiply-adds, ranking every point costs less than that.
+        let small = num_points * num_anchors * dim < self.small_work;
+        // FP16 GEMMs (`Fp16`, or the default `Mixed`), for large assignments whose
+        // values and dot products fit FP16's range: FP16 copies of the points and anchors and
+        // an FP16 tile, half the bytes that the GEMM writes and the arg-min reads.
+        let half =
+            matches!(self.precision, GemmPrecision::Fp16 | GemmPrecision::Mixed) && !small && {
+                if r.half.is_none() {
+                    let mut h = self.alloc::<u16>(r.data.len())?;
+                    let fits = self.to_half(&r.data.slice(..), &mut h, &mut scratch.overflow)?;
+                    r.half = Some(fits.then_some(h));
+                }
+                if r.max_abs.is_none() {
+                    r.max_abs = Some(self.max_abs(&r.data.slice(..), &mut scratch.max_abs)?);
+                }
+                if r.max_norm2.is_none() {
+                    let norms = &r.norms.as_ref().unwrap().1;
+                    r.max_norm2 = Some(self.max_abs(&norms.slice(..), &mut scratch.max_abs)?);
+                }
+                let c_half = self.grow(&mut scratch.anchors_half, anchors.len())?;
+                let c_fits = self.to_half(&c, c_half, &mut scratch.overflow)?;
+                let c_norm2 = self.max_abs(
+                    &c_norms.slice(0..num_anchors),
+                    &mut scratch.max_anchor_norm2,
+                )?;
+                // |x·c| <= ||x|| ||c||.
+                let largest_dot = (r.max_norm2.unwrap() as f64 * c_norm2 as f64).sqrt();
+                matches!(r.half, Some(Some(_)))
+                    && c_fits
+                    && r.max_abs.unwrap() >= HALF_MIN_ABS
+                    && largest_dot <= HALF_MAX_DOT
+            };
         let chunk = self.chunk_rows(num_points, num_anchors)?;
-        let tile = self.grow(&mut scratch.tile, chunk * num_anchors)?;
+        let mut tile = if half {
+            Tile::F16(self.grow(&mut scratch.tile_half, chunk * num_anchors)?)
+        } else {
+            Tile::F32(self.grow(&mut scratch.tile, chunk * num_anchors)?)
+        };
+        let c_half = scratch.anchors_half.as_ref().filter(|_| half);
         let (k_i32, d_i32, n_i32) = (num_anchors as i32, dim as i32, num_points as i32);
         let valid = r
             .bounds
@@ -895,10 +1051,8 @@ impl CudaBackend {
         }
         let x = &r.data;
         let x_norms = &r.norms.as_ref().unwrap().1;
+        let x_half = r.half.as_ref().and_then(|h| h.as_ref()).filter(|_| half);
         let b = r.bounds.as_mut().unwrap();
-        // Checking the bounds costs a handful of launches and one read-back whatever the size;
-        // below BOUNDED_MIN_WORK multiply-adds, ranking every point costs less than that.
-        let small = num_points * num_anchors * dim < BOUNDED_MIN_WORK;
         let mut full = !valid || small;
         let mut ranked = 0;
         if !full {
@@ -980,39 +1134,67 @@ impl CudaBackend {
             full = count * 2 > num_points;
             let count = if full { 0 } else { count };
             ranked = count;
-            let gathered = self.grow(&mut scratch.gathered, chunk.min(count.max(1)) * dim)?;
-            let gathered_norms = self.grow(&mut scratch.gathered_norms, chunk.min(count.max(1)))?;
+            let room = chunk.min(count.max(1));
+            let gathered_norms = self.grow(&mut scratch.gathered_norms, room)?;
             for start in (0..count).step_by(chunk) {
                 let rows = chunk.min(count - start);
                 let r_i32 = rows as i32;
                 let idx = flagged.slice(start..start + rows);
-                // SAFETY: one warp per flagged row: idx holds `rows` point indices
-                // (< num_points); gathered holds at least rows·dim floats and gathered_norms
-                // rows.
-                unsafe {
-                    self.stream
-                        .launch_builder(&self.kernels.gather_rows)
-                        .arg(x)
-                        .arg(x_norms)
-                        .arg(&idx)
-                        .arg(&r_i32)
-                        .arg(&d_i32)
-                        .arg(&mut *gathered)
-                        .arg(&mut *gathered_norms)
-                        .launch(Self::launch_warps(rows))
+                match (x_half, c_half) {
+                    (Some(xh), Some(ch)) => {
+                        let gathered = self.grow(&mut scratch.gathered_half, room * dim)?;
+                        // SAFETY: one warp per flagged row: idx holds `rows` point indices
+                        // (< num_points) of x_half (num_points·dim); gathered holds at least
+                        // rows·dim values and gathered_norms rows.
+                        unsafe {
+                            self.stream
+                                .launch_builder(&self.kernels.gather_rows_half)
+                                .arg(xh)
+                                .arg(x_norms)
+                                .arg(&idx)
+                                .arg(&r_i32)
+                                .arg(&d_i32)
+                                .arg(&mut *gathered)
+                                .arg(&mut *gathered_norms)
+                                .launch(Self::launch_warps(rows))
+                        }
+                        .map_err(err)?;
+                        self.gemm_dots_half(ch, num_anchors, gathered, 0, rows, dim, &mut tile)?;
+                    }
+                    _ => {
+                        let gathered = self.grow(&mut scratch.gathered, room * dim)?;
+                        // SAFETY: one warp per flagged row: idx holds `rows` point indices
+                        // (< num_points); gathered holds at least rows·dim floats and
+                        // gathered_norms rows.
+                        unsafe {
+                            self.stream
+                                .launch_builder(&self.kernels.gather_rows)
+                                .arg(x)
+                                .arg(x_norms)
+                                .arg(&idx)
+                                .arg(&r_i32)
+                                .arg(&d_i32)
+                                .arg(&mut *gathered)
+                                .arg(&mut *gathered_norms)
+                                .launch(Self::launch_warps(rows))
+                        }
+                        .map_err(err)?;
+                        let Tile::F32(t) = &mut tile else {
+                            return Err(err("an FP16 tile without FP16 operands"));
+                        };
+                        self.gemm_dots(
+                            &c,
+                            num_anchors,
+                            &gathered.slice(0..rows * dim),
+                            rows,
+                            dim,
+                            t,
+                        )?;
+                    }
                 }
-                .map_err(err)?;
-                self.gemm_dots(
-                    &c,
-                    num_anchors,
-                    &gathered.slice(0..rows * dim),
-                    rows,
-                    dim,
-                    tile,
-                )?;
                 let norms = gathered_norms.slice(0..rows);
                 self.scatter_nearest2(
-                    tile,
+                    &tile,
                     &norms,
                     (x, &c, dim),
                     c_norms,
@@ -1028,11 +1210,21 @@ impl CudaBackend {
         if full {
             for start in (0..num_points).step_by(chunk) {
                 let rows = chunk.min(num_points - start);
-                let xs = x.slice(start * dim..(start + rows) * dim);
-                self.gemm_dots(&c, num_anchors, &xs, rows, dim, tile)?;
+                match (x_half, c_half) {
+                    (Some(xh), Some(ch)) => {
+                        self.gemm_dots_half(ch, num_anchors, xh, start, rows, dim, &mut tile)?
+                    }
+                    _ => {
+                        let Tile::F32(t) = &mut tile else {
+                            return Err(err("an FP16 tile without FP16 operands"));
+                        };
+                        let xs = x.slice(start * dim..(start + rows) * dim);
+                        self.gemm_dots(&c, num_anchors, &xs, rows, dim, t)?;
+                    }
+                }
                 let norms = x_norms.slice(start..start + rows);
                 self.scatter_nearest2(
-                    tile,
+                    &tile,
                     &norms,
                     (x, &c, dim),
                     c_norms,
@@ -1227,7 +1419,7 @@ impl CudaBackend {
     #[allow(clippy::too_many_arguments)]
     fn scatter_nearest2(
         &self,
-        tile: &CudaSlice<f32>,
+        tile: &Tile,
         norms: &CudaView<f32>,
         (x, c, dim): (&CudaSlice<f32>, &CudaView<f32>, usize),
         c_norms: &CudaSlice<f32>,
@@ -1254,13 +1446,21 @@ impl CudaBackend {
         }
         let (r_i32, k_i32, d_i32, base) =
             (rows as i32, num_anchors as i32, dim as i32, base as u32);
-        let mut launch = self.stream.launch_builder(&self.kernels.nearest2_scatter);
-        launch
-            .arg(tile)
-            .arg(norms)
-            .arg(c_norms)
-            .arg(&r_i32)
-            .arg(&k_i32);
+        let mut launch = match tile {
+            Tile::F32(t) => {
+                let mut l = self.stream.launch_builder(&self.kernels.nearest2_scatter);
+                l.arg(&**t);
+                l
+            }
+            Tile::F16(t) => {
+                let mut l = self
+                    .stream
+                    .launch_builder(&self.kernels.nearest2_scatter_half);
+                l.arg(&**t);
+                l
+            }
+        };
+        launch.arg(norms).arg(c_norms).arg(&r_i32).arg(&k_i32);
         let null = 0u64;
         match idx {
             Some(i) => launch.arg(i),
@@ -1487,7 +1687,7 @@ impl Backend for CudaBackend {
     fn ranking_rounding(&self) -> f32 {
         match self.precision {
             GemmPrecision::Fp32 => f32::EPSILON,
-            GemmPrecision::Tf32 | GemmPrecision::Fp16 => 1.0 / 1024.0,
+            GemmPrecision::Tf32 | GemmPrecision::Fp16 | GemmPrecision::Mixed => 1.0 / 1024.0,
         }
     }
 
@@ -1503,6 +1703,7 @@ impl Backend for CudaBackend {
                 data,
                 norms: None,
                 half: None,
+                max_norm2: None,
                 max_abs: None,
                 bounds: None,
             },
@@ -1522,11 +1723,7 @@ impl Backend for CudaBackend {
         let (num_points, num_anchors) = check_nearest_args(points, anchors, dim, per_point)?;
         let mut guard = self.state.lock().unwrap();
         let key = (points.as_ptr() as usize, points.len());
-        if per_point == 1
-            && self.use_bounds
-            && self.precision != GemmPrecision::Fp16
-            && guard.resident.contains_key(&key)
-        {
+        if per_point == 1 && self.use_bounds && guard.resident.contains_key(&key) {
             self.nearest_bounded(&mut guard, key, anchors, num_points, num_anchors, dim)?;
             return self.finish_nearest(&mut guard, num_points, per_point);
         }

@@ -224,22 +224,34 @@ extern "C" __global__ void gather_rows(const float* __restrict__ x, const float*
 // allowance, so is the runner-up's, and the exact nearest wins. Near-ties are decided, and
 // distances reported, as an FP32 pass would, so training follows the FP32 reference instead of
 // drifting with TF32 rounding.
-extern "C" __global__ void nearest2_scatter(const float* __restrict__ dots, const float* __restrict__ x_norms,
-                                            const float* __restrict__ c_norms, int rows, int num_anchors,
-                                            const unsigned int* __restrict__ idx, unsigned int base,
-                                            const float* __restrict__ x, const float* __restrict__ c, int dim,
-                                            unsigned int* __restrict__ out_ids, float* __restrict__ out_dists,
-                                            unsigned int* __restrict__ assign, float* __restrict__ lower) {
+// A dot product of the tile as float: FP32 tiles as they are, FP16 tiles (their bits) converted.
+__device__ __forceinline__ float dot_value(float v) { return v; }
+__device__ __forceinline__ float dot_value(unsigned short bits) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+}
+
+// The body of nearest2_scatter (FP32 tile) and nearest2_scatter_half (FP16 tile from FP16
+// inputs, which round as TF32's do; the tile's own rounding adds at most 2^-11 (||x||^2 +
+// ||c||^2) to their 2^-10 (...), within the allowance of four times 2^-10 (...) below).
+template <typename Dot>
+__device__ void nearest2_scatter_body(const Dot* __restrict__ dots, const float* __restrict__ x_norms,
+                                      const float* __restrict__ c_norms, int rows, int num_anchors,
+                                      const unsigned int* __restrict__ idx, unsigned int base,
+                                      const float* __restrict__ x, const float* __restrict__ c, int dim,
+                                      unsigned int* __restrict__ out_ids, float* __restrict__ out_dists,
+                                      unsigned int* __restrict__ assign, float* __restrict__ lower) {
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= rows) return;
-    const float* row = dots + (size_t)warp * num_anchors;
+    const Dot* row = dots + (size_t)warp * num_anchors;
     float xn = x_norms[warp];
     float inf = __int_as_float(0x7f800000);
     float bd = inf, sd = inf;
     int bi = 0x7fffffff, si = 0x7fffffff;
     for (int j = lane; j < num_anchors; j += 32) {
-        float d = fmaxf(xn - 2.f * row[j] + c_norms[j], 0.f);
+        float d = fmaxf(xn - 2.f * dot_value(row[j]) + c_norms[j], 0.f);
         if (better(d, j, bd, bi)) { sd = bd; si = bi; bd = d; bi = j; }
         else if (better(d, j, sd, si)) { sd = d; si = j; }
     }
@@ -290,6 +302,40 @@ extern "C" __global__ void nearest2_scatter(const float* __restrict__ dots, cons
         float bound = fminf(fmaxf(others, 0.f), loser);
         lower[p] = si < num_anchors ? sqrtf(bound) : inf;
     }
+}
+
+extern "C" __global__ void nearest2_scatter(const float* __restrict__ dots, const float* __restrict__ x_norms,
+                                            const float* __restrict__ c_norms, int rows, int num_anchors,
+                                            const unsigned int* __restrict__ idx, unsigned int base,
+                                            const float* __restrict__ x, const float* __restrict__ c, int dim,
+                                            unsigned int* __restrict__ out_ids, float* __restrict__ out_dists,
+                                            unsigned int* __restrict__ assign, float* __restrict__ lower) {
+    nearest2_scatter_body(dots, x_norms, c_norms, rows, num_anchors, idx, base, x, c, dim, out_ids, out_dists,
+                          assign, lower);
+}
+
+extern "C" __global__ void nearest2_scatter_half(const unsigned short* __restrict__ dots,
+                                                 const float* __restrict__ x_norms,
+                                                 const float* __restrict__ c_norms, int rows, int num_anchors,
+                                                 const unsigned int* __restrict__ idx, unsigned int base,
+                                                 const float* __restrict__ x, const float* __restrict__ c, int dim,
+                                                 unsigned int* __restrict__ out_ids, float* __restrict__ out_dists,
+                                                 unsigned int* __restrict__ assign, float* __restrict__ lower) {
+    nearest2_scatter_body(dots, x_norms, c_norms, rows, num_anchors, idx, base, x, c, dim, out_ids, out_dists,
+                          assign, lower);
+}
+
+// gather_rows for the FP16 copy of the points: rows idx[i] of x_half (num_points, dim) into
+// out (count, dim), their norms into out_norms.
+extern "C" __global__ void gather_rows_half(const unsigned short* __restrict__ x, const float* __restrict__ x_norms,
+                                            const unsigned int* __restrict__ idx, int count, int dim,
+                                            unsigned short* __restrict__ out, float* __restrict__ out_norms) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= count) return;
+    size_t r = idx[warp];
+    for (int d = lane; d < dim; d += 32) out[(size_t)warp * dim + d] = x[r * dim + d];
+    if (lane == 0) out_norms[warp] = x_norms[r];
 }
 
 // Nearest anchor of each point from exact FP32 distances to every anchor, for a few anchors
