@@ -864,6 +864,40 @@ impl CudaBackend {
         unsafe { self.blas.gemm(cfg, c, x, tile) }.map_err(err)
     }
 
+    /// The rows `idx` (point indices, each below the rows of `x`) of `x` (.., dim) and their
+    /// norms into the first rows of `out` and `out_norms`, by `kernel` (gather_rows for FP32
+    /// rows, gather_rows_half for FP16 ones).
+    fn gather_rows<T: cudarc::driver::DeviceRepr>(
+        &self,
+        (kernel, x, out): (&CudaFunction, &CudaSlice<T>, &mut CudaSlice<T>),
+        (x_norms, out_norms): (&CudaSlice<f32>, &mut CudaSlice<f32>),
+        idx: &CudaView<u32>,
+        dim: usize,
+    ) -> Result<()> {
+        let rows = idx.len();
+        if out.len() < rows * dim || out_norms.len() < rows || x.len() != x_norms.len() * dim {
+            return Err(err("gather_rows: buffer shapes do not match"));
+        }
+        let (r_i32, d_i32) = (rows as i32, dim as i32);
+        // SAFETY: one warp per row: idx holds `rows` point indices, below the rows of x (the
+        // callers' flags come from those rows); out holds at least rows·dim values and
+        // out_norms rows (checked above).
+        unsafe {
+            self.stream
+                .launch_builder(kernel)
+                .arg(x)
+                .arg(x_norms)
+                .arg(idx)
+                .arg(&r_i32)
+                .arg(&d_i32)
+                .arg(out)
+                .arg(out_norms)
+                .launch(Self::launch_warps(rows))
+        }
+        .map_err(err)?;
+        Ok(())
+    }
+
     /// [`Self::gemm_dots`] with FP16 operands and an FP16 tile: `tile` (rows, num_anchors) =
     /// rows `start..start + rows` of `x_half` (.., dim) · `c_half` (num_anchors, dim)ᵀ,
     /// accumulated in FP32.
@@ -1138,47 +1172,18 @@ impl CudaBackend {
             let gathered_norms = self.grow(&mut scratch.gathered_norms, room)?;
             for start in (0..count).step_by(chunk) {
                 let rows = chunk.min(count - start);
-                let r_i32 = rows as i32;
                 let idx = flagged.slice(start..start + rows);
                 match (x_half, c_half) {
                     (Some(xh), Some(ch)) => {
                         let gathered = self.grow(&mut scratch.gathered_half, room * dim)?;
-                        // SAFETY: one warp per flagged row: idx holds `rows` point indices
-                        // (< num_points) of x_half (num_points·dim); gathered holds at least
-                        // rows·dim values and gathered_norms rows.
-                        unsafe {
-                            self.stream
-                                .launch_builder(&self.kernels.gather_rows_half)
-                                .arg(xh)
-                                .arg(x_norms)
-                                .arg(&idx)
-                                .arg(&r_i32)
-                                .arg(&d_i32)
-                                .arg(&mut *gathered)
-                                .arg(&mut *gathered_norms)
-                                .launch(Self::launch_warps(rows))
-                        }
-                        .map_err(err)?;
+                        let rows_of = (&self.kernels.gather_rows_half, xh, &mut *gathered);
+                        self.gather_rows(rows_of, (x_norms, &mut *gathered_norms), &idx, dim)?;
                         self.gemm_dots_half(ch, num_anchors, gathered, 0, rows, dim, &mut tile)?;
                     }
                     _ => {
                         let gathered = self.grow(&mut scratch.gathered, room * dim)?;
-                        // SAFETY: one warp per flagged row: idx holds `rows` point indices
-                        // (< num_points); gathered holds at least rows·dim floats and
-                        // gathered_norms rows.
-                        unsafe {
-                            self.stream
-                                .launch_builder(&self.kernels.gather_rows)
-                                .arg(x)
-                                .arg(x_norms)
-                                .arg(&idx)
-                                .arg(&r_i32)
-                                .arg(&d_i32)
-                                .arg(&mut *gathered)
-                                .arg(&mut *gathered_norms)
-                                .launch(Self::launch_warps(rows))
-                        }
-                        .map_err(err)?;
+                        let rows_of = (&self.kernels.gather_rows, x, &mut *gathered);
+                        self.gather_rows(rows_of, (x_norms, &mut *gathered_norms), &idx, dim)?;
                         let Tile::F32(t) = &mut tile else {
                             return Err(err("an FP16 tile without FP16 operands"));
                         };

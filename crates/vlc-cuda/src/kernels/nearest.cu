@@ -206,15 +206,22 @@ extern "C" __global__ void compact_flags(const unsigned int* __restrict__ flags,
 }
 
 // Rows idx[0..count) of x (and their norms) into out, contiguous. One warp per row.
-extern "C" __global__ void gather_rows(const float* __restrict__ x, const float* __restrict__ x_norms,
-                                       const unsigned int* __restrict__ idx, int count, int dim,
-                                       float* __restrict__ out, float* __restrict__ out_norms) {
+template <typename T>
+__device__ void gather_rows_body(const T* __restrict__ x, const float* __restrict__ x_norms,
+                                 const unsigned int* __restrict__ idx, int count, int dim, T* __restrict__ out,
+                                 float* __restrict__ out_norms) {
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= count) return;
     size_t r = idx[warp];
     for (int d = lane; d < dim; d += 32) out[(size_t)warp * dim + d] = x[r * dim + d];
     if (lane == 0) out_norms[warp] = x_norms[r];
+}
+
+extern "C" __global__ void gather_rows(const float* __restrict__ x, const float* __restrict__ x_norms,
+                                       const unsigned int* __restrict__ idx, int count, int dim,
+                                       float* __restrict__ out, float* __restrict__ out_norms) {
+    gather_rows_body(x, x_norms, idx, count, dim, out, out_norms);
 }
 
 // Nearest and runner-up from a GEMM tile (rows of the tile are points idx[row], or base + row
@@ -330,12 +337,7 @@ extern "C" __global__ void nearest2_scatter_half(const unsigned short* __restric
 extern "C" __global__ void gather_rows_half(const unsigned short* __restrict__ x, const float* __restrict__ x_norms,
                                             const unsigned int* __restrict__ idx, int count, int dim,
                                             unsigned short* __restrict__ out, float* __restrict__ out_norms) {
-    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (warp >= count) return;
-    size_t r = idx[warp];
-    for (int d = lane; d < dim; d += 32) out[(size_t)warp * dim + d] = x[r * dim + d];
-    if (lane == 0) out_norms[warp] = x_norms[r];
+    gather_rows_body(x, x_norms, idx, count, dim, out, out_norms);
 }
 
 // Nearest anchor of each point from exact FP32 distances to every anchor, for a few anchors
