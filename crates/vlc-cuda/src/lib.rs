@@ -915,6 +915,27 @@ impl CudaBackend {
         let Tile::F16(tile) = tile else {
             return Err(err("an FP16 GEMM needs an FP16 tile"));
         };
+        let operands = (c_half, x_half, start, dim);
+        self.gemm_half(
+            operands,
+            num_anchors,
+            rows,
+            *tile,
+            cublas_sys::cudaDataType::CUDA_R_16F,
+        )
+    }
+
+    /// `tile` (rows, num_anchors), row-major, of type `tile_type` (FP32 or FP16, matching
+    /// `T`) = rows `start..start + rows` of `x_half` (.., dim) · `c_half` (num_anchors, dim)ᵀ,
+    /// FP16 operands, FP32 accumulation on the tensor cores.
+    fn gemm_half<T: cudarc::driver::DeviceRepr>(
+        &self,
+        (c_half, x_half, start, dim): (&CudaSlice<u16>, &CudaSlice<u16>, usize, usize),
+        num_anchors: usize,
+        rows: usize,
+        tile: &mut CudaSlice<T>,
+        tile_type: cublas_sys::cudaDataType,
+    ) -> Result<()> {
         if c_half.len() < num_anchors * dim
             || x_half.len() < (start + rows) * dim
             || tile.len() < rows * num_anchors
@@ -926,9 +947,10 @@ impl CudaBackend {
         let (b_ptr, _rb) = x_half.device_ptr(&self.stream);
         let (c_ptr, _rc) = tile.device_ptr_mut(&self.stream);
         let b_ptr = b_ptr + (start * dim * 2) as u64;
-        // SAFETY: column-major view as in gemm_dots, FP16 throughout (FP32 accumulation): A
-        // is (dim × k, ld dim), B (dim × rows, ld dim) from row `start`, C (k × rows, ld k);
-        // the lengths are checked above.
+        // SAFETY: column-major view as in gemm_dots, FP16 inputs (FP32 accumulation): A is
+        // (dim × k, ld dim), B (dim × rows, ld dim) from row `start`, C (k × rows, ld k) of
+        // tile_type, whose element size is T's (the callers pair them); the lengths are checked
+        // above.
         unsafe {
             cublas_sys::cublasGemmEx(
                 *self.blas.handle(),
@@ -946,7 +968,7 @@ impl CudaBackend {
                 dim as i32,
                 &beta as *const f32 as *const _,
                 c_ptr as *mut _,
-                cublas_sys::cudaDataType::CUDA_R_16F,
+                tile_type,
                 num_anchors as i32,
                 cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
@@ -1800,7 +1822,7 @@ impl Backend for CudaBackend {
         // FP16 only when both sides fit; otherwise the handle's TF32 (or FP32) GEMM.
         let halves = x_half.zip(c_half);
 
-        let (k_i32, d_i32, m_i32) = (num_anchors as i32, dim as i32, per_point as i32);
+        let (k_i32, m_i32) = (num_anchors as i32, per_point as i32);
         let ids = self.grow(s_ids, num_points * per_point)?;
         let dists = self.grow(s_dists, num_points * per_point)?;
         let chunk = self.chunk_rows(num_points, num_anchors)?;
@@ -1809,41 +1831,13 @@ impl Backend for CudaBackend {
         while start < num_points {
             let rows = chunk.min(num_points - start);
             match halves {
-                Some((xh, ch)) => {
-                    let (alpha, beta) = (1.0f32, 0.0f32);
-                    let (a_ptr, _ra) = ch.device_ptr(&self.stream);
-                    let (b_ptr, _rb) = xh.device_ptr(&self.stream);
-                    let (c_ptr, _rc) = tile.device_ptr_mut(&self.stream);
-                    let b_ptr = b_ptr + (start * dim * 2) as u64;
-                    // SAFETY: column-major view as in the FP32 branch, with FP16 inputs: A is
-                    // (dim × k, ld dim), B (dim × rows, ld dim) from row `start`, C (k × rows,
-                    // ld k) FP32; every buffer holds at least those elements.
-                    unsafe {
-                        cublas_sys::cublasGemmEx(
-                            *self.blas.handle(),
-                            cublas_sys::cublasOperation_t::CUBLAS_OP_T,
-                            cublas_sys::cublasOperation_t::CUBLAS_OP_N,
-                            k_i32,
-                            rows as i32,
-                            d_i32,
-                            &alpha as *const f32 as *const _,
-                            a_ptr as *const _,
-                            cublas_sys::cudaDataType::CUDA_R_16F,
-                            d_i32,
-                            b_ptr as *const _,
-                            cublas_sys::cudaDataType::CUDA_R_16F,
-                            d_i32,
-                            &beta as *const f32 as *const _,
-                            c_ptr as *mut _,
-                            cublas_sys::cudaDataType::CUDA_R_32F,
-                            k_i32,
-                            cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                            cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
-                        )
-                    }
-                    .result()
-                    .map_err(err)?;
-                }
+                Some((xh, ch)) => self.gemm_half(
+                    (ch, xh, start, dim),
+                    num_anchors,
+                    rows,
+                    tile,
+                    cublas_sys::cudaDataType::CUDA_R_32F,
+                )?,
                 None => {
                     let xs = x.slice(start * dim..(start + rows) * dim);
                     self.gemm_dots(
