@@ -1049,9 +1049,23 @@ impl CudaBackend {
         let half =
             matches!(self.precision, GemmPrecision::Fp16 | GemmPrecision::Mixed) && !small && {
                 if r.half.is_none() {
-                    let mut h = self.alloc::<u16>(r.data.len())?;
-                    let fits = self.to_half(&r.data.slice(..), &mut h, &mut scratch.overflow)?;
-                    r.half = Some(fits.then_some(h));
+                    // The FP16 copy is half the points' size again: where the device has no
+                    // room for it (twice its size free, so that later buffers still fit), the
+                    // assignment stays on TF32 instead of failing.
+                    let room = self.memory()?.0 >= 4 * r.data.len();
+                    let copy = if room {
+                        self.alloc::<u16>(r.data.len())
+                    } else {
+                        Err(err("no room for an FP16 copy"))
+                    };
+                    r.half = Some(match copy {
+                        Ok(mut h) => {
+                            let x = r.data.slice(..);
+                            let fits = self.to_half(&x, &mut h, &mut scratch.overflow)?;
+                            fits.then_some(h)
+                        }
+                        Err(_) => None,
+                    });
                 }
                 if r.max_abs.is_none() {
                     r.max_abs = Some(self.max_abs(&r.data.slice(..), &mut scratch.max_abs)?);
