@@ -202,9 +202,10 @@ struct Scratch {
     split_counts: Option<CudaSlice<u32>>,
 }
 
-/// Page-locked host memory that large results are read back through: the driver copies into
-/// it at full bus speed, where a copy into ordinary (pageable) memory goes through a bounce
-/// buffer at a fraction of it. Plain (cached) host memory, not write-combined, because the CPU
+/// Page-locked host memory that results are read back through: the driver copies into it at
+/// full bus speed and asynchronously, so the read-backs of one call share one wait, where a
+/// copy into ordinary (pageable) memory goes through a bounce buffer at a fraction of that
+/// speed and waits each time. Plain (cached) host memory, not write-combined, because the CPU
 /// reads it. Each only grows.
 #[derive(Default)]
 struct Staging {
@@ -371,7 +372,8 @@ const CHECKED_ALLOCATION: usize = 64 << 20;
 /// instead of checking distance bounds first (and use no FP16 tile): on an H100 the whole
 /// ranking of 10,000 x 128 against 256 anchors (3·10^8) takes a few microseconds, the bound
 /// check's launches and read-back about 0.1 ms. `VLC_CUDA_SMALL_WORK` sets another (0: none
-/// is small, as the conformance run of the bounded and FP16 paths on small shapes needs).
+/// is small, as the conformance run of the bounded and FP16 paths on small shapes needs;
+/// seeding-size shapes still take `nearest_direct`, which this limit does not gate).
 const BOUNDED_MIN_WORK: usize = 1 << 31;
 
 impl CudaBackend {
@@ -2019,10 +2021,17 @@ impl Backend for CudaBackend {
         }
         .map_err(err)?;
         let mut host_side = vec![0u32; total];
-        self.get_into(&mut staging.words, side, &mut host_side)?;
         let mut host_means = vec![0f32; num_lists * 2 * dim];
-        self.get_into(&mut staging.floats, means, &mut host_means)?;
-        let host_counts = self.get(counts, num_lists * 2)?;
+        let mut host_counts = vec![0u32; num_lists * 2];
+        // All three queued, one wait.
+        self.stage_reads(
+            &mut staging.words,
+            &[(side, total), (counts, num_lists * 2)],
+        )?;
+        self.stage_reads(&mut staging.floats, &[(means, host_means.len())])?;
+        self.stream.synchronize().map_err(err)?;
+        unstage(&mut staging.words, &mut [&mut host_side, &mut host_counts])?;
+        unstage(&mut staging.floats, &mut [&mut host_means])?;
         Ok(vlc::backend::split::assemble_splits(
             lists,
             &offsets,

@@ -2,7 +2,8 @@
 //! reference within rounding), and with the precision users get (`CudaBackend::new`: the
 //! mixed TF32 / FP16 default, or `VLC_CUDA_PRECISION`), whose near-ties the suite allows
 //! within `ranking_rounding`. `VLC_CUDA_SMALL_WORK=0` sends the suite's small shapes through the
-//! paths of large ones (distance bounds, FP16 tiles). Without a usable GPU every case prints
+//! paths of large ones (distance bounds, FP16 tiles), except those of seeding size, which
+//! `nearest_direct` ranks either way. Without a usable GPU every case prints
 //! `SKIPPED` and passes.
 
 /// `None` (tests skip) only when this machine has no CUDA device. A device that is present but
