@@ -300,14 +300,14 @@ impl Tile<'_> {
 /// Assignments of pinned points with at most this many (point, anchor) pairs, to anchors of
 /// at most `DIRECT_MAX_FLOATS` floats (48 KiB, the default shared-memory limit), are computed
 /// from exact distances in one launch (`nearest_direct`): a seeding round's few anchors. A
-/// cuBLAS GEMM call alone costs the host 16-25 us on the H100; 2^18 pairs keep the kernel's
-/// warp reductions to a few microseconds.
+/// cuBLAS GEMM call alone costs the host 16-21 us on the H100 (run T's iteration_probe);
+/// 2^18 pairs keep the kernel's warp reductions to a few microseconds.
 const DIRECT_MAX_PAIRS: usize = 1 << 18;
 const DIRECT_MAX_FLOATS: usize = 12 << 10;
 
 /// Assignments of at most this many points, to at most `GROUP_SMALL_ANCHORS` anchors, are
 /// grouped by anchor in one launch of one block (`group_small`) instead of five launches:
-/// on an H100 it saved 12 us of 72 at 10,000 points and lost 70 us at 65,536.
+/// on an H100 (iteration_probe) it was the faster at 10,000 points and the slower at 65,536.
 const GROUP_SMALL_POINTS: usize = 1 << 14;
 const GROUP_SMALL_ANCHORS: usize = 4096;
 
@@ -371,7 +371,7 @@ const CHECKED_ALLOCATION: usize = 64 << 20;
 /// Assignments of fewer multiply-adds (points · anchors · dim) than this rank every point
 /// instead of checking distance bounds first (and use no FP16 tile): on an H100 the whole
 /// ranking of 10,000 x 128 against 256 anchors (3·10^8) takes a few microseconds, the bound
-/// check's launches and read-back about 0.1 ms. `VLC_CUDA_SMALL_WORK` sets another (0: none
+/// check's launches and read-back cost more than that. `VLC_CUDA_SMALL_WORK` sets another (0: none
 /// is small, as the conformance run of the bounded and FP16 paths on small shapes needs;
 /// seeding-size shapes still take `nearest_direct`, which this limit does not gate).
 const BOUNDED_MIN_WORK: usize = 1 << 31;
