@@ -35,6 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     let arg = |i: usize, d: usize| args.get(i).copied().unwrap_or(d);
     let (mut n, mut dim, k, repeats) = (arg(0, 10_000), arg(1, 128), arg(2, 256), arg(3, 200));
+    let iterations = arg(4, 30);
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         state = state
@@ -77,6 +78,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             spread(read4),
             k * dim * 4 / 1024,
             spread(upload)
+        );
+        // The same upload through page-locked memory (host copy included), and the host
+        // compares that could skip it: one thread, and rayon over 64 KiB pieces.
+        // SAFETY: every element is written by the copy below before the upload reads it.
+        let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<f32>(k * dim, 0) }?;
+        // Byte views, as the backend compares (a float compare's loop is slower).
+        // SAFETY: any initialised f32 is 4 initialised bytes; the views cover exactly the vecs,
+        // which outlive them.
+        let bytes = |v: &Vec<f32>| unsafe {
+            std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4)
+        };
+        let mirror_floats = host_anchors.clone();
+        let (mirror, current) = (bytes(&mirror_floats), bytes(&host_anchors));
+        let (mut staged, mut compare, mut par_compare) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..repeats {
+            time(&mut staged, || -> Result<(), Box<dyn std::error::Error>> {
+                pinned.as_mut_slice()?.copy_from_slice(&host_anchors);
+                stream.memcpy_htod(&pinned, &mut big)?;
+                Ok(stream.synchronize()?)
+            })?;
+            let same = time(&mut compare, || {
+                std::hint::black_box(mirror) == std::hint::black_box(current)
+            });
+            use rayon::prelude::*;
+            let par_same = time(&mut par_compare, || {
+                std::hint::black_box(mirror)
+                    .par_chunks(1 << 16)
+                    .zip(std::hint::black_box(current).par_chunks(1 << 16))
+                    .all(|(a, b)| a == b)
+            });
+            assert!(same && par_same);
+        }
+        println!(
+            "host: upload through page-locked memory {}, compare {}, compare on {} threads {}",
+            spread(staged),
+            spread(compare),
+            rayon::current_num_threads(),
+            spread(par_compare)
         );
         // A kernel launch (host side, and with its wait) and a free-memory query.
         let ptx = cudarc::nvrtc::compile_ptx(
@@ -194,16 +233,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // time of each iteration from the progress callback.
     let params = vlc::train::TrainParams {
         num_anchors: k,
-        max_iterations: 30,
-        min_iterations: 30,
+        max_iterations: iterations,
+        min_iterations: iterations,
         max_points_per_anchor: n.div_ceil(k),
         holdout_fraction: 0.0,
         ..Default::default()
     };
+    let traced = Traced {
+        inner: &backend,
+        calls: Default::default(),
+    };
     for run in 0..4 {
         let mut marks = vec![Instant::now()];
         let start = Instant::now();
-        let (_, report) = vlc::train::train_anchors(&backend, &points, dim, &params, &mut |_| {
+        traced.calls.lock().unwrap().clear();
+        let (_, report) = vlc::train::train_anchors(&traced, &points, dim, &params, &mut |_| {
             marks.push(Instant::now())
         })?;
         let total = start.elapsed().as_secs_f64() * 1e3;
@@ -224,6 +268,149 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             phases.maintenance * 1e3,
             spread(per)
         );
+        // The last training's backend calls, grouped by kind and shape.
+        if run == 3 {
+            traced.summary();
+        }
     }
     Ok(())
+}
+
+/// A backend that times every call of the one it wraps (each call returns host data, so it
+/// has finished when it returns): where a training's time goes, call by call.
+struct Traced<'b> {
+    inner: &'b vlc_cuda::CudaBackend,
+    /// (label, microseconds), in call order.
+    calls: std::sync::Mutex<Vec<(String, f64)>>,
+}
+
+impl Traced<'_> {
+    fn timed<T>(&self, label: String, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        self.calls.lock().unwrap().push((label, us));
+        out
+    }
+
+    fn summary(&self) {
+        let calls = self.calls.lock().unwrap();
+        let mut groups: Vec<(String, Vec<f64>)> = Vec::new();
+        for (label, us) in calls.iter() {
+            match groups.iter_mut().find(|(l, _)| l == label) {
+                Some((_, v)) => v.push(*us),
+                None => groups.push((label.clone(), vec![*us])),
+            }
+        }
+        println!("  backend calls of the last training (count, total ms, median / mean / 90th percentile us):");
+        let mut costliest = (0.0, String::new(), Vec::new());
+        for (label, v) in groups {
+            let total: f64 = v.iter().sum::<f64>() / 1e3;
+            if total > costliest.0 && !label.starts_with("pin") {
+                costliest = (total, label.clone(), v.clone());
+            }
+            println!("    {label:<44} {:>4} {total:>8.2}  {}", v.len(), spread(v));
+        }
+        let each: Vec<String> = costliest
+            .2
+            .iter()
+            .map(|us| format!("{:.1}", us / 1e3))
+            .collect();
+        println!("  {} in call order (ms): {}", costliest.1, each.join(" "));
+    }
+}
+
+/// Anchor counts of seeding rounds vary: one label for all of them.
+fn shape(points: usize, anchors: usize) -> String {
+    if anchors < 64 {
+        format!("{points} x <64")
+    } else {
+        format!("{points} x {anchors}")
+    }
+}
+
+impl vlc::backend::Backend for Traced<'_> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn ranking_rounding(&self) -> f32 {
+        self.inner.ranking_rounding()
+    }
+    fn pin<'a>(&'a self, points: &'a [f32]) -> vlc::Result<vlc::backend::PinGuard<'a>> {
+        self.timed(format!("pin {}", points.len()), || self.inner.pin(points))
+    }
+    fn nearest_anchors(
+        &self,
+        points: &[f32],
+        anchors: &[f32],
+        dim: usize,
+        per_point: usize,
+    ) -> vlc::Result<vlc::backend::Nearest> {
+        let label = format!(
+            "nearest{per_point} {}",
+            shape(points.len() / dim, anchors.len() / dim)
+        );
+        self.timed(label, || {
+            self.inner.nearest_anchors(points, anchors, dim, per_point)
+        })
+    }
+    fn accumulate(
+        &self,
+        points: &[f32],
+        dim: usize,
+        assignment: &[u32],
+        dists: &[f32],
+        thresholds: &[f32],
+    ) -> vlc::Result<vlc::backend::AnchorSums> {
+        self.timed("accumulate".into(), || {
+            self.inner
+                .accumulate(points, dim, assignment, dists, thresholds)
+        })
+    }
+    fn update(
+        &self,
+        anchors: &mut [f32],
+        dim: usize,
+        sums: &vlc::backend::AnchorSums,
+        step: f32,
+    ) -> vlc::Result<()> {
+        self.timed("update".into(), || {
+            self.inner.update(anchors, dim, sums, step)
+        })
+    }
+    fn accumulate_and_update(
+        &self,
+        points: &[f32],
+        anchors: &mut [f32],
+        dim: usize,
+        nearest: &vlc::backend::Nearest,
+        thresholds: &[f32],
+        step: f32,
+    ) -> vlc::Result<vlc::backend::AnchorSums> {
+        self.timed("accumulate_and_update".into(), || {
+            self.inner
+                .accumulate_and_update(points, anchors, dim, nearest, thresholds, step)
+        })
+    }
+    fn split_lists(
+        &self,
+        points: &[f32],
+        dim: usize,
+        centers: &[f32],
+        lists: &[&[u32]],
+    ) -> vlc::Result<Vec<Option<vlc::backend::ListSplit>>> {
+        self.timed(format!("split_lists {}", lists.len()), || {
+            self.inner.split_lists(points, dim, centers, lists)
+        })
+    }
+    fn trimmed_thresholds(
+        &self,
+        nearest: &vlc::backend::Nearest,
+        num_anchors: usize,
+        trim: f32,
+    ) -> vlc::Result<Vec<f32>> {
+        self.timed("trimmed_thresholds".into(), || {
+            self.inner.trimmed_thresholds(nearest, num_anchors, trim)
+        })
+    }
 }

@@ -72,6 +72,7 @@ struct Kernels {
     nearest1_from_dots: CudaFunction,
     to_half: CudaFunction,
     anchor_drift: CudaFunction,
+    mover_lower: CudaFunction,
     bound_check: CudaFunction,
     count_flags: CudaFunction,
     compact_flags: CudaFunction,
@@ -88,7 +89,9 @@ struct Kernels {
     select_thresholds: CudaFunction,
     group_small: CudaFunction,
     update_anchors: CudaFunction,
-    split_lists: CudaFunction,
+    split_far: CudaFunction,
+    split_side: CudaFunction,
+    split_means: CudaFunction,
 }
 
 /// A host buffer kept on the device by [`Backend::pin`], with what is derived from it on first
@@ -106,6 +109,8 @@ struct Resident {
     max_norm2: Option<f32>,
     /// Distance bounds of the last one-per-point assignment of these points.
     bounds: Option<Bounds>,
+    /// Live [`PinGuard`]s of this buffer; the copy is freed when the last one drops.
+    pins: usize,
 }
 
 /// What [`CudaBackend::nearest_bounded`] keeps between calls for one resident buffer.
@@ -155,8 +160,20 @@ struct Scratch {
     member_counts: Option<CudaSlice<u32>>,
     /// One value: the largest |x| as float bits.
     max_abs: Option<CudaSlice<u32>>,
-    /// One value: the largest anchor move as float bits.
+    /// Two values: the largest anchor move as float bits, and 0 (the move a bound check
+    /// applies when `mover_lower` already lowered the bounds).
     max_drift: Option<CudaSlice<u32>>,
+    /// Each anchor's move since the last bounded assignment. Layout: (num_anchors,).
+    drifts: Option<CudaSlice<f32>>,
+    /// The anchors that moved far (see [`pick_movers`]). Layout: (num_movers,).
+    movers: Option<CudaSlice<u32>>,
+    /// Their rows. Layout: (num_movers, dim), row-major.
+    mover_rows: Option<CudaSlice<f32>>,
+    /// Their squared norms. Layout: (num_movers,).
+    mover_norms: Option<CudaSlice<f32>>,
+    /// Dot products of one chunk of points with the movers. Layout: (chunk rows, num_movers),
+    /// row-major.
+    mover_tile: Option<CudaSlice<f32>>,
     /// 1 for points whose anchor must be searched again. Layout: (num_points,).
     flags: Option<CudaSlice<u32>>,
     /// Flagged points per block of 1024, then their exclusive scan. Layout: (blocks + 1,).
@@ -190,8 +207,17 @@ struct Scratch {
     overflow: Option<CudaSlice<i32>>,
     /// Lists to split, concatenated. Layout: (total members,).
     split_members: Option<CudaSlice<u32>>,
-    /// Start of each list in `split_members`. Layout: (num_lists + 1,).
+    /// Start of each list in `split_members`, then of each list's first chunk of
+    /// `SPLIT_CHUNK` members. Layout: (2, num_lists + 1).
     split_offsets: Option<CudaSlice<u32>>,
+    /// Each chunk's member farthest from its list's centre: squared distance and point index.
+    /// Layout: (num_chunks,).
+    split_best_dist: Option<CudaSlice<f32>>,
+    split_best_index: Option<CudaSlice<u32>>,
+    /// Each chunk's sums of its minus-side and plus-side rows. Layout: (num_chunks, 2, dim).
+    split_partial: Option<CudaSlice<f64>>,
+    /// Each chunk's minus and plus counts. Layout: (num_chunks, 2).
+    split_partial_counts: Option<CudaSlice<u32>>,
     /// Layout: (num_lists, dim), row-major.
     split_centers: Option<CudaSlice<f32>>,
     /// 1 for members on the plus side. Layout: (total members,).
@@ -248,6 +274,9 @@ pub struct CudaBackend {
     use_bounds: bool,
     /// [`BOUNDED_MIN_WORK`], or `VLC_CUDA_SMALL_WORK`.
     small_work: usize,
+    /// `VLC_CUDA_TRACE=1`: each bounded assignment prints its movers and how many points it
+    /// ranked, on stderr (a diagnostic for tuning, off by default).
+    trace: bool,
     cache: KernelCache,
     /// The search kernel, compiled on first use (training never needs it).
     search: OnceLock<CudaFunction>,
@@ -311,31 +340,107 @@ const DIRECT_MAX_FLOATS: usize = 12 << 10;
 const GROUP_SMALL_POINTS: usize = 1 << 14;
 const GROUP_SMALL_ANCHORS: usize = 4096;
 
-/// Anchors of at most this many floats (1 MiB) are mirrored on the host (see
+/// Anchors of at most this many floats (64 MiB) are mirrored on the host (see
 /// `CudaBackend::put_anchors`).
-const MIRRORED_ANCHORS: usize = 1 << 18;
+const MIRRORED_ANCHORS: usize = 1 << 24;
+
+/// Host copies and compares of more floats than this are spread over threads: on the H100
+/// machine a compare of 6 MiB of anchors took 0.38 ms on one thread and 0.12 ms on 16, against
+/// 0.48 ms for their upload (iteration_probe).
+const PARALLEL_FLOATS: usize = 1 << 16;
+
+/// A bounded assignment treats anchors apart as "movers" when their moves are at least this
+/// many times the largest move of the rest (see [`pick_movers`]).
+const MOVER_RATIO: f32 = 2.0;
+
+/// The anchors that moved far, given each anchor's move (`drifts`, (num_anchors,)), and the
+/// largest move of the others. A bounded assignment lowers every point's bound by the largest
+/// move; after maintenance, whose merges and splits put a few anchors far from where they
+/// were, that sends every point to the GEMM. Taking the movers apart (their distances from a
+/// GEMM of every point against them alone) lowers the bounds by the others' largest move
+/// instead. The movers are the `m` largest moves, `m` at most num_anchors / 4 (so their GEMM
+/// costs at most a quarter of a full one), where the largest gap between consecutive sorted
+/// moves is, and only when that gap is a factor of at least `MOVER_RATIO`; otherwise none,
+/// and the largest move. Movers in increasing id order.
+fn pick_movers(drifts: &[f32]) -> (Vec<u32>, f32) {
+    let k = drifts.len();
+    let mut order: Vec<u32> = (0..k as u32).collect();
+    order.sort_unstable_by(|&a, &b| {
+        drifts[b as usize]
+            .total_cmp(&drifts[a as usize])
+            .then(a.cmp(&b))
+    });
+    let sorted = |i: usize| drifts[order[i] as usize];
+    let Some(&first) = order.first() else {
+        return (Vec::new(), 0.0);
+    };
+    let (mut best, mut best_ratio) = (0, 1.0f32);
+    for m in 1..=k / 4 {
+        let ratio = sorted(m - 1) / sorted(m).max(f32::MIN_POSITIVE);
+        if ratio > best_ratio {
+            (best, best_ratio) = (m, ratio);
+        }
+    }
+    if best == 0 || best_ratio < MOVER_RATIO {
+        return (Vec::new(), drifts[first as usize]);
+    }
+    let mut movers = order[..best].to_vec();
+    movers.sort_unstable();
+    (movers, sorted(best))
+}
+
+/// Members per block of the device's list split (`SPLIT_CHUNK` in `kernels/split.cu`).
+const SPLIT_CHUNK: usize = 256;
+
+/// The bytes of `v`.
+fn bytes_of(v: &[f32]) -> &[u8] {
+    // SAFETY: any initialised f32 is 4 initialised bytes; the view covers exactly the slice
+    // and borrows it.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
 
 /// Whether `a` and `b` hold the same floats bit for bit (a byte compare: the float compare's
 /// element loop took longer than the upload it saves).
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
-    // SAFETY: any initialised f32 is 4 initialised bytes; the views cover exactly the slices.
-    let bytes = |v: &[f32]| unsafe {
-        std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v))
-    };
-    bytes(a) == bytes(b)
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() <= PARALLEL_FLOATS {
+        return bytes_of(a) == bytes_of(b);
+    }
+    use rayon::prelude::*;
+    bytes_of(a)
+        .par_chunks(4 * PARALLEL_FLOATS)
+        .zip(bytes_of(b).par_chunks(4 * PARALLEL_FLOATS))
+        .all(|(x, y)| x == y)
+}
+
+/// `dst.copy_from_slice(src)`, over threads when large.
+fn copy_large<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
+    if src.len() <= PARALLEL_FLOATS {
+        dst.copy_from_slice(src);
+        return;
+    }
+    use rayon::prelude::*;
+    dst.par_chunks_mut(PARALLEL_FLOATS)
+        .zip(src.par_chunks(PARALLEL_FLOATS))
+        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// Record that the device's anchors now hold `anchors` (when they are small enough to mirror).
 fn mirror_anchors(mirror: &mut Vec<f32>, anchors: &[f32]) {
-    mirror.clear();
-    if anchors.len() <= MIRRORED_ANCHORS {
-        mirror.extend_from_slice(anchors);
+    if anchors.len() > MIRRORED_ANCHORS {
+        mirror.clear();
+        return;
     }
+    // Resized without clearing first: only the length changes hands, the copy writes it all.
+    mirror.resize(anchors.len(), 0.0);
+    copy_large(mirror, anchors);
 }
 
 /// After the stream has caught up with [`CudaBackend::stage_reads`]: consecutive ranges of `staging`
 /// into `outs`, in the order they were staged.
-fn unstage<T: Copy + cudarc::driver::ValidAsZeroBits>(
+fn unstage<T: Copy + Send + Sync + cudarc::driver::ValidAsZeroBits>(
     staging: &mut Option<PinnedHostSlice<T>>,
     outs: &mut [&mut [T]],
 ) -> Result<()> {
@@ -352,8 +457,9 @@ fn unstage<T: Copy + cudarc::driver::ValidAsZeroBits>(
     }
     let mut at = 0;
     for out in outs.iter_mut() {
-        out.copy_from_slice(&host[at..at + out.len()]);
-        at += out.len();
+        let len = out.len();
+        copy_large(out, &host[at..at + len]);
+        at += len;
     }
     Ok(())
 }
@@ -443,8 +549,10 @@ impl CudaBackend {
                 "nearest_direct",
                 "nearest2_scatter_half",
                 "gather_rows_half",
+                "mover_lower",
             ],
         )?;
+        let mover_lower = f.pop().unwrap();
         let gather_rows_half = f.pop().unwrap();
         let nearest2_scatter_half = f.pop().unwrap();
         let nearest_direct = f.pop().unwrap();
@@ -485,9 +593,14 @@ impl CudaBackend {
         )?
         .pop()
         .unwrap();
-        let split_lists = load("split", include_str!("kernels/split.cu"), &["split_lists"])?
-            .pop()
-            .unwrap();
+        let mut f = load(
+            "split",
+            include_str!("kernels/split.cu"),
+            &["split_far", "split_side", "split_means"],
+        )?;
+        let split_means = f.pop().unwrap();
+        let split_side = f.pop().unwrap();
+        let split_far = f.pop().unwrap();
         let device_name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
         let tile_bytes = match std::env::var("VLC_CUDA_TILE_MB").ok() {
             Some(v) => match v.parse::<usize>() {
@@ -511,6 +624,7 @@ impl CudaBackend {
                 )))
             }
         };
+        let trace = std::env::var("VLC_CUDA_TRACE").is_ok_and(|v| v == "1");
         let small_work = match std::env::var("VLC_CUDA_SMALL_WORK").ok() {
             None => BOUNDED_MIN_WORK,
             Some(v) => v.parse::<usize>().map_err(|_| {
@@ -529,6 +643,7 @@ impl CudaBackend {
                 nearest1_from_dots,
                 to_half,
                 anchor_drift,
+                mover_lower,
                 bound_check,
                 count_flags,
                 compact_flags,
@@ -545,13 +660,16 @@ impl CudaBackend {
                 select_thresholds,
                 group_small,
                 update_anchors,
-                split_lists,
+                split_far,
+                split_side,
+                split_means,
             },
             precision,
             device_name,
             tile_bytes,
             use_bounds,
             small_work,
+            trace,
             cache,
             search: OnceLock::new(),
             state: Mutex::new(State::default()),
@@ -647,7 +765,7 @@ impl CudaBackend {
 
     /// [`Self::put`] for anchors, skipped when `mirror` shows that `slot` already holds them:
     /// a training iteration uploads the same anchors twice (assignment, then update), and a
-    /// small upload costs more than comparing (anchors of at most `MIRRORED_ANCHORS` floats).
+    /// upload costs more than comparing (anchors of at most `MIRRORED_ANCHORS` floats).
     fn put_anchors<'s>(
         &self,
         slot: &'s mut Option<CudaSlice<f32>>,
@@ -680,7 +798,9 @@ impl CudaBackend {
 
     /// The first `out.len()` elements of `d` into `out`, through the page-locked `staging`
     /// buffer (grown as needed).
-    fn get_into<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy>(
+    fn get_into<
+        T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync,
+    >(
         &self,
         staging: &mut Option<PinnedHostSlice<T>>,
         d: &CudaSlice<T>,
@@ -994,7 +1114,10 @@ impl CudaBackend {
         dim: usize,
     ) -> Result<usize> {
         let State {
-            resident, scratch, ..
+            resident,
+            scratch,
+            staging,
+            ..
         } = state;
         let r = resident
             .get_mut(&key)
@@ -1129,9 +1252,11 @@ impl CudaBackend {
         let mut ranked = 0;
         if !full {
             // Zeroed on the stream (a host upload would wait for it).
-            let drift = self.grow(&mut scratch.max_drift, 1)?;
+            let drift = self.grow(&mut scratch.max_drift, 2)?;
             self.stream.memset_zeros(&mut *drift).map_err(err)?;
-            // SAFETY: one warp per anchor over k·d floats of both anchor buffers.
+            let drifts = self.grow(&mut scratch.drifts, num_anchors)?;
+            // SAFETY: one warp per anchor over k·d floats of both anchor buffers; writes one
+            // move per anchor (drifts holds num_anchors) and the first word of drift.
             unsafe {
                 self.stream
                     .launch_builder(&self.kernels.anchor_drift)
@@ -1140,9 +1265,69 @@ impl CudaBackend {
                     .arg(&k_i32)
                     .arg(&d_i32)
                     .arg(&mut *drift)
+                    .arg(&mut *drifts)
                     .launch(Self::launch_warps(num_anchors))
             }
             .map_err(err)?;
+            // The moves, read back (one wait), pick the anchors that moved far.
+            let mut host_drifts = vec![0f32; num_anchors];
+            self.stage_reads(&mut staging.floats, &[(&*drifts, num_anchors)])?;
+            self.stream.synchronize().map_err(err)?;
+            unstage(&mut staging.floats, &mut [&mut host_drifts])?;
+            let (movers, stable_drift) = pick_movers(&host_drifts);
+            if !movers.is_empty() {
+                let m = movers.len();
+                let d_movers = self.put(&mut scratch.movers, &movers)?;
+                let rows_of_movers = self.grow(&mut scratch.mover_rows, m * dim)?;
+                let mover_norms = self.grow(&mut scratch.mover_norms, m)?;
+                let m_i32 = m as i32;
+                // SAFETY: gather_rows, one warp per mover: the m ids in d_movers are anchor ids
+                // (< num_anchors, from pick_movers) of c (num_anchors·dim floats) and c_norms
+                // (num_anchors); writes m·dim floats and m norms, the sizes grown above.
+                unsafe {
+                    self.stream
+                        .launch_builder(&self.kernels.gather_rows)
+                        .arg(&c)
+                        .arg(&*c_norms)
+                        .arg(&*d_movers)
+                        .arg(&m_i32)
+                        .arg(&d_i32)
+                        .arg(&mut *rows_of_movers)
+                        .arg(&mut *mover_norms)
+                        .launch(Self::launch_warps(m))
+                }
+                .map_err(err)?;
+                let mover_chunk = self.chunk_rows(num_points, m)?;
+                let mover_tile = self.grow(&mut scratch.mover_tile, mover_chunk * m)?;
+                let mover_rows = rows_of_movers.slice(0..m * dim);
+                for start in (0..num_points).step_by(mover_chunk) {
+                    let rows = mover_chunk.min(num_points - start);
+                    let xs = x.slice(start * dim..(start + rows) * dim);
+                    self.gemm_dots(&mover_rows, m, &xs, rows, dim, mover_tile)?;
+                    let (r_i32, base) = (rows as i32, start as u32);
+                    // SAFETY: one warp per row of the tile (rows·m dots); reads point
+                    // base + row's norm and anchor (x_norms and b.assign hold num_points), the
+                    // m mover ids and norms; writes that point's lower bound (num_points).
+                    unsafe {
+                        self.stream
+                            .launch_builder(&self.kernels.mover_lower)
+                            .arg(&*mover_tile)
+                            .arg(x_norms)
+                            .arg(&*mover_norms)
+                            .arg(&*d_movers)
+                            .arg(&r_i32)
+                            .arg(&m_i32)
+                            .arg(&base)
+                            .arg(&b.assign)
+                            .arg(&stable_drift)
+                            .arg(&mut b.lower)
+                            .launch(Self::launch_warps(rows))
+                    }
+                    .map_err(err)?;
+                }
+            }
+            // With movers the bounds are lowered already: the check lowers them by 0 more.
+            let drift = drift.slice(if movers.is_empty() { 0..1 } else { 1..2 });
             let flags = self.grow(&mut scratch.flags, num_points)?;
             // SAFETY: one warp per point: reads its row of x (num_points·dim), its norm, its
             // anchor (assign < k) row and norm; writes its lower bound, flag, id and distance.
@@ -1155,7 +1340,7 @@ impl CudaBackend {
                     .arg(&*c_norms)
                     .arg(&n_i32)
                     .arg(&d_i32)
-                    .arg(&*drift)
+                    .arg(&drift)
                     .arg(&b.assign)
                     .arg(&mut b.lower)
                     .arg(&mut *ids)
@@ -1204,6 +1389,16 @@ impl CudaBackend {
             // Most points flagged (after maintenance, or in seeding): rank them all in place
             // rather than gather them.
             full = count * 2 > num_points;
+            if self.trace {
+                eprintln!(
+                    "vlc-cuda bounded assignment: {num_points} points, {num_anchors} anchors, \
+                     {} movers, largest move {:.4}, bound lowered by {stable_drift:.4}, \
+                     {count} flagged{}",
+                    movers.len(),
+                    host_drifts.iter().fold(0f32, |m, &d| m.max(d)),
+                    if full { ", all ranked" } else { "" }
+                );
+            }
             let count = if full { 0 } else { count };
             ranked = count;
             let room = chunk.min(count.max(1));
@@ -1736,11 +1931,37 @@ impl Backend for CudaBackend {
 
     fn pin<'a>(&'a self, points: &'a [f32]) -> Result<PinGuard<'a>> {
         let key = (points.as_ptr() as usize, points.len());
-        let mut data = self.alloc::<f32>(points.len())?;
-        if !points.is_empty() {
-            self.stream.memcpy_htod(points, &mut data).map_err(err)?;
+        let release = move || {
+            let mut state = self.state.lock().unwrap();
+            if let Some(r) = state.resident.get_mut(&key) {
+                r.pins -= 1;
+                if r.pins == 0 {
+                    state.resident.remove(&key);
+                }
+            }
+        };
+        let mut state = self.state.lock().unwrap();
+        // The same buffer pinned again (seeding on the whole sample): one copy, counted.
+        if let Some(r) = state.resident.get_mut(&key) {
+            r.pins += 1;
+            return Ok(PinGuard::new(release));
         }
-        self.state.lock().unwrap().resident.insert(
+        let mut data = self.alloc::<f32>(points.len())?;
+        // Part of a buffer already on the device (the seeding sample is the start of the
+        // training sample): copied there, at device speed, instead of uploaded again.
+        let within = state.resident.iter().find_map(|(&(addr, len), r)| {
+            let start = key.0.checked_sub(addr)? / 4;
+            ((key.0 - addr).is_multiple_of(4) && start + key.1 <= len).then_some((r, start))
+        });
+        match within {
+            Some((r, start)) if !points.is_empty() => self
+                .stream
+                .memcpy_dtod(&r.data.slice(start..start + key.1), &mut data)
+                .map_err(err)?,
+            _ if !points.is_empty() => self.stream.memcpy_htod(points, &mut data).map_err(err)?,
+            _ => {}
+        }
+        state.resident.insert(
             key,
             Resident {
                 data,
@@ -1749,11 +1970,10 @@ impl Backend for CudaBackend {
                 max_norm2: None,
                 max_abs: None,
                 bounds: None,
+                pins: 1,
             },
         );
-        Ok(PinGuard::new(move || {
-            self.state.lock().unwrap().resident.remove(&key);
-        }))
+        Ok(PinGuard::new(release))
     }
 
     fn nearest_anchors(
@@ -1973,7 +2193,7 @@ impl Backend for CudaBackend {
         if !guard.resident.contains_key(&key)
             || lists.is_empty()
             || total >= u32::MAX as usize
-            || dim * 4 > 48 << 10
+            || (dim + SPLIT_CHUNK) * 4 > 48 << 10
         {
             drop(guard);
             return Ok(vlc::backend::split::split_checked_lists(
@@ -1982,6 +2202,16 @@ impl Backend for CudaBackend {
         }
         let num_lists = lists.len();
         let (offsets, flat) = vlc::backend::split::flatten_lists(lists);
+        // Chunks of SPLIT_CHUNK members, one block each: list l owns chunks
+        // chunk_offsets[l] .. chunk_offsets[l + 1].
+        let mut both = offsets.clone();
+        let mut chunks = 0u32;
+        both.push(0);
+        for l in lists {
+            chunks += l.len().div_ceil(SPLIT_CHUNK) as u32;
+            both.push(chunks);
+        }
+        let num_chunks = chunks as usize;
         let State {
             resident,
             scratch,
@@ -1990,34 +2220,84 @@ impl Backend for CudaBackend {
         } = &mut *guard;
         let x = &resident[&key].data;
         let d_members = self.put(&mut scratch.split_members, &flat)?;
-        let d_offsets = self.put(&mut scratch.split_offsets, &offsets)?;
+        let d_both = self.put(&mut scratch.split_offsets, &both)?;
+        let d_offsets = d_both.slice(0..num_lists + 1);
+        let d_chunk_offsets = d_both.slice(num_lists + 1..2 * (num_lists + 1));
         let d_centers = self.put(&mut scratch.split_centers, centers)?;
         let side = self.grow(&mut scratch.split_side, total)?;
         let means = self.grow(&mut scratch.split_means, num_lists * 2 * dim)?;
         let counts = self.grow(&mut scratch.split_counts, num_lists * 2)?;
-        let d_i32 = dim as i32;
-        let cfg = LaunchConfig {
+        let best_dist = self.grow(&mut scratch.split_best_dist, num_chunks)?;
+        let best_index = self.grow(&mut scratch.split_best_index, num_chunks)?;
+        let partial = self.grow(&mut scratch.split_partial, num_chunks * 2 * dim)?;
+        let partial_counts = self.grow(&mut scratch.split_partial_counts, num_chunks * 2)?;
+        let (d_i32, lists_i32) = (dim as i32, num_lists as i32);
+        let per_chunk = |shared: usize| LaunchConfig {
+            grid_dim: (num_chunks.max(1) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: shared as u32,
+        };
+        if num_chunks > 0 {
+            // Both chunk kernels start with the same arguments.
+            let (centers_arg, members_arg) = (&*d_centers, &*d_members);
+            let (offsets_arg, chunks_arg) = (&d_offsets, &d_chunk_offsets);
+            let (dim_arg, lists_arg) = (&d_i32, &lists_i32);
+            let chunk_kernel = |kernel| {
+                let mut launch = self.stream.launch_builder(kernel);
+                launch
+                    .arg(x)
+                    .arg(dim_arg)
+                    .arg(centers_arg)
+                    .arg(offsets_arg)
+                    .arg(chunks_arg)
+                    .arg(lists_arg)
+                    .arg(members_arg);
+                launch
+            };
+            // SAFETY: one block of 256 threads per chunk: reads both offset tables
+            // (num_lists + 1 each), the chunk's members (indices < num_points, checked by
+            // check_split_args), their rows of x (num_points·dim) and the list's centre
+            // (num_lists·dim); writes one distance and one index per chunk (num_chunks).
+            unsafe {
+                chunk_kernel(&self.kernels.split_far)
+                    .arg(&mut *best_dist)
+                    .arg(&mut *best_index)
+                    .launch(per_chunk(0))
+            }
+            .map_err(err)?;
+            // SAFETY: as above, plus the list's chunk results (num_chunks); dim floats and
+            // SPLIT_CHUNK words of dynamic shared memory (at most 48 KiB, checked above);
+            // writes one side per member of the chunk (total), 2·dim sums and 2 counts per
+            // chunk (num_chunks).
+            unsafe {
+                chunk_kernel(&self.kernels.split_side)
+                    .arg(&*best_dist)
+                    .arg(&*best_index)
+                    .arg(&mut *side)
+                    .arg(&mut *partial)
+                    .arg(&mut *partial_counts)
+                    .launch(per_chunk(dim * 4 + SPLIT_CHUNK * 4))
+            }
+            .map_err(err)?;
+        }
+        let per_list = LaunchConfig {
             grid_dim: (num_lists as u32, 1, 1),
             block_dim: (256, 1, 1),
-            shared_mem_bytes: (dim * 4) as u32,
+            shared_mem_bytes: 0,
         };
-        // SAFETY: one block of 256 threads (8 warps) per list with dim floats of dynamic shared
-        // memory (at most 48 KiB, checked above): reads offsets (num_lists + 1), the members of
-        // each list (indices < num_points, checked by check_split_args) and their rows of x
-        // (num_points·dim), the list's centre (num_lists·dim); writes one side per member
-        // (total), 2·dim means and 2 counts per list, all within the sizes grown above.
+        // SAFETY: one block per list: reads both offset tables and its chunks' sums and counts
+        // (num_chunks·2·dim and num_chunks·2); writes its 2·dim means and 2 counts.
         unsafe {
             self.stream
-                .launch_builder(&self.kernels.split_lists)
-                .arg(x)
+                .launch_builder(&self.kernels.split_means)
                 .arg(&d_i32)
-                .arg(&*d_centers)
-                .arg(&*d_offsets)
-                .arg(&*d_members)
-                .arg(&mut *side)
+                .arg(&d_offsets)
+                .arg(&d_chunk_offsets)
+                .arg(&*partial)
+                .arg(&*partial_counts)
                 .arg(&mut *means)
                 .arg(&mut *counts)
-                .launch(cfg)
+                .launch(per_list)
         }
         .map_err(err)?;
         let mut host_side = vec![0u32; total];
@@ -2150,5 +2430,69 @@ impl Backend for CudaBackend {
         )?;
         mirror_anchors(&mut scratch.anchors_mirror, anchors);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn movers_are_the_few_anchors_that_moved_far() {
+        // 64 anchors moving about 0.1, three teleported (as a merge or split does).
+        let mut drifts: Vec<f32> = (0..64).map(|i| 0.1 + 0.001 * i as f32).collect();
+        drifts[5] = 7.0;
+        drifts[40] = 3.0;
+        drifts[17] = 5.0;
+        let (movers, stable) = pick_movers(&drifts);
+        assert_eq!(movers, vec![5, 17, 40]);
+        // The largest move of the rest: anchor 63's.
+        assert_eq!(stable, drifts[63]);
+    }
+
+    #[test]
+    fn smooth_moves_have_no_movers() {
+        let drifts: Vec<f32> = (0..256).map(|i| 1.0 + (i % 7) as f32 * 0.1).collect();
+        let (movers, stable) = pick_movers(&drifts);
+        assert!(movers.is_empty());
+        assert_eq!(stable, 1.6);
+    }
+
+    #[test]
+    fn too_many_movers_are_none() {
+        // A third of the anchors moved far: more than a quarter, so the bound takes the
+        // largest move.
+        let drifts: Vec<f32> = (0..64)
+            .map(|i| if i % 3 == 0 { 9.0 } else { 0.1 })
+            .collect();
+        let (movers, stable) = pick_movers(&drifts);
+        assert!(movers.is_empty());
+        assert_eq!(stable, 9.0);
+        assert_eq!(pick_movers(&[]), (Vec::new(), 0.0));
+        assert_eq!(pick_movers(&[0.5, 4.0]), (Vec::new(), 4.0));
+    }
+
+    #[test]
+    fn host_compare_and_copy_agree_across_the_parallel_threshold() {
+        for len in [
+            0,
+            1,
+            7,
+            PARALLEL_FLOATS,
+            PARALLEL_FLOATS + 1,
+            3 * PARALLEL_FLOATS + 5,
+        ] {
+            let a: Vec<f32> = (0..len).map(|i| i as f32 * 0.5).collect();
+            let mut b = vec![0f32; len];
+            copy_large(&mut b, &a);
+            assert!(same_bits(&a, &b));
+            if len > 0 {
+                b[len - 1] = -1.0;
+                assert!(!same_bits(&a, &b));
+            }
+            assert!(!same_bits(&a, &b[..len.saturating_sub(1)]) || len == 0);
+        }
+        // -0.0 and 0.0 compare equal as floats but not as bits: an upload must not be skipped.
+        assert!(!same_bits(&[0.0], &[-0.0]));
     }
 }

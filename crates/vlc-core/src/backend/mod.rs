@@ -189,13 +189,18 @@ pub fn check_threshold_args(nearest: &Nearest, num_anchors: usize, trim: f32) ->
             format!("must be in [0, 1], got {trim}"),
         ));
     }
-    // The largest id alone (a loop the compiler vectorises).
-    if let Some(&bad) = nearest
-        .ids
-        .iter()
-        .max()
-        .filter(|&&a| a as usize >= num_anchors)
-    {
+    // The largest id alone (a loop the compiler vectorises), over threads when long.
+    let largest = if nearest.ids.len() <= SERIAL_MAX {
+        nearest.ids.iter().max().copied()
+    } else {
+        use rayon::prelude::*;
+        nearest
+            .ids
+            .par_chunks(SERIAL_MAX)
+            .filter_map(|c| c.iter().max().copied())
+            .max()
+    };
+    if let Some(bad) = largest.filter(|&a| a as usize >= num_anchors) {
         return Err(crate::VlcError::param(
             "assignment",
             format!("anchor id {bad} is out of range for {num_anchors} anchors"),

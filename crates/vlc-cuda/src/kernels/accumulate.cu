@@ -127,12 +127,13 @@ extern "C" __global__ void sum_kept_fixed(const float* __restrict__ points, int 
     for (int d = threadIdx.x; d < dim; d += blockDim.x) {
         long long s = 0;
         unsigned int m = lo;
-        // Four members at a time: their loads are independent.
-        for (; m + 4 <= hi; m += 4) {
-            unsigned int i0 = members[m], i1 = members[m + 1], i2 = members[m + 2], i3 = members[m + 3];
-            float v0 = points[(size_t)i0 * dim + d], v1 = points[(size_t)i1 * dim + d];
-            float v2 = points[(size_t)i2 * dim + d], v3 = points[(size_t)i3 * dim + d];
-            s += fixed(v0, scale) + fixed(v1, scale) + fixed(v2, scale) + fixed(v3, scale);
+        // Eight members at a time: their loads are independent, so more of them are in flight.
+        for (; m + 8 <= hi; m += 8) {
+            float v[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[j] = points[(size_t)members[m + j] * dim + d];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) s += fixed(v[j], scale);
         }
         for (; m < hi; ++m) s += fixed(points[(size_t)members[m] * dim + d], scale);
         double sum = (double)s * inv_scale;
@@ -193,11 +194,23 @@ extern "C" __global__ void select_thresholds(const float* __restrict__ dists,
                 if ((bits & mask) == prefix) atomicAdd(&hist[(bits >> shift) & 255u], 1u);
             }
             __syncthreads();
-            if (threadIdx.x == 0) {
-                unsigned int below = 0u, bin = 0u;
-                while (below + hist[bin] <= rank) below += hist[bin++];
-                chosen_prefix = prefix | (bin << shift);
-                chosen_rank = rank - below;
+            if (threadIdx.x < 32) {
+                // The bin holding rank: each lane sums 8 bins, a warp scan of those sums finds
+                // the lane whose bins hold it, and that lane walks its 8.
+                unsigned int lane = threadIdx.x, own = 0u;
+                for (int j = 0; j < 8; ++j) own += hist[lane * 8 + j];
+                unsigned int incl = own;
+                for (int o = 1; o < 32; o <<= 1) {
+                    unsigned int v = __shfl_up_sync(0xffffffff, incl, o);
+                    if (lane >= (unsigned int)o) incl += v;
+                }
+                unsigned int below = incl - own;
+                if (below <= rank && rank < incl) {
+                    unsigned int bin = lane * 8;
+                    while (below + hist[bin] <= rank) below += hist[bin++];
+                    chosen_prefix = prefix | (bin << shift);
+                    chosen_rank = rank - below;
+                }
             }
             __syncthreads();
             prefix = chosen_prefix;

@@ -124,9 +124,11 @@ extern "C" __global__ void to_half(const float* __restrict__ x, unsigned long lo
 // its own anchor stays below the bound keeps it, and only the others are ranked again by GEMM
 // (top-2: the runner-up's distance, less the GEMM's rounding allowance, is the new bound).
 
-// Largest anchor move, float bits into *max_drift (starts at 0). One warp per anchor.
+// Each anchor's move into drifts (num_anchors,), the largest as float bits into *max_drift
+// (starts at 0). One warp per anchor.
 extern "C" __global__ void anchor_drift(const float* __restrict__ now, const float* __restrict__ before,
-                                        int num_anchors, int dim, unsigned int* __restrict__ max_drift) {
+                                        int num_anchors, int dim, unsigned int* __restrict__ max_drift,
+                                        float* __restrict__ drifts) {
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= num_anchors) return;
@@ -137,7 +139,42 @@ extern "C" __global__ void anchor_drift(const float* __restrict__ now, const flo
     }
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
     // Rounded up a little: the bound must not shrink by less than the true move.
-    if (lane == 0) atomicMax(max_drift, __float_as_uint(sqrtf(s) * 1.0001f + 1e-30f));
+    float drift = sqrtf(s) * 1.0001f + 1e-30f;
+    if (lane == 0) {
+        drifts[warp] = drift;
+        atomicMax(max_drift, __float_as_uint(drift));
+    }
+}
+
+// When a few anchors moved far (maintenance teleports the anchors it splits and merges), the
+// largest move would lower every point's bound by that much and send every point to the GEMM.
+// Instead the bound drops by the largest move of the other ("stable") anchors, and the movers'
+// distances are taken from a GEMM of every point against the movers alone: one warp per row of
+// dots (rows, num_movers), the row's point being base + row. The lowest GEMM-form distance to a
+// mover other than the point's own anchor, less the GEMM's rounding allowance (as in
+// nearest2_scatter), caps the new bound: lower = min(lower - stable_drift, that distance).
+// movers: (num_movers,) anchor ids; mover_norms: their squared norms.
+extern "C" __global__ void mover_lower(const float* __restrict__ dots, const float* __restrict__ x_norms,
+                                       const float* __restrict__ mover_norms,
+                                       const unsigned int* __restrict__ movers, int rows, int num_movers,
+                                       unsigned int base, const unsigned int* __restrict__ assign,
+                                       float stable_drift, float* __restrict__ lower) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= rows) return;
+    unsigned int p = base + (unsigned int)warp;
+    unsigned int own = assign[p];
+    float xn = x_norms[p];
+    const float* row = dots + (size_t)warp * num_movers;
+    float low = __int_as_float(0x7f800000);
+    for (int j = lane; j < num_movers; j += 32) {
+        if (movers[j] == own) continue;
+        float mn = mover_norms[j];
+        float d = xn - 2.f * row[j] + mn - 0x1p-8f * (xn + mn);
+        low = fminf(low, d);
+    }
+    for (int o = 16; o > 0; o >>= 1) low = fminf(low, __shfl_xor_sync(0xffffffff, low, o));
+    if (lane == 0) lower[p] = fminf(lower[p] - stable_drift, sqrtf(fmaxf(low, 0.f)));
 }
 
 // One warp per point: exact (FP32) squared distance to its anchor; keeps the anchor when that

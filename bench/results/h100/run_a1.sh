@@ -1,0 +1,26 @@
+#!/bin/bash
+# Device check (run A1, session 14): device-wide list splits (chunks of 256 members), pinning a
+# part of a resident buffer by a device copy, large anchors mirrored on the host (parallel
+# compare), select_thresholds' bin search by a warp scan. Conformance (as is and with
+# VLC_CUDA_SMALL_WORK=0), the traced probe of both shapes, train-bench of both shapes.
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+conf() { .carry/conf_cuda --nocapture 2>&1 | grep -E "test result|panicked|conformance on" -A3 | sort | uniq -c; }
+echo "== conformance cuda"; conf
+echo "== conformance cuda, VLC_CUDA_SMALL_WORK=0"; VLC_CUDA_SMALL_WORK=0 conf
+python3 -c "
+import numpy as np
+rng=np.random.default_rng(0); c=rng.standard_normal((4096,384),dtype=np.float32); l=rng.integers(0,4096,1000000)
+x=c[l]+0.5*rng.standard_normal((1000000,384),dtype=np.float32); np.save('/tmp/x.npy',x)
+rng=np.random.default_rng(1); c=rng.normal(size=(256,128)).astype(np.float32); x=(c[rng.integers(0,256,10000)]+0.3*rng.normal(size=(10000,128))).astype(np.float32); np.save('/tmp/s.npy',x)"
+fmt='import json,sys; r=json.loads(sys.stdin.read().strip().splitlines()[-1]); p=r["phase_seconds"]
+print(sys.argv[1], "total %.4f loop %.4f energy %.6f" % (r["seconds"], r["loop_seconds"], r["final_energy"]), " ".join("%s %.4f" % kv for kv in sorted(p.items())), "merges", r["merges"], "splits", r["splits"], "reseeds", r["reseeds"])'
+echo "== train-bench 1M x 384, 4096 anchors, 20 iterations"
+for i in 1 2 3; do .carry/vlc train-bench /tmp/x.npy --backend cuda --warmup --anchors 4096 --iterations 20 --json 2>/dev/null | python3 -c "$fmt" mixed; done
+echo "== train-bench 10K x 128, 256 anchors, 30 iterations"
+for i in 1 2 3; do .carry/vlc train-bench /tmp/s.npy --backend cuda --warmup --anchors 256 --iterations 30 --json 2>/dev/null | python3 -c "$fmt" small; done
+echo "== iteration_probe 1M x 384, 4096 anchors, 20 iterations"
+VLC_PROBE_DATA=/tmp/x.npy .carry/iteration_probe 1000000 384 4096 0 20 2>&1
+echo "== iteration_probe 10K x 128, 256 anchors, 30 iterations"
+VLC_PROBE_DATA=/tmp/s.npy .carry/iteration_probe 10000 128 256 0 30 2>&1
+echo "== test-cuda --large"; .carry/vlc test-cuda --large 2>&1 | tail -3
