@@ -110,24 +110,7 @@ impl FastScan {
             delta = delta.max(rq[4 * g..4 * g + 4].iter().map(|v| v.abs()).sum());
         }
         let delta = if delta > 0.0 { delta / 127.0 } else { 1.0 };
-        let mut bias = 0f32;
-        for g in 0..groups {
-            let w = &rq[4 * g..4 * g + 4];
-            let min: f32 = w.iter().filter(|v| **v < 0.0).sum();
-            bias += min;
-            // t[m] = Σ w[i] over the bits i of m, in increasing i: the subset without m's top
-            // bit, plus w[top bit].
-            let mut t = [0f32; 16];
-            for m in 1..16usize {
-                let top = (usize::BITS - 1 - m.leading_zeros()) as usize;
-                t[m] = t[m ^ (1 << top)] + w[top];
-            }
-            let lut: &mut [u8] = &mut out.lut[g * 16..g * 16 + 16];
-            for (o, &v) in lut.iter_mut().zip(&t) {
-                // Values are ≥ 0, so adding 0.5 and truncating rounds (no libm call).
-                *o = ((v - min) / delta + 0.5).min(127.0) as u8;
-            }
-        }
+        let bias = group_tables(&rq[..groups * 4], 1.0 / delta, &mut out.lut);
         out.delta = delta;
         out.bias = bias;
         out.offset = offset;
@@ -163,6 +146,98 @@ impl FastScan {
             );
         }
     }
+}
+
+/// The quantised tables of consecutive groups of 4 weights; returns Σ over groups of `min`.
+///
+/// Per group: `t[m]` = Σ `w[i]` over the bits `i` of `m`, added in increasing `i`; `min` =
+/// `t[mask of the negative weights]` (the smallest sum); entry `m` of the group's 16 bytes in
+/// `lut` = `(t[m] − min) · inv_delta` rounded, capped at 127. `weights` holds 4 per group and
+/// `lut` 16 per group.
+pub fn group_tables(weights: &[f32], inv_delta: f32, lut: &mut [u8]) -> f32 {
+    assert!(weights.len() % 4 == 0 && lut.len() == weights.len() * 4);
+    #[cfg(target_arch = "x86_64")]
+    if level() == SimdLevel::Avx2 {
+        // SAFETY: AVX2 was detected at run time; the lengths were checked above.
+        return unsafe { group_tables_avx2(weights, inv_delta, lut) };
+    }
+    group_tables_scalar(weights, inv_delta, lut)
+}
+
+/// Scalar reference of [`group_tables`].
+pub fn group_tables_scalar(weights: &[f32], inv_delta: f32, lut: &mut [u8]) -> f32 {
+    let mut bias = 0f32;
+    for (w, lut) in weights.chunks_exact(4).zip(lut.chunks_exact_mut(16)) {
+        // t[m]: the subset without m's top bit, plus w[top bit].
+        let mut t = [0f32; 16];
+        for m in 1..16usize {
+            let top = (usize::BITS - 1 - m.leading_zeros()) as usize;
+            t[m] = t[m ^ (1 << top)] + w[top];
+        }
+        let negative = (0..4).filter(|&i| w[i] < 0.0).fold(0, |m, i| m | 1 << i);
+        let min = t[negative];
+        bias += min;
+        for (o, &v) in lut.iter_mut().zip(&t) {
+            // Values are ≥ 0, so adding 0.5 and truncating rounds (no libm call).
+            *o = ((v - min) * inv_delta + 0.5).min(127.0) as u8;
+        }
+    }
+    bias
+}
+
+/// [`group_tables`] with AVX2: entries 0..8 of a group as one vector (masked adds of w0..w2
+/// in increasing order), entries 8..16 as those plus w3, so every sum is the scalar one.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn group_tables_avx2(weights: &[f32], inv_delta: f32, lut: &mut [u8]) -> f32 {
+    use std::arch::x86_64::*;
+    // Lane m of select[i] is all ones when bit i of m is set.
+    let bit = |i: i32| {
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let b = _mm256_set1_epi32(1 << i);
+        _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(lanes, b), b))
+    };
+    let select = [bit(0), bit(1), bit(2)];
+    let (inv, half, cap) = (
+        _mm256_set1_ps(inv_delta),
+        _mm256_set1_ps(0.5),
+        _mm256_set1_ps(127.0),
+    );
+    let mut bias = 0f32;
+    for (w, lut) in weights.chunks_exact(4).zip(lut.chunks_exact_mut(16)) {
+        let mut lo = _mm256_setzero_ps();
+        for (i, sel) in select.iter().enumerate() {
+            lo = _mm256_add_ps(lo, _mm256_and_ps(_mm256_set1_ps(w[i]), *sel));
+        }
+        let hi = _mm256_add_ps(lo, _mm256_set1_ps(w[3]));
+        let mut t = [0f32; 16];
+        // SAFETY: t holds 16 floats.
+        unsafe {
+            _mm256_storeu_ps(t.as_mut_ptr(), lo);
+            _mm256_storeu_ps(t.as_mut_ptr().add(8), hi);
+        }
+        let negative = (0..4).filter(|&i| w[i] < 0.0).fold(0, |m, i| m | 1 << i);
+        let min = t[negative];
+        bias += min;
+        let m = _mm256_set1_ps(min);
+        let quantise = |v| {
+            let x = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(v, m), inv), half);
+            _mm256_cvttps_epi32(_mm256_min_ps(x, cap))
+        };
+        // packus per 128-bit lane gives (lo 0..4, hi 0..4 | lo 4..8, hi 4..8); reorder the
+        // 64-bit quarters to (lo 0..4, lo 4..8, hi 0..4, hi 4..8), then narrow to bytes.
+        let words = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(
+            quantise(lo),
+            quantise(hi),
+        ));
+        let bytes = _mm_packus_epi16(
+            _mm256_castsi256_si128(words),
+            _mm256_extracti128_si256::<1>(words),
+        );
+        // SAFETY: lut holds 16 bytes for this group.
+        unsafe { _mm_storeu_si128(lut.as_mut_ptr() as *mut __m128i, bytes) };
+    }
+    bias
 }
 
 /// Maps a block's table sums to distance estimates:
@@ -343,6 +418,37 @@ unsafe fn block_dists_avx2(
 mod tests {
     use super::*;
     use crate::rng::Rng;
+
+    #[test]
+    fn simd_group_tables_match_scalar_and_brute_force() {
+        let mut r = Rng::new(4);
+        for groups in [1usize, 2, 5, 96, 192] {
+            let mut w: Vec<f32> = (0..groups * 4).map(|_| r.normal() as f32).collect();
+            w[0] = 0.0;
+            if groups > 1 {
+                w[4..8].fill(-0.5);
+            }
+            let inv_delta = 127.0 / 3.0;
+            let (mut a, mut b) = (vec![0u8; groups * 16], vec![0u8; groups * 16]);
+            let bias_a = group_tables(&w, inv_delta, &mut a);
+            let bias_b = group_tables_scalar(&w, inv_delta, &mut b);
+            assert_eq!(a, b, "groups {groups}");
+            assert_eq!(bias_a, bias_b, "groups {groups}");
+            let mut bias = 0f64;
+            for g in 0..groups {
+                let gw = &w[4 * g..4 * g + 4];
+                let min: f64 = gw.iter().filter(|v| **v < 0.0).map(|v| *v as f64).sum();
+                bias += min;
+                for m in 0..16 {
+                    let t: f64 = (0..4).filter(|i| m >> i & 1 == 1).map(|i| gw[i] as f64).sum();
+                    let want = ((t - min) * inv_delta as f64).round().min(127.0);
+                    let got = b[16 * g + m] as f64;
+                    assert!((got - want).abs() <= 1.0, "group {g} entry {m}: {got} vs {want}");
+                }
+            }
+            assert!((bias_b as f64 - bias).abs() < 1e-4 * (1.0 + bias.abs()));
+        }
+    }
 
     #[test]
     fn simd_block_sums_match_scalar_for_all_sizes() {

@@ -92,6 +92,33 @@ mod tests {
     use crate::rng::Rng;
 
     #[test]
+    fn smallest_keys_match_a_full_sort_with_ties() {
+        let mut r = Rng::new(9);
+        for n in [1usize, 5, 31, 64, 100, 1000, 1027] {
+            for m in [1usize, 2, 8, 25, 64, 300] {
+                // Few distinct values, so ties (and −0 against +0) are common.
+                let values: Vec<f32> = (0..n)
+                    .map(|_| match r.below(5) {
+                        0 => -0.0,
+                        1 => 0.0,
+                        k => (k as f32) * 0.5 + (r.below(8) as f32),
+                    })
+                    .collect();
+                let mut want: Vec<u64> = values
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &v)| order_key(v, j as u32))
+                    .collect();
+                want.sort_unstable();
+                want.truncate(m.max(1));
+                let mut got = Vec::new();
+                smallest_keys(&values, m, &mut got);
+                assert_eq!(got, want, "n {n} m {m}");
+            }
+        }
+    }
+
+    #[test]
     fn dot_and_l2_match_naive_for_odd_sizes() {
         let mut rng = Rng::new(3);
         for dim in [1usize, 7, 8, 65, 384] {
@@ -160,14 +187,49 @@ pub fn key_id(key: u64) -> u32 {
 /// `keys` (cleared first); ties go to the smaller position.
 pub fn smallest_keys(values: &[f32], m: usize, keys: &mut Vec<u64>) {
     keys.clear();
+    let m = m.max(1);
+    if m * 4 > values.len() {
+        keys.extend(
+            values
+                .iter()
+                .enumerate()
+                .map(|(j, &v)| order_key(v, j as u32)),
+        );
+        if m < keys.len() {
+            keys.select_nth_unstable(m - 1);
+            keys.truncate(m);
+        }
+        keys.sort_unstable();
+        return;
+    }
+    // Few of many: keep candidates at or below the m-th smallest value seen so far (32 values
+    // per SIMD compare), selecting down to m whenever 2m have gathered. A value above that
+    // threshold has m smaller keys before it, so it cannot be among the m smallest.
     keys.extend(
-        values
+        values[..m]
             .iter()
             .enumerate()
             .map(|(j, &v)| order_key(v, j as u32)),
     );
-    if m < keys.len() {
-        keys.select_nth_unstable(m.max(1) - 1);
+    let mut threshold = keys.iter().map(|&k| key_dist(k)).fold(f32::MIN, f32::max);
+    for start in (m..values.len()).step_by(32) {
+        let chunk = &values[start..values.len().min(start + 32)];
+        // `v < next_up(threshold)` is `v <= threshold`: ties (and −0 against +0) stay for
+        // the key comparison to decide.
+        let mut mask = crate::simd::below_mask(chunk, threshold.next_up());
+        while mask != 0 {
+            let j = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            keys.push(order_key(chunk[j], (start + j) as u32));
+            if keys.len() == 2 * m {
+                keys.select_nth_unstable(m - 1);
+                keys.truncate(m);
+                threshold = key_dist(keys[m - 1]);
+            }
+        }
+    }
+    if keys.len() > m {
+        keys.select_nth_unstable(m - 1);
         keys.truncate(m);
     }
     keys.sort_unstable();

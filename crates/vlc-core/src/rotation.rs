@@ -7,6 +7,8 @@
 //! Cost O(dim log dim) per vector instead of O(dim²) for a dense matrix.
 
 use crate::rng::Rng;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{has_avx512, level, SimdLevel};
 
 const ROUNDS: usize = 4;
 
@@ -18,6 +20,11 @@ pub struct FastRotation {
     signs: Vec<f32>,
 }
 
+/// The normalised Walsh-Hadamard transform of `v` (length a power of two), in place. Inlined
+/// into the instruction-set variants of [`FastRotation::apply`] and
+/// [`FastRotation::apply_inverse`], so one source compiles to each vector width; additions and
+/// subtractions in the same order give bit-identical results at every width.
+#[inline(always)]
 fn fwht(v: &mut [f32]) {
     let n = v.len();
     let mut h = 1;
@@ -40,11 +47,13 @@ fn fwht(v: &mut [f32]) {
         h = 8;
     }
     while h < n {
-        for i in (0..n).step_by(2 * h) {
-            for j in i..i + h {
-                let (a, b) = (v[j], v[j + h]);
-                v[j] = a + b;
-                v[j + h] = a - b;
+        for pair in v.chunks_exact_mut(2 * h) {
+            // Disjoint halves, so the butterflies vectorise.
+            let (low, high) = pair.split_at_mut(h);
+            for (x, y) in low.iter_mut().zip(high.iter_mut()) {
+                let (a, b) = (*x, *y);
+                *x = a + b;
+                *y = a - b;
             }
         }
         h *= 2;
@@ -70,30 +79,86 @@ impl FastRotation {
     /// Rotate `v` (dim,) in place.
     pub fn apply(&self, v: &mut [f32]) {
         debug_assert_eq!(v.len(), self.dim);
-        for r in 0..ROUNDS {
-            v.iter_mut()
-                .zip(&self.signs[r * self.dim..(r + 1) * self.dim])
-                .for_each(|(x, s)| *x *= s);
-            if r % 2 == 0 {
-                fwht(&mut v[..self.block]);
-            } else {
-                fwht(&mut v[self.dim - self.block..]);
-            }
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512() {
+            // SAFETY: AVX-512F was detected at run time.
+            return unsafe { self.apply_avx512(v) };
+        } else if level() == SimdLevel::Avx2 {
+            // SAFETY: AVX2 was detected at run time.
+            return unsafe { self.apply_avx2(v) };
         }
+        self.apply_scalar(v)
     }
 
     /// Undo [`apply`](Self::apply) (the transpose).
     pub fn apply_inverse(&self, v: &mut [f32]) {
-        for r in (0..ROUNDS).rev() {
-            if r % 2 == 0 {
-                fwht(&mut v[..self.block]);
-            } else {
-                fwht(&mut v[self.dim - self.block..]);
-            }
-            v.iter_mut()
-                .zip(&self.signs[r * self.dim..(r + 1) * self.dim])
-                .for_each(|(x, s)| *x *= s);
+        debug_assert_eq!(v.len(), self.dim);
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512() {
+            // SAFETY: AVX-512F was detected at run time.
+            return unsafe { self.apply_inverse_avx512(v) };
+        } else if level() == SimdLevel::Avx2 {
+            // SAFETY: AVX2 was detected at run time.
+            return unsafe { self.apply_inverse_avx2(v) };
         }
+        self.apply_inverse_scalar(v)
+    }
+
+    /// Reference of [`apply`](Self::apply), compiled for the baseline instruction set.
+    #[inline(always)]
+    fn apply_scalar(&self, v: &mut [f32]) {
+        for r in 0..ROUNDS {
+            self.flip(r, v);
+            self.transform(r, v);
+        }
+    }
+
+    #[inline(always)]
+    fn apply_inverse_scalar(&self, v: &mut [f32]) {
+        for r in (0..ROUNDS).rev() {
+            self.transform(r, v);
+            self.flip(r, v);
+        }
+    }
+
+    #[inline(always)]
+    fn flip(&self, round: usize, v: &mut [f32]) {
+        v.iter_mut()
+            .zip(&self.signs[round * self.dim..(round + 1) * self.dim])
+            .for_each(|(x, s)| *x *= s);
+    }
+
+    #[inline(always)]
+    fn transform(&self, round: usize, v: &mut [f32]) {
+        if round % 2 == 0 {
+            fwht(&mut v[..self.block]);
+        } else {
+            fwht(&mut v[self.dim - self.block..]);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn apply_avx2(&self, v: &mut [f32]) {
+        self.apply_scalar(v)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn apply_inverse_avx2(&self, v: &mut [f32]) {
+        self.apply_inverse_scalar(v)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn apply_avx512(&self, v: &mut [f32]) {
+        self.apply_scalar(v)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn apply_inverse_avx512(&self, v: &mut [f32]) {
+        self.apply_inverse_scalar(v)
     }
 }
 
@@ -125,6 +190,22 @@ mod tests {
                 a.iter().zip(&ra).all(|(x, y)| (x - y).abs() < 1e-4),
                 "dim {dim}"
             );
+        }
+    }
+
+    #[test]
+    fn vector_variants_are_bit_identical_to_the_reference() {
+        for dim in [1usize, 7, 8, 65, 384, 768, 1000] {
+            let rot = FastRotation::new(dim, 5);
+            let mut r = Rng::new(dim as u64 + 1);
+            let a: Vec<f32> = (0..dim).map(|_| r.normal() as f32).collect();
+            let (mut fast, mut reference) = (a.clone(), a.clone());
+            rot.apply(&mut fast);
+            rot.apply_scalar(&mut reference);
+            assert_eq!(fast, reference, "apply, dim {dim}");
+            rot.apply_inverse(&mut fast);
+            rot.apply_inverse_scalar(&mut reference);
+            assert_eq!(fast, reference, "apply_inverse, dim {dim}");
         }
     }
 }

@@ -13,7 +13,14 @@ use rayon::prelude::*;
 pub struct CpuBackend;
 
 /// Keeps the `m` smallest (distance, id) pairs of one row, ties to the smaller id.
-fn select_smallest(row: &[f32], m: usize, ids: &mut [u32], dists: &mut [f32]) {
+/// `order` is scratch, reused across rows.
+fn select_smallest(
+    row: &[f32],
+    m: usize,
+    ids: &mut [u32],
+    dists: &mut [f32],
+    order: &mut Vec<u64>,
+) {
     if m == 1 {
         let (mut best, mut best_d) = (0usize, f32::INFINITY);
         for (j, &d) in row.iter().enumerate() {
@@ -26,8 +33,7 @@ fn select_smallest(row: &[f32], m: usize, ids: &mut [u32], dists: &mut [f32]) {
         dists[0] = best_d;
         return;
     }
-    let mut order = Vec::with_capacity(row.len());
-    smallest_keys(row, m, &mut order);
+    smallest_keys(row, m, order);
     for (slot, &key) in order.iter().enumerate() {
         let j = key_id(key);
         ids[slot] = j;
@@ -59,6 +65,7 @@ impl Backend for CpuBackend {
             .for_each(|((block, ids), dists)| {
                 let m = block.len() / dim;
                 let mut tile = vec![0f32; m * num_anchors];
+                let mut order = Vec::new();
                 gemm_nt(block, m, anchors, num_anchors, dim, &mut tile);
                 for (i, row) in tile.chunks_exact_mut(num_anchors).enumerate() {
                     let x = &block[i * dim..(i + 1) * dim];
@@ -71,6 +78,7 @@ impl Backend for CpuBackend {
                         per_point,
                         &mut ids[i * per_point..(i + 1) * per_point],
                         &mut dists[i * per_point..(i + 1) * per_point],
+                        &mut order,
                     );
                 }
             });
