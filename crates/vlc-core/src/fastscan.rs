@@ -155,7 +155,7 @@ impl FastScan {
 /// `lut` = `(t[m] − min) · inv_delta` rounded, capped at 127. `weights` holds 4 per group and
 /// `lut` 16 per group.
 pub fn group_tables(weights: &[f32], inv_delta: f32, lut: &mut [u8]) -> f32 {
-    assert!(weights.len() % 4 == 0 && lut.len() == weights.len() * 4);
+    assert!(weights.len().is_multiple_of(4) && lut.len() == weights.len() * 4);
     #[cfg(target_arch = "x86_64")]
     if level() == SimdLevel::Avx2 {
         // SAFETY: AVX2 was detected at run time; the lengths were checked above.
@@ -440,10 +440,16 @@ mod tests {
                 let min: f64 = gw.iter().filter(|v| **v < 0.0).map(|v| *v as f64).sum();
                 bias += min;
                 for m in 0..16 {
-                    let t: f64 = (0..4).filter(|i| m >> i & 1 == 1).map(|i| gw[i] as f64).sum();
+                    let t: f64 = (0..4)
+                        .filter(|i| m >> i & 1 == 1)
+                        .map(|i| gw[i] as f64)
+                        .sum();
                     let want = ((t - min) * inv_delta as f64).round().min(127.0);
                     let got = b[16 * g + m] as f64;
-                    assert!((got - want).abs() <= 1.0, "group {g} entry {m}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() <= 1.0,
+                        "group {g} entry {m}: {got} vs {want}"
+                    );
                 }
             }
             assert!((bias_b as f64 - bias).abs() < 1e-4 * (1.0 + bias.abs()));

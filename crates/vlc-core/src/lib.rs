@@ -27,6 +27,7 @@
 //! # Ok::<(), vlc::VlcError>(())
 //! ```
 
+pub mod amx;
 pub mod anchor_store;
 pub mod backend;
 pub mod codec;

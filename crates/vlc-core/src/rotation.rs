@@ -130,7 +130,7 @@ impl FastRotation {
 
     #[inline(always)]
     fn transform(&self, round: usize, v: &mut [f32]) {
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             fwht(&mut v[..self.block]);
         } else {
             fwht(&mut v[self.dim - self.block..]);

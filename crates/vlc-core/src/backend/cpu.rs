@@ -4,9 +4,13 @@ use super::{
     check_accumulate_args, check_nearest_args, check_update_args, group_by_anchor, AnchorSums,
     Backend, Nearest,
 };
+use crate::amx;
 use crate::error::Result;
 use crate::linalg::{block_rows, gemm_nt, key_id, row_norms_sq, smallest_keys};
 use rayon::prelude::*;
+
+/// Calls with fewer points rank anchors with the f32 GEMM even where AMX is available.
+const AMX_MIN_POINTS: usize = 64;
 
 /// CPU implementation of [`Backend`]; deterministic regardless of thread count.
 #[derive(Clone, Copy, Debug, Default)]
@@ -46,6 +50,15 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    /// `f32::EPSILON`, or [`amx::RANKING_ROUNDING`] where 8-bit anchors may rank on AMX.
+    fn ranking_rounding(&self) -> f32 {
+        if amx::available() {
+            amx::RANKING_ROUNDING
+        } else {
+            f32::EPSILON
+        }
+    }
+
     fn nearest_anchors(
         &self,
         points: &[f32],
@@ -55,6 +68,14 @@ impl Backend for CpuBackend {
     ) -> Result<Nearest> {
         let (num_points, num_anchors) = check_nearest_args(points, anchors, dim, per_point)?;
         let anchor_norms = row_norms_sq(anchors, dim);
+        // 8-bit anchors (an index's, by default) rank on AMX where the CPU has it; the packing
+        // is cached, but hashing the anchors to find it costs about as much as ranking a few
+        // dozen points the f32 way, so small calls keep the GEMM.
+        let packed = if amx::available() && num_points >= AMX_MIN_POINTS {
+            amx::packed_anchors(anchors, num_anchors, dim)
+        } else {
+            None
+        };
         let mut ids = vec![0u32; num_points * per_point];
         let mut dists = vec![0f32; num_points * per_point];
         let rows = block_rows(num_anchors);
@@ -64,10 +85,21 @@ impl Backend for CpuBackend {
             .zip(dists.par_chunks_mut(rows * per_point))
             .for_each(|((block, ids), dists)| {
                 let m = block.len() / dim;
-                let mut tile = vec![0f32; m * num_anchors];
+                let mut tile = Vec::new();
+                let stride = match &packed {
+                    Some(packed) => {
+                        amx::dots(block, m, packed, &mut tile);
+                        packed.stride()
+                    }
+                    None => {
+                        tile.resize(m * num_anchors, 0.0);
+                        gemm_nt(block, m, anchors, num_anchors, dim, &mut tile);
+                        num_anchors
+                    }
+                };
                 let mut order = Vec::new();
-                gemm_nt(block, m, anchors, num_anchors, dim, &mut tile);
-                for (i, row) in tile.chunks_exact_mut(num_anchors).enumerate() {
+                for i in 0..m {
+                    let row = &mut tile[i * stride..i * stride + num_anchors];
                     let x = &block[i * dim..(i + 1) * dim];
                     let xn = crate::linalg::dot(x, x);
                     for (d, cn) in row.iter_mut().zip(&anchor_norms) {

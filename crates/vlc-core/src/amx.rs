@@ -1,0 +1,502 @@
+//! Intel AMX (Advanced Matrix Extensions, Xeon "Sapphire Rapids" and later) for anchor ranking
+//! against 8-bit anchors.
+//!
+//! An index stores its anchors as 8 bits by default: each anchor row is `scale · q` with
+//! integers `q` in −127..=127 (see [`crate::anchor_store`]). Such rows are exact in int8, so
+//! `x · c = scale · (x · q)` can run on AMX's int8 tile product (`TDPBSSD`) once the query is
+//! in integers too. The query is split into two int8 pieces, `x ≈ s (X₁ + X₂ / 254)` with
+//! `s = max |x| / 127`, which leaves an error of at most `max |x| / 64516` per value
+//! ([`RANKING_ROUNDING`] bounds what that does to a ranking). Each piece is multiplied exactly
+//! in int32; the two are combined in f32.
+//!
+//! Detected once ([`available`]): the CPU must report AMX-TILE and AMX-INT8, the OS must enable
+//! the tile state, and Linux must grant it to the process (`arch_prctl(ARCH_REQ_XCOMP_PERM)`);
+//! a small product is then checked against the exact result. `VLC_NO_AMX=1` turns it off.
+//! Anchors that are not in 8-bit form (f16 or f32 storage, training) keep the f32 GEMM.
+
+use std::sync::{Arc, LazyLock, Mutex};
+
+/// Bytes per tile row (64 int8 values along k) and rows per tile.
+const TILE_K: usize = 64;
+const TILE_ROWS: usize = 16;
+/// Weight of the second query piece: `X₂` counts 1/254 of a unit of `X₁`.
+const LOW_WEIGHT: f32 = 254.0;
+
+/// Relative rounding of the split query's products, in the terms of
+/// [`crate::Backend::ranking_rounding`]: 2⁻¹², a margin over the 2⁻¹⁶ · max |x| per value of
+/// the split summed over typical dimensions.
+pub const RANKING_ROUNDING: f32 = 1.0 / 4096.0;
+
+static AVAILABLE: LazyLock<bool> = LazyLock::new(detect);
+
+/// Whether [`dots`] runs (detected once; `VLC_NO_AMX=1` disables it).
+pub fn available() -> bool {
+    *AVAILABLE
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn detect() -> bool {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    if std::env::var_os("VLC_NO_AMX").is_some()
+        || crate::simd::level() != crate::simd::SimdLevel::Avx2
+    {
+        return false;
+    }
+    // CPUID.1:ECX.OSXSAVE (bit 27); CPUID.(7,0):EDX AMX-TILE (bit 24) and AMX-INT8 (bit 25).
+    if __cpuid(1).ecx >> 27 & 1 == 0 || __cpuid(0).eax < 7 {
+        return false;
+    }
+    let edx = __cpuid_count(7, 0).edx;
+    if edx >> 24 & 1 == 0 || edx >> 25 & 1 == 0 {
+        return false;
+    }
+    let (xcr0_low, _high): (u32, u32);
+    // SAFETY: OSXSAVE is set (checked above), so XGETBV exists; it only reads XCR0.
+    unsafe {
+        std::arch::asm!("xgetbv", in("ecx") 0, out("eax") xcr0_low, out("edx") _high,
+            options(nomem, nostack, preserves_flags))
+    };
+    // XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS saves the tile state.
+    if xcr0_low >> 17 & 3 != 3 {
+        return false;
+    }
+    let granted: i64;
+    // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18) asks the kernel
+    // to let this process use the AMX tile data; it touches no user memory.
+    unsafe {
+        std::arch::asm!("syscall",
+            inlateout("rax") 158i64 => granted,
+            in("rdi") 0x1023i64,
+            in("rsi") 18i64,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack))
+    };
+    granted == 0 && self_check()
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn detect() -> bool {
+    false
+}
+
+/// Run a small product through the tiles and compare it with the f64 result.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn self_check() -> bool {
+    let (m, n, k) = (17, 35, 70);
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.37)
+        .collect();
+    // 8-bit rows: 0.01 times integers, each row reaching 127 (so its scale is 0.01).
+    let b: Vec<f32> = (0..n * k)
+        .map(|i| {
+            let q = if i % k == 0 {
+                127
+            } else {
+                (i * 5 % 255) as i32 - 127
+            };
+            0.01 * q as f32
+        })
+        .collect();
+    let Some(packed) = PackedAnchors::new(&b, n, k) else {
+        return false;
+    };
+    let mut out = Vec::new();
+    // SAFETY: the CPU and OS checks passed and the permission was granted.
+    unsafe { dots_unchecked(&a, m, &packed, &mut out) };
+    (0..m).all(|i| {
+        (0..n).all(|j| {
+            let want: f64 = (0..k)
+                .map(|t| a[i * k + t] as f64 * b[j * k + t] as f64)
+                .sum();
+            (out[i * packed.stride() + j] as f64 - want).abs() <= 1e-3 * (1.0 + want.abs())
+        })
+    })
+}
+
+/// Row `v` as `scale · q` with integers `q` in −127..=127 (written to `levels`), when `v` is
+/// such a row to within 2⁻²⁰ of each value: what 8-bit anchors decode to.
+fn integer_levels(v: &[f32], levels: &mut [i8]) -> Option<f32> {
+    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    if max == 0.0 {
+        levels.fill(0);
+        return Some(0.0);
+    }
+    let scale = max / 127.0;
+    for (q, &x) in levels.iter_mut().zip(v) {
+        let r = (x / scale).round();
+        if r.abs() > 127.0 || (x - scale * r).abs() > x.abs() * (1.0 / 1_048_576.0) {
+            return None;
+        }
+        *q = r as i8;
+    }
+    Some(scale)
+}
+
+/// Anchors in 8-bit form laid out in AMX tiles for [`dots`].
+pub struct PackedAnchors {
+    rows: usize,
+    /// Rows rounded up to 32 (two tiles of 16).
+    padded_rows: usize,
+    dim: usize,
+    /// Tile steps along k: ⌈dim / 64⌉.
+    steps: usize,
+    /// Per-row scales. Layout: (padded_rows,), zero past `rows`.
+    scales: Vec<f32>,
+    /// Layout: (padded_rows / 16, steps, 16, 64) int8. Tile (g, s), row r holds, for the 16
+    /// rows j of group g in turn, the 4 levels 64·s + 4r .. 64·s + 4r + 4 of row j
+    /// (zero-padded): the 4-way interleaved B layout of `TDPBSSD`.
+    tiles: Vec<i8>,
+}
+
+impl PackedAnchors {
+    /// Pack `b` (n, k), row-major, when every row is in 8-bit form; `None` otherwise.
+    pub fn new(b: &[f32], n: usize, k: usize) -> Option<PackedAnchors> {
+        assert!(b.len() >= n * k);
+        let steps = k.div_ceil(TILE_K);
+        let padded_rows = n.div_ceil(2 * TILE_ROWS) * 2 * TILE_ROWS;
+        let mut scales = vec![0f32; padded_rows];
+        let mut levels = vec![0i8; steps * TILE_K];
+        let mut tiles = vec![0i8; padded_rows * steps * TILE_K];
+        for j in 0..n {
+            scales[j] = integer_levels(&b[j * k..(j + 1) * k], &mut levels[..k])?;
+            let (g, col) = (j / TILE_ROWS, j % TILE_ROWS);
+            for s in 0..steps {
+                let tile = &mut tiles[(g * steps + s) * TILE_ROWS * TILE_K..][..TILE_ROWS * TILE_K];
+                for r in 0..TILE_ROWS {
+                    tile[r * TILE_K + 4 * col..r * TILE_K + 4 * col + 4]
+                        .copy_from_slice(&levels[s * TILE_K + 4 * r..s * TILE_K + 4 * r + 4]);
+                }
+            }
+        }
+        Some(PackedAnchors {
+            rows: n,
+            padded_rows,
+            dim: k,
+            steps,
+            scales,
+            tiles,
+        })
+    }
+
+    /// Row stride of [`dots`]' output: the anchors rounded up to 32.
+    pub fn stride(&self) -> usize {
+        self.padded_rows
+    }
+
+    /// Number of anchors.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+/// A 64-bit content hash (FNV-1a over 64-bit words).
+fn content_hash(values: &[f32]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut words = values.chunks_exact(2);
+    for w in &mut words {
+        let word = (w[0].to_bits() as u64) << 32 | w[1].to_bits() as u64;
+        h = (h ^ word).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    for &v in words.remainder() {
+        h = (h ^ v.to_bits() as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The last anchors packed, keyed by shape and content: (n, k, hash, result).
+type Cached = (usize, usize, u64, Option<Arc<PackedAnchors>>);
+static CACHE: Mutex<Option<Cached>> = Mutex::new(None);
+
+/// [`PackedAnchors::new`] for `anchors` (n, k), reusing the last result when the same anchors
+/// come again (search passes an index's anchors on every batch; packing costs milliseconds,
+/// the hash a small fraction of that).
+pub fn packed_anchors(anchors: &[f32], n: usize, k: usize) -> Option<Arc<PackedAnchors>> {
+    let hash = content_hash(&anchors[..n * k]);
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((cn, ck, ch, result)) = cache.as_ref() {
+        if (*cn, *ck, *ch) == (n, k, hash) {
+            return result.clone();
+        }
+    }
+    let result = PackedAnchors::new(anchors, n, k).map(Arc::new);
+    *cache = Some((n, k, hash, result.clone()));
+    result
+}
+
+/// `out = a · bᵀ` for `a` (m, k) row-major (finite values) and packed 8-bit anchors `b`;
+/// `out` is resized to (⌈m/16⌉·16, `b.stride()`), row-major, and entry (i, j) for i < m,
+/// j < `b.rows()` holds the product. Panics when AMX is not [`available`].
+pub fn dots(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
+    assert!(available(), "AMX is not available on this machine");
+    assert!(a.len() >= m * b.dim);
+    // SAFETY: AMX was detected, enabled by the OS and granted to this process.
+    unsafe { dots_unchecked(a, m, b, out) }
+}
+
+/// Split `x` into `high` and `low` int8 pieces (both zero past `x.len()`), `x ≈ s (high +
+/// low / 254)` with `s = max |x| / 127`; returns `s` (0 for a zero row).
+///
+/// # Safety
+/// AVX-512F and BW must be available; `high` and `low` hold at least `x.len()` bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn split_query(x: &[f32], high: &mut [i8], low: &mut [i8]) -> f32 {
+    use std::arch::x86_64::*;
+    assert!(high.len() >= x.len() && low.len() >= x.len());
+    let chunks = x.len().div_ceil(16);
+    let mask = |c: usize| -> __mmask16 {
+        let left = x.len() - 16 * c;
+        if left >= 16 {
+            0xffff
+        } else {
+            (1u16 << left) - 1
+        }
+    };
+    let mut max = _mm512_setzero_ps();
+    for c in 0..chunks {
+        // SAFETY: the mask covers only values inside x.
+        let v = unsafe { _mm512_maskz_loadu_ps(mask(c), x.as_ptr().add(16 * c)) };
+        max = _mm512_max_ps(max, _mm512_abs_ps(v));
+    }
+    let max = _mm512_reduce_max_ps(max);
+    if max == 0.0 {
+        return 0.0;
+    }
+    let s = max / 127.0;
+    let (inverse, weight) = (_mm512_set1_ps(1.0 / s), _mm512_set1_ps(LOW_WEIGHT));
+    let (lo_cap, hi_cap) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
+    const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for c in 0..chunks {
+        let m = mask(c);
+        // SAFETY: loads and stores are masked to the values inside x (and so inside high and
+        // low, which are at least as long).
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(m, x.as_ptr().add(16 * c));
+            let scaled = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, inverse), lo_cap), hi_cap);
+            let h = _mm512_roundscale_ps::<NEAREST>(scaled);
+            let l =
+                _mm512_roundscale_ps::<NEAREST>(_mm512_mul_ps(_mm512_sub_ps(scaled, h), weight));
+            _mm512_mask_cvtepi32_storeu_epi8(
+                high.as_mut_ptr().add(16 * c) as *mut _,
+                m,
+                _mm512_cvtps_epi32(h),
+            );
+            _mm512_mask_cvtepi32_storeu_epi8(
+                low.as_mut_ptr().add(16 * c) as *mut _,
+                m,
+                _mm512_cvtps_epi32(l),
+            );
+        }
+    }
+    s
+}
+
+/// # Safety
+/// AMX-TILE and AMX-INT8 must be usable by this thread (see [`detect`]); every CPU with AMX
+/// has AVX-512F and BW, which the query split and the combination vectorise with.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn dots_unchecked(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
+    use std::arch::asm;
+    use std::arch::x86_64::*;
+    let (k, steps) = (b.dim, b.steps);
+    let row_len = steps * TILE_K;
+    let padded_m = m.div_ceil(TILE_ROWS) * TILE_ROWS;
+    // The query pieces X₁ (high) and X₂ (low), (padded_m, row_len) int8 each, and s per row.
+    let mut high = vec![0i8; padded_m * row_len];
+    let mut low = vec![0i8; padded_m * row_len];
+    let mut query_scales = vec![0f32; padded_m];
+    for i in 0..m {
+        let x = &a[i * k..(i + 1) * k];
+        let (high, low) = (
+            &mut high[i * row_len..(i + 1) * row_len],
+            &mut low[i * row_len..(i + 1) * row_len],
+        );
+        // SAFETY: AVX-512F/BW are enabled for this function; the rows hold k <= row_len values.
+        query_scales[i] = unsafe { split_query(x, high, low) };
+    }
+    let stride = b.padded_rows;
+    out.clear();
+    out.resize(padded_m * stride, 0.0);
+    // Palette 1, all eight tiles 16 rows of 64 bytes: tmm0-3 accumulate (high, low) x (anchor
+    // tile 0, anchor tile 1) for 16 query rows and 32 anchors; tmm4-5 hold the query pieces,
+    // tmm6-7 two anchor tiles.
+    #[repr(C, align(64))]
+    struct Config([u8; 64]);
+    let mut config = Config([0; 64]);
+    config.0[0] = 1;
+    for t in 0..8 {
+        config.0[16 + 2 * t] = 64;
+        config.0[48 + t] = TILE_ROWS as u8;
+    }
+    let tile_elems = TILE_ROWS * TILE_K;
+    let groups = b.padded_rows / TILE_ROWS;
+    // Accumulators stored per block: (high·B0, low·B0, high·B1, low·B1), 16 x 16 int32 each.
+    let mut acc = [0i32; 4 * TILE_ROWS * TILE_ROWS];
+    // SAFETY (every asm block below): the configuration is loaded first and released last;
+    // every tile load reads 16 rows of 64 bytes inside `high`/`low` (rows i0..i0 + 16 <=
+    // padded_m, columns s·64..s·64 + 64 <= row_len) or inside `b.tiles` (groups g, g + 1 <
+    // groups, step s < steps), and every store writes 16 rows of 64 bytes inside `acc`. The
+    // vector loads and stores that combine `acc` stay inside `acc`, `b.scales` and `out`.
+    unsafe {
+        asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack));
+        for i0 in (0..padded_m).step_by(TILE_ROWS) {
+            for g in (0..groups).step_by(2) {
+                asm!(
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "tilezero tmm2",
+                    "tilezero tmm3",
+                    options(nostack, nomem)
+                );
+                for s in 0..steps {
+                    let ah = high.as_ptr().add(i0 * row_len + s * TILE_K);
+                    let al = low.as_ptr().add(i0 * row_len + s * TILE_K);
+                    let b0 = b.tiles.as_ptr().add((g * steps + s) * tile_elems);
+                    let b1 = b0.add(steps * tile_elems);
+                    asm!(
+                        "tileloadd tmm4, [{ah} + {sa} * 1]",
+                        "tileloadd tmm6, [{b0} + {sb} * 1]",
+                        "tdpbssd tmm0, tmm4, tmm6",
+                        "tileloadd tmm5, [{al} + {sa} * 1]",
+                        "tdpbssd tmm1, tmm5, tmm6",
+                        "tileloadd tmm7, [{b1} + {sb} * 1]",
+                        "tdpbssd tmm2, tmm4, tmm7",
+                        "tdpbssd tmm3, tmm5, tmm7",
+                        ah = in(reg) ah,
+                        al = in(reg) al,
+                        b0 = in(reg) b0,
+                        b1 = in(reg) b1,
+                        sa = in(reg) row_len,
+                        sb = in(reg) TILE_K,
+                        options(nostack, readonly)
+                    );
+                }
+                let c = acc.as_mut_ptr();
+                asm!(
+                    "tilestored [{c0} + {sc} * 1], tmm0",
+                    "tilestored [{c1} + {sc} * 1], tmm1",
+                    "tilestored [{c2} + {sc} * 1], tmm2",
+                    "tilestored [{c3} + {sc} * 1], tmm3",
+                    c0 = in(reg) c,
+                    c1 = in(reg) c.add(TILE_ROWS * TILE_ROWS),
+                    c2 = in(reg) c.add(2 * TILE_ROWS * TILE_ROWS),
+                    c3 = in(reg) c.add(3 * TILE_ROWS * TILE_ROWS),
+                    sc = in(reg) TILE_ROWS * 4,
+                    options(nostack)
+                );
+                let tile = TILE_ROWS * TILE_ROWS;
+                let third = _mm512_set1_ps(1.0 / LOW_WEIGHT);
+                for r in 0..TILE_ROWS {
+                    let qs = _mm512_set1_ps(query_scales[i0 + r]);
+                    for half in 0..2 {
+                        // (In the unsafe block above: acc holds 4 tiles of 16 x 16, scales
+                        // padded_rows values, out (padded_m, stride); (g + half)·16 + 16 <=
+                        // stride.)
+                        {
+                            let hi = _mm512_loadu_si512(
+                                acc.as_ptr().add(2 * half * tile + r * TILE_ROWS) as *const _,
+                            );
+                            let lo = _mm512_loadu_si512(
+                                acc.as_ptr().add((2 * half + 1) * tile + r * TILE_ROWS) as *const _,
+                            );
+                            let sum = _mm512_add_ps(
+                                _mm512_cvtepi32_ps(hi),
+                                _mm512_mul_ps(_mm512_cvtepi32_ps(lo), third),
+                            );
+                            let col = (g + half) * TILE_ROWS;
+                            let scales = _mm512_loadu_ps(b.scales.as_ptr().add(col));
+                            _mm512_storeu_ps(
+                                out.as_mut_ptr().add((i0 + r) * stride + col),
+                                _mm512_mul_ps(sum, _mm512_mul_ps(qs, scales)),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        asm!("tilerelease", options(nostack, nomem));
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn dots_unchecked(_: &[f32], _: usize, _: &PackedAnchors, _: &mut Vec<f32>) {
+    unreachable!("AMX exists only on x86-64")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    fn int8_anchors(r: &mut Rng, n: usize, k: usize) -> Vec<f32> {
+        let values: Vec<f32> = (0..n * k).map(|_| r.normal() as f32 * 0.1).collect();
+        crate::anchor_store::StoredAnchors::encode(&values, k, crate::AnchorPrecision::Int8)
+            .decode(k)
+    }
+
+    #[test]
+    fn only_eight_bit_rows_pack() {
+        let mut r = Rng::new(5);
+        let general: Vec<f32> = (0..10 * 33).map(|_| r.normal() as f32).collect();
+        assert!(PackedAnchors::new(&general, 10, 33).is_none());
+        let int8 = int8_anchors(&mut r, 10, 33);
+        let packed = PackedAnchors::new(&int8, 10, 33).expect("8-bit rows pack");
+        assert_eq!((packed.rows(), packed.stride()), (10, 32));
+        // The cache hands back the same packing for the same content, and notices a change.
+        let first = packed_for_test(&int8);
+        assert!(Arc::ptr_eq(&first, &packed_for_test(&int8)));
+        let mut changed = int8.clone();
+        changed[7] = 0.0;
+        let other = packed_anchors(&changed, 10, 33);
+        assert!(other.is_none() || !Arc::ptr_eq(&first, other.as_ref().unwrap()));
+    }
+
+    fn packed_for_test(v: &[f32]) -> Arc<PackedAnchors> {
+        packed_anchors(v, 10, 33).expect("8-bit rows pack")
+    }
+
+    #[test]
+    fn amx_dots_match_f64_over_odd_shapes() {
+        if !available() {
+            eprintln!("SKIPPED: AMX is not available on this machine");
+            return;
+        }
+        let mut r = Rng::new(6);
+        for (m, n, k) in [
+            (1, 1, 1),
+            (5, 17, 31),
+            (16, 32, 64),
+            (33, 70, 65),
+            (100, 1027, 384),
+            (40, 40, 768),
+        ] {
+            let mut a: Vec<f32> = (0..m * k).map(|_| r.normal() as f32).collect();
+            a[..k].fill(0.0);
+            let b = int8_anchors(&mut r, n, k);
+            let packed = PackedAnchors::new(&b, n, k).expect("8-bit rows pack");
+            let mut out = Vec::new();
+            dots(&a, m, &packed, &mut out);
+            for i in 0..m {
+                let max = a[i * k..(i + 1) * k]
+                    .iter()
+                    .fold(0f64, |x, v| x.max(v.abs() as f64));
+                for j in 0..n {
+                    let (mut want, mut bound) = (0f64, 0f64);
+                    for t in 0..k {
+                        want += a[i * k + t] as f64 * b[j * k + t] as f64;
+                        bound += (b[j * k + t] as f64).abs();
+                    }
+                    // Per value the split leaves at most max |x| / 64516 (plus f32 rounding).
+                    let bound = bound * max / 64516.0 * 1.01 + 1e-6 * want.abs() + 1e-9;
+                    let got = out[i * packed.stride() + j] as f64;
+                    assert!(
+                        (got - want).abs() <= bound,
+                        "({m},{n},{k}) [{i}][{j}]: {got} vs {want} (bound {bound})"
+                    );
+                }
+            }
+        }
+    }
+}
