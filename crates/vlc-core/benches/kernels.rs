@@ -88,10 +88,29 @@ fn anchor_ranking(c: &mut Criterion) {
     let queries: Vec<f32> = (0..256 * dim).map(|_| rng.normal() as f32).collect();
     let mut g = c.benchmark_group("anchor ranking, 1024 anchors x 384");
     g.throughput(Throughput::Elements(256));
-    g.bench_function("256 queries, nprobe 64 (GEMM form)", |b| {
+    g.bench_function("256 queries, nprobe 64, f32 anchors (GEMM form)", |b| {
         b.iter(|| {
             CpuBackend
                 .nearest_anchors(black_box(&queries), &anchors, dim, 64)
+                .unwrap()
+        })
+    });
+    // What an index holds by default: 8-bit anchors, which rank on AMX tiles where the CPU has
+    // them (VLC_NO_AMX=1 gives the GEMM path for comparison).
+    let int8 = vlc::anchor_store::StoredAnchors::encode(&anchors, dim, vlc::AnchorPrecision::Int8)
+        .decode(dim);
+    let name = format!(
+        "256 queries, nprobe 64, 8-bit anchors ({})",
+        if vlc::amx::available() {
+            "AMX"
+        } else {
+            "GEMM form, no AMX"
+        }
+    );
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            CpuBackend
+                .nearest_anchors(black_box(&queries), &int8, dim, 64)
                 .unwrap()
         })
     });

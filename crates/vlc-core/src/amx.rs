@@ -190,18 +190,26 @@ impl PackedAnchors {
     }
 }
 
-/// A 64-bit content hash (FNV-1a over 64-bit words).
+/// A 64-bit content hash: FNV-1a over 64-bit words in four independent lanes (so the
+/// multiplications overlap), then the lanes folded together.
 fn content_hash(values: &[f32]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    let mut words = values.chunks_exact(2);
-    for w in &mut words {
-        let word = (w[0].to_bits() as u64) << 32 | w[1].to_bits() as u64;
-        h = (h ^ word).wrapping_mul(0x0000_0100_0000_01b3);
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut lanes = [0xcbf2_9ce4_8422_2325u64; 4];
+    let mut blocks = values.chunks_exact(8);
+    for b in &mut blocks {
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let word = (b[2 * l].to_bits() as u64) << 32 | b[2 * l + 1].to_bits() as u64;
+            *lane = (*lane ^ word).wrapping_mul(PRIME);
+        }
     }
-    for &v in words.remainder() {
-        h = (h ^ v.to_bits() as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    let mut h = lanes[0];
+    for &lane in &lanes[1..] {
+        h = (h ^ lane).wrapping_mul(PRIME);
     }
-    h
+    for &v in blocks.remainder() {
+        h = (h ^ v.to_bits() as u64).wrapping_mul(PRIME);
+    }
+    h ^ values.len() as u64
 }
 
 /// The last anchors packed, keyed by shape and content: (n, k, hash, result).
