@@ -78,30 +78,35 @@ impl FastRotation {
 
     /// Rotate `v` (dim,) in place.
     pub fn apply(&self, v: &mut [f32]) {
-        debug_assert_eq!(v.len(), self.dim);
-        #[cfg(target_arch = "x86_64")]
-        if has_avx512() {
-            // SAFETY: AVX-512F was detected at run time.
-            return unsafe { self.apply_avx512(v) };
-        } else if level() == SimdLevel::Avx2 {
-            // SAFETY: AVX2 was detected at run time.
-            return unsafe { self.apply_avx2(v) };
-        }
-        self.apply_scalar(v)
+        self.run(v, false)
     }
 
     /// Undo [`apply`](Self::apply) (the transpose).
     pub fn apply_inverse(&self, v: &mut [f32]) {
+        self.run(v, true)
+    }
+
+    /// [`apply`](Self::apply) or its inverse, compiled for the widest vectors detected.
+    fn run(&self, v: &mut [f32], inverse: bool) {
         debug_assert_eq!(v.len(), self.dim);
         #[cfg(target_arch = "x86_64")]
         if has_avx512() {
             // SAFETY: AVX-512F was detected at run time.
-            return unsafe { self.apply_inverse_avx512(v) };
+            return unsafe { self.run_avx512(v, inverse) };
         } else if level() == SimdLevel::Avx2 {
             // SAFETY: AVX2 was detected at run time.
-            return unsafe { self.apply_inverse_avx2(v) };
+            return unsafe { self.run_avx2(v, inverse) };
         }
-        self.apply_inverse_scalar(v)
+        self.run_scalar(v, inverse)
+    }
+
+    #[inline(always)]
+    fn run_scalar(&self, v: &mut [f32], inverse: bool) {
+        if inverse {
+            self.apply_inverse_scalar(v)
+        } else {
+            self.apply_scalar(v)
+        }
     }
 
     /// Reference of [`apply`](Self::apply), compiled for the baseline instruction set.
@@ -139,26 +144,14 @@ impl FastRotation {
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn apply_avx2(&self, v: &mut [f32]) {
-        self.apply_scalar(v)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn apply_inverse_avx2(&self, v: &mut [f32]) {
-        self.apply_inverse_scalar(v)
+    unsafe fn run_avx2(&self, v: &mut [f32], inverse: bool) {
+        self.run_scalar(v, inverse)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    unsafe fn apply_avx512(&self, v: &mut [f32]) {
-        self.apply_scalar(v)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn apply_inverse_avx512(&self, v: &mut [f32]) {
-        self.apply_inverse_scalar(v)
+    unsafe fn run_avx512(&self, v: &mut [f32], inverse: bool) {
+        self.run_scalar(v, inverse)
     }
 }
 
