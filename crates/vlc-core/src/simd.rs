@@ -53,6 +53,22 @@ pub fn has_avx512() -> bool {
     *AVX512
 }
 
+/// The CPU kernels this process uses, for logs and benchmark records: `scalar`, or `avx2`
+/// followed by `avx512` and `amx-int8` where those are detected and enabled.
+pub fn kernels() -> String {
+    let mut parts = vec![match level() {
+        SimdLevel::Scalar => "scalar",
+        SimdLevel::Avx2 => "avx2",
+    }];
+    if has_avx512() {
+        parts.push("avx512");
+    }
+    if crate::amx::available() {
+        parts.push("amx-int8");
+    }
+    parts.join("+")
+}
+
 /// Σ weights[i] · codes[i] (codes as unsigned integers).
 #[inline]
 pub fn dot_u8(weights: &[f32], codes: &[u8]) -> f32 {

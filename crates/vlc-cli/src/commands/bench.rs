@@ -158,8 +158,12 @@ pub fn run(a: Args) -> Result<()> {
         .build()?;
     let mut points: Vec<Point> = Vec::new();
     eprintln!(
-        "{} vectors x {}, {} queries; searching on {} thread(s)",
-        base.rows, base.cols, queries.rows, a.search_threads
+        "{} vectors x {}, {} queries; searching on {} thread(s); CPU kernels: {}",
+        base.rows,
+        base.cols,
+        queries.rows,
+        a.search_threads,
+        vlc::simd::kernels()
     );
     for (name, (codec, bits, refine)) in &configs {
         let mut params = BuildParams::default()
