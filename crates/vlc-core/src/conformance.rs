@@ -19,18 +19,30 @@ fn naive_dist(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// Nearest anchors (1, 3 and 8 per point) against brute force; shapes straddle the 64-row and
-/// 64-anchor tiles of the GPU kernels.
+/// 64-anchor tiles of the GPU kernels. Each shape runs with f32 anchors and with 8-bit anchors
+/// (what an index holds by default, which the CPU backend ranks on AMX where it can).
 pub fn check_nearest(backend: &dyn Backend) {
     for &dim in &[1usize, 7, 65, 384] {
-        for &(n, k, m) in &[
+        for (&(n, k, m), eight_bit) in [
             (1usize, 1usize, 1usize),
             (37, 5, 3),
             (513, 33, 1),
             (130, 131, 1),
             (200, 64, 8),
-        ] {
+        ]
+        .iter()
+        .flat_map(|shape| [(shape, false), (shape, true)])
+        {
             let points = random(n * dim, (dim * 1000 + n) as u64);
-            let anchors = random(k * dim, (dim * 7 + k) as u64);
+            let mut anchors = random(k * dim, (dim * 7 + k) as u64);
+            if eight_bit {
+                anchors = crate::anchor_store::StoredAnchors::encode(
+                    &anchors,
+                    dim,
+                    crate::AnchorPrecision::Int8,
+                )
+                .decode(dim);
+            }
             let got = backend.nearest_anchors(&points, &anchors, dim, m).unwrap();
             assert_eq!(got.ids.len(), n * m);
             for i in 0..n {
