@@ -19,6 +19,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 /// Bytes per tile row (64 int8 values along k) and rows per tile.
 const TILE_K: usize = 64;
 const TILE_ROWS: usize = 16;
+/// Longest rows ranked on tiles: 127 · 127 · 131,072 < 2³¹, so no int32 sum overflows.
+pub const MAX_DIM: usize = 131_072;
 /// Weight of the second query piece: `X₂` counts 1/254 of a unit of `X₁`.
 const LOW_WEIGHT: f32 = 254.0;
 
@@ -150,9 +152,13 @@ pub struct PackedAnchors {
 }
 
 impl PackedAnchors {
-    /// Pack `b` (n, k), row-major, when every row is in 8-bit form; `None` otherwise.
+    /// Pack `b` (n, k), row-major, when every row is in 8-bit form; `None` otherwise, and for
+    /// k beyond [`MAX_DIM`] (where int32 sums of 127 x 127 products could overflow).
     pub fn new(b: &[f32], n: usize, k: usize) -> Option<PackedAnchors> {
         assert!(b.len() >= n * k);
+        if k > MAX_DIM {
+            return None;
+        }
         let steps = k.div_ceil(TILE_K);
         let padded_rows = n.div_ceil(2 * TILE_ROWS) * 2 * TILE_ROWS;
         let mut scales = vec![0f32; padded_rows];
