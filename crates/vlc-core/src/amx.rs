@@ -29,15 +29,24 @@ const LOW_WEIGHT: f32 = 254.0;
 /// the split summed over typical dimensions.
 pub const RANKING_ROUNDING: f32 = 1.0 / 4096.0;
 
-static AVAILABLE: LazyLock<bool> = LazyLock::new(detect);
+static SUPPORTED: LazyLock<bool> = LazyLock::new(supported_here);
+static AVAILABLE: LazyLock<bool> = LazyLock::new(|| *SUPPORTED && self_check());
 
-/// Whether [`dots`] runs (detected once; `VLC_NO_AMX=1` disables it).
+/// Whether [`dots`] runs: [`supported`] and the self-check passed (detected once;
+/// `VLC_NO_AMX=1` disables it).
 pub fn available() -> bool {
     *AVAILABLE
 }
 
+/// Whether the CPU and OS offer AMX-TILE and AMX-INT8 to this process (and `VLC_NO_AMX` is not
+/// set), before the self-check. Where this holds and [`available`] does not, the kernel is
+/// wrong on this machine (the tests fail on that).
+pub fn supported() -> bool {
+    *SUPPORTED
+}
+
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn detect() -> bool {
+fn supported_here() -> bool {
     use std::arch::x86_64::{__cpuid, __cpuid_count};
     if std::env::var_os("VLC_NO_AMX").is_some()
         || crate::simd::level() != crate::simd::SimdLevel::Avx2
@@ -74,11 +83,17 @@ fn detect() -> bool {
             lateout("r11") _,
             options(nostack))
     };
-    granted == 0 && self_check()
+    granted == 0
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-fn detect() -> bool {
+fn supported_here() -> bool {
+    false
+}
+
+/// Run a small product through the tiles and compare it with the f64 result.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn self_check() -> bool {
     false
 }
 
@@ -307,7 +322,7 @@ unsafe fn split_query(x: &[f32], high: &mut [i8], low: &mut [i8]) -> f32 {
 }
 
 /// # Safety
-/// AMX-TILE and AMX-INT8 must be usable by this thread (see [`detect`]); every CPU with AMX
+/// AMX-TILE and AMX-INT8 must be usable by this thread (see [`supported`]); every CPU with AMX
 /// has AVX-512F and BW, which the query split and the combination vectorise with.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
@@ -473,10 +488,14 @@ mod tests {
 
     #[test]
     fn amx_dots_match_f64_over_odd_shapes() {
-        if !available() {
-            eprintln!("SKIPPED: AMX is not available on this machine");
+        if !supported() {
+            eprintln!("SKIPPED: AMX is not available on this machine (or VLC_NO_AMX is set)");
             return;
         }
+        assert!(
+            available(),
+            "AMX is supported here but the self-check failed"
+        );
         let mut r = Rng::new(6);
         for (m, n, k) in [
             (1, 1, 1),
