@@ -134,18 +134,14 @@ fn self_check() -> bool {
 /// Row `v` as `scale · q` with integers `q` in −127..=127 (written to `levels`), when `v` is
 /// such a row to within 2⁻²⁰ of each value: what 8-bit anchors decode to.
 fn integer_levels(v: &[f32], levels: &mut [i8]) -> Option<f32> {
-    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
-    if max == 0.0 {
-        levels.fill(0);
-        return Some(0.0);
-    }
-    let scale = max / 127.0;
-    for (q, &x) in levels.iter_mut().zip(v) {
-        let r = (x / scale).round();
-        if r.abs() > 127.0 || (x - scale * r).abs() > x.abs() * (1.0 / 1_048_576.0) {
+    // The levels the anchor store would write for `v`; the row is in 8-bit form when they
+    // give its values back.
+    let (scale, q) = crate::anchor_store::quantize_row(v);
+    for ((level, q), &x) in levels.iter_mut().zip(q).zip(v) {
+        if (x - scale * q as f32).abs() > x.abs() * (1.0 / 1_048_576.0) {
             return None;
         }
-        *q = r as i8;
+        *level = q;
     }
     Some(scale)
 }

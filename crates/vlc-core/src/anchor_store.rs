@@ -75,7 +75,7 @@ impl std::fmt::Display for AnchorPrecision {
 }
 
 /// The 8-bit levels and scale of one anchor row.
-fn quantize_row(row: &[f32]) -> (f32, impl Iterator<Item = i8> + '_) {
+pub(crate) fn quantize_row(row: &[f32]) -> (f32, impl Iterator<Item = i8> + '_) {
     let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
     let scale = max / 127.0;
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
