@@ -1,8 +1,8 @@
 //! Intel AMX (Advanced Matrix Extensions, Xeon "Sapphire Rapids" and later) for anchor ranking
-//! against 8-bit anchors.
+//! against 8-bit (or 4-bit) anchors.
 //!
 //! An index stores its anchors as 8 bits by default: each anchor row is `scale · q` with
-//! integers `q` in −127..=127 (see [`crate::anchor_store`]). Such rows are exact in int8, so
+//! integers `q` in −127..=127 (−7..=7 for 4-bit anchors; see [`crate::anchor_store`]). Such rows are exact in int8, so
 //! `x · c = scale · (x · q)` can run on AMX's int8 tile product (`TDPBSSD`) once the query is
 //! in integers too. The query is split into two int8 pieces, `x ≈ s (X₁ + X₂ / 254)` with
 //! `s = max |x| / 127`, which leaves an error of at most `max |x| / 64516` per value
@@ -12,7 +12,8 @@
 //! Detected once ([`available`]): the CPU must report AMX-TILE and AMX-INT8, the OS must enable
 //! the tile state, and Linux must grant it to the process (`arch_prctl(ARCH_REQ_XCOMP_PERM)`);
 //! a small product is then checked against the exact result. `VLC_NO_AMX=1` turns it off.
-//! Anchors that are not in 8-bit form (f16 or f32 storage, training) keep the f32 GEMM.
+//! Anchors that are not in 8-bit or 4-bit form (f16 or f32 storage, training) keep the f32
+//! GEMM.
 
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -132,21 +133,37 @@ fn self_check() -> bool {
 }
 
 /// Row `v` as `scale · q` with integers `q` in −127..=127 (written to `levels`), when `v` is
-/// such a row to within 2⁻²⁰ of each value: what 8-bit anchors decode to.
+/// such a row to within 2⁻²⁰ of each value: what 8-bit and 4-bit anchors decode to.
 fn integer_levels(v: &[f32], levels: &mut [i8]) -> Option<f32> {
     // The levels the anchor store would write for `v`; the row is in 8-bit form when they
     // give its values back.
     let (scale, q) = crate::anchor_store::quantize_row(v);
+    if fill_levels(v, scale, q, levels) {
+        return Some(scale);
+    }
+    // A 4-bit row: its largest value is 7 steps (or it would not have been clipped to them),
+    // which 8-bit levels of `max / 127` do not reproduce.
+    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let scale = max / 7.0;
+    let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    let q = v
+        .iter()
+        .map(|x| (x * inverse).round().clamp(-7.0, 7.0) as i8);
+    fill_levels(v, scale, q, levels).then_some(scale)
+}
+
+/// Write `q` to `levels` when `scale · q` gives every value of `v` back to within 2⁻²⁰.
+fn fill_levels(v: &[f32], scale: f32, q: impl Iterator<Item = i8>, levels: &mut [i8]) -> bool {
     for ((level, q), &x) in levels.iter_mut().zip(q).zip(v) {
         if (x - scale * q as f32).abs() > x.abs() * (1.0 / 1_048_576.0) {
-            return None;
+            return false;
         }
         *level = q;
     }
-    Some(scale)
+    true
 }
 
-/// Anchors in 8-bit form laid out in AMX tiles for [`dots`].
+/// Anchors in 8-bit (or 4-bit) form laid out in AMX tiles for [`dots`].
 pub struct PackedAnchors {
     rows: usize,
     /// Rows rounded up to 32 (two tiles of 16).
@@ -163,7 +180,7 @@ pub struct PackedAnchors {
 }
 
 impl PackedAnchors {
-    /// Pack `b` (n, k), row-major, when every row is in 8-bit form; `None` otherwise, and for
+    /// Pack `b` (n, k), row-major, when every row is in 8-bit or 4-bit form; `None` otherwise, and for
     /// k beyond [`MAX_DIM`] (where int32 sums of 127 x 127 products could overflow).
     pub fn new(b: &[f32], n: usize, k: usize) -> Option<PackedAnchors> {
         assert!(b.len() >= n * k);
@@ -455,17 +472,29 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
 
-    fn int8_anchors(r: &mut Rng, n: usize, k: usize) -> Vec<f32> {
+    use crate::AnchorPrecision;
+
+    fn stored_anchors(r: &mut Rng, n: usize, k: usize, precision: AnchorPrecision) -> Vec<f32> {
         let values: Vec<f32> = (0..n * k).map(|_| r.normal() as f32 * 0.1).collect();
-        crate::anchor_store::StoredAnchors::encode(&values, k, crate::AnchorPrecision::Int8)
-            .decode(k)
+        crate::anchor_store::StoredAnchors::encode(&values, k, precision).decode(k)
+    }
+
+    fn int8_anchors(r: &mut Rng, n: usize, k: usize) -> Vec<f32> {
+        stored_anchors(r, n, k, AnchorPrecision::Int8)
     }
 
     #[test]
-    fn only_eight_bit_rows_pack() {
+    fn only_eight_and_four_bit_rows_pack() {
         let mut r = Rng::new(5);
         let general: Vec<f32> = (0..10 * 33).map(|_| r.normal() as f32).collect();
         assert!(PackedAnchors::new(&general, 10, 33).is_none());
+        let f16 = stored_anchors(&mut r, 10, 33, AnchorPrecision::F16);
+        assert!(PackedAnchors::new(&f16, 10, 33).is_none());
+        let int4 = stored_anchors(&mut r, 10, 33, AnchorPrecision::Int4);
+        assert!(
+            PackedAnchors::new(&int4, 10, 33).is_some(),
+            "4-bit rows pack"
+        );
         let int8 = int8_anchors(&mut r, 10, 33);
         let packed = PackedAnchors::new(&int8, 10, 33).expect("8-bit rows pack");
         assert_eq!((packed.rows(), packed.stride()), (10, 32));
@@ -493,18 +522,20 @@ mod tests {
             "AMX is supported here but the self-check failed"
         );
         let mut r = Rng::new(6);
-        for (m, n, k) in [
-            (1, 1, 1),
-            (5, 17, 31),
-            (16, 32, 64),
-            (33, 70, 65),
-            (100, 1027, 384),
-            (40, 40, 768),
+        for (m, n, k, precision) in [
+            (1, 1, 1, AnchorPrecision::Int8),
+            (5, 17, 31, AnchorPrecision::Int8),
+            (16, 32, 64, AnchorPrecision::Int8),
+            (33, 70, 65, AnchorPrecision::Int8),
+            (100, 1027, 384, AnchorPrecision::Int8),
+            (40, 40, 768, AnchorPrecision::Int8),
+            (7, 33, 97, AnchorPrecision::Int4),
+            (40, 300, 384, AnchorPrecision::Int4),
         ] {
             let mut a: Vec<f32> = (0..m * k).map(|_| r.normal() as f32).collect();
             a[..k].fill(0.0);
-            let b = int8_anchors(&mut r, n, k);
-            let packed = PackedAnchors::new(&b, n, k).expect("8-bit rows pack");
+            let b = stored_anchors(&mut r, n, k, precision);
+            let packed = PackedAnchors::new(&b, n, k).expect("8-bit and 4-bit rows pack");
             let mut out = Vec::new();
             dots(&a, m, &packed, &mut out);
             for i in 0..m {

@@ -61,8 +61,8 @@ pub struct DeviceView<'a> {
     pub anchor_norms: &'a [f32],
     /// List `a` owns positions `list_offsets[a]..list_offsets[a+1]`. Layout: (num_anchors + 1,).
     pub list_offsets: &'a [u64],
-    /// Caller ids in list order. Layout: (num_vectors,).
-    pub ids: &'a [u32],
+    /// Caller ids in list order (unpacked). Layout: (num_vectors,).
+    pub ids: Cow<'a, [u32]>,
     /// The stage that scans the probed lists. For RaBitQ codes the scan reads only the 1-bit
     /// part; the full code then rescores the candidate pool when there is no refine stage.
     pub primary: DeviceStage<'a>,
@@ -155,7 +155,7 @@ impl Index {
             anchors: &self.anchors,
             anchor_norms: &self.anchor_norms,
             list_offsets: &self.list_offsets,
-            ids: &self.ids,
+            ids: self.ids.to_u32(),
             primary: device_stage(&self.codec, &self.codes),
             refine: self
                 .refine

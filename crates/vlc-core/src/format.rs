@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "VLCINDEX"
-//!      8     4  format version (u32) = 2 (version 1 files are read too)
+//!      8     4  format version (u32) = 3 (versions 1 and 2 are read too)
 //!     12     4  header size (u32) = 64
 //!     16     4  dim (u32)
 //!     20     4  num_anchors (u32)
@@ -13,7 +13,8 @@
 //!     33     1  primary codec kind
 //!     34     1  refine codec kind (0xFF = none)
 //!     35     1  flags: bit 0 = anchors stored as f16, bit 1 (version 2) = anchors stored as
-//!                 int8 with an f32 scale per anchor (at most one of them; other bits 0)
+//!                 int8 with an f32 scale per anchor, bit 2 (version 3) = anchors stored as
+//!                 int4 with an f32 scale per anchor (at most one of them; other bits 0)
 //!     36     4  section count (u32, at most 16)
 //!     40     8  file size (u64)
 //!     48     4  CRC-32 of the section table
@@ -23,7 +24,8 @@
 //! ```
 //! Sections (all offsets multiples of 64): `ANCH` anchors (num_anchors, dim) as f32, f16, or
 //! int8 (the num_anchors f32 scales first, see [`crate::anchor_store`]); `LOFF` list
-//! offsets u64 (num_anchors + 1); `IDS_` ids u32 (num_vectors); `CPAR` primary codec
+//! offsets u64 (num_anchors + 1); `IDSP` ids bit-packed at the width of the largest (version 3,
+//! see [`crate::ids`]) or `IDS_` ids u32 (num_vectors; versions 1 and 2); `CPAR` primary codec
 //! parameters; `CODE` primary codes (num_vectors, code_size); `RPAR`/`RCOD` the refine tier;
 //! `META` build report (JSON).
 //!
@@ -33,6 +35,7 @@
 use crate::anchor_store::{AnchorPrecision, StoredAnchors};
 use crate::codec::{Codec, CodecKind, ResidualCodec};
 use crate::error::{Result, VlcError};
+use crate::ids::Ids;
 use crate::index::{BuildReport, Index, Metric};
 use memmap2::Mmap;
 use std::io::Write;
@@ -40,7 +43,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"VLCINDEX";
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 pub const HEADER_SIZE: usize = 64;
 const ENTRY_SIZE: usize = 32;
 const MAX_SECTIONS: usize = 16;
@@ -48,6 +51,7 @@ const ALIGN: u64 = 64;
 const NO_REFINE: u8 = 0xFF;
 const FLAG_F16_ANCHORS: u8 = 1;
 const FLAG_INT8_ANCHORS: u8 = 2;
+const FLAG_INT4_ANCHORS: u8 = 4;
 
 /// A typed array that is either owned or borrowed from a memory-mapped file.
 pub enum Section<T> {
@@ -104,7 +108,13 @@ fn sections<'a>(index: &'a Index, e: &'a Encoded) -> Vec<([u8; 4], &'a [u8])> {
     let mut s: Vec<([u8; 4], &[u8])> = vec![
         (*b"ANCH", anchors),
         (*b"LOFF", as_bytes(&index.list_offsets)),
-        (*b"IDS_", as_bytes(&index.ids)),
+        (
+            *b"IDSP",
+            match &index.ids {
+                Ids::Packed { words, .. } => as_bytes(words),
+                Ids::Plain(_) => as_bytes(&e.packed_ids),
+            },
+        ),
         (*b"CPAR", params),
         (*b"CODE", &index.codes),
     ];
@@ -124,6 +134,8 @@ struct Encoded {
     params: Vec<u8>,
     refine_params: Vec<u8>,
     meta: Vec<u8>,
+    /// The ids packed, when the index holds them plain (loaded from an older file).
+    packed_ids: Vec<u64>,
 }
 
 fn encode_params(index: &Index) -> Encoded {
@@ -134,10 +146,15 @@ fn encode_params(index: &Index) -> Encoded {
         c.write_params(&mut refine_params);
     }
     let meta = serde_json::to_vec(&index.report).unwrap_or_default();
+    let packed_ids = match &index.ids {
+        Ids::Plain(ids) => crate::ids::pack(ids),
+        Ids::Packed { .. } => Vec::new(),
+    };
     Encoded {
         params,
         refine_params,
         meta,
+        packed_ids,
     }
 }
 
@@ -195,6 +212,7 @@ pub fn to_bytes(index: &Index) -> Vec<u8> {
         AnchorPrecision::F32 => 0,
         AnchorPrecision::F16 => FLAG_F16_ANCHORS,
         AnchorPrecision::Int8 => FLAG_INT8_ANCHORS,
+        AnchorPrecision::Int4 => FLAG_INT4_ANCHORS,
     });
     out.extend((entries.len() as u32).to_le_bytes());
     out.extend(total.to_le_bytes());
@@ -357,6 +375,7 @@ fn parse(bytes: &[u8]) -> Result<(FileInfo, Vec<(/*tag*/ [u8; 4], usize, usize)>
         (0, _) => AnchorPrecision::F32,
         (FLAG_F16_ANCHORS, _) => AnchorPrecision::F16,
         (FLAG_INT8_ANCHORS, 2..) => AnchorPrecision::Int8,
+        (FLAG_INT4_ANCHORS, 3..) => AnchorPrecision::Int4,
         (flags, _) => {
             return Err(corrupt(
                 format!("unknown flags {flags:#04x} for format version {version}"),
@@ -526,7 +545,11 @@ fn assemble(
         .ok_or_else(|| corrupt("sizes overflow", 16))?;
     let anchors_r = need(b"ANCH", Some(anchor_bytes as u64))?;
     let loff_r = need(b"LOFF", Some(mul(k + 1, 8)?))?;
-    let ids_r = need(b"IDS_", Some(mul(n, 4)?))?;
+    let ids_r = if info.version >= 3 {
+        need(b"IDSP", None)?
+    } else {
+        need(b"IDS_", Some(mul(n, 4)?))?
+    };
     let cpar_r = need(b"CPAR", None)?;
     let codec = Codec::read_params(
         info.codec,
@@ -570,7 +593,17 @@ fn assemble(
             loff_r.0 as u64,
         ));
     }
-    let ids = make_u32(ids_r.0, ids_r.1)?;
+    let ids = if info.version >= 3 {
+        if (ids_r.1 - ids_r.0) % 8 != 0 {
+            return Err(corrupt(
+                "the packed id section is not whole 8-byte words",
+                ids_r.0 as u64,
+            ));
+        }
+        Ids::from_packed_section(make_u64(ids_r.0, ids_r.1)?, n as usize, ids_r.0 as u64)?
+    } else {
+        Ids::Plain(make_u32(ids_r.0, ids_r.1)?)
+    };
     let codes = make_u8(code_r.0, code_r.1)?;
     Ok(Index::from_parts(
         info.dim,

@@ -7,6 +7,7 @@ use crate::codec::{Codec, CodecKind, CodecParams, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::fastscan::FastScan;
 use crate::format::Section;
+use crate::ids::Ids;
 use crate::train::{train_anchors, IterationStats, TrainParams, TrainReport};
 use crate::vectors::{normalize_rows, validate_vectors};
 use rayon::prelude::*;
@@ -150,8 +151,8 @@ pub struct Index {
     pub(crate) anchor_norms: Vec<f32>,
     /// List `a` owns positions `list_offsets[a]..list_offsets[a+1]`. Layout: (num_anchors + 1,).
     pub(crate) list_offsets: Section<u64>,
-    /// Caller ids in list order. Layout: (num_vectors,).
-    pub(crate) ids: Section<u32>,
+    /// Caller ids in list order, bit-packed in indexes built or saved by format version 3.
+    pub(crate) ids: Ids,
     pub(crate) codec: Codec,
     /// Primary codes in list order. Layout: (num_vectors, codec.code_size()), row-major.
     pub(crate) codes: Section<u8>,
@@ -332,7 +333,7 @@ impl Index {
             n,
             stored_anchors,
             Section::Owned(offsets.iter().map(|&o| o as u64).collect()),
-            Section::Owned(order),
+            Ids::packed(&order),
             codec,
             Section::Owned(codes),
             refine,
@@ -348,7 +349,7 @@ impl Index {
         num_vectors: usize,
         stored_anchors: StoredAnchors,
         list_offsets: Section<u64>,
-        ids: Section<u32>,
+        ids: Ids,
         codec: Codec,
         codes: Section<u8>,
         refine: Option<(Codec, Section<u8>)>,
@@ -424,10 +425,12 @@ impl Index {
     pub fn build_report(&self) -> &BuildReport {
         &self.report
     }
-    /// Code bytes per vector: ids (4) + primary code + refine code. The file adds anchors,
-    /// list offsets and codec parameters; see [`Index::file_size`].
-    pub fn code_bytes_per_vector(&self) -> usize {
-        4 + self.codec.code_size() + self.refine.as_ref().map_or(0, |r| r.0.code_size())
+    /// Bytes per vector of the id (its packed width, see [`crate::ids`]), primary code and
+    /// refine code. The file adds anchors, list offsets and codec parameters; see
+    /// [`Index::file_size`].
+    pub fn code_bytes_per_vector(&self) -> f64 {
+        self.ids.width() as f64 / 8.0
+            + (self.codec.code_size() + self.refine.as_ref().map_or(0, |r| r.0.code_size())) as f64
     }
     /// The exact size in bytes of this index's file.
     pub fn file_size(&self) -> u64 {

@@ -37,6 +37,7 @@ pub mod error;
 pub mod eval;
 pub mod fastscan;
 pub mod format;
+pub mod ids;
 pub mod index;
 pub mod io;
 pub mod linalg;

@@ -424,7 +424,7 @@ impl Index {
         found
             .iter()
             .map(|c| Neighbor {
-                id: self.ids[c.position()],
+                id: self.ids.get(c.position()),
                 distance: c.dist().max(0.0),
             })
             .collect()

@@ -111,13 +111,17 @@ fn with_header_field(b: &[u8], at: usize, value: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn int8_anchors_need_format_version_2_and_unknown_flags_are_rejected() {
+fn anchor_flags_need_their_format_version_and_unknown_flags_are_rejected() {
     let b = bytes();
     assert_eq!(b[35], 2, "the default build stores int8 anchors");
     // A version-1 header cannot announce int8 anchors (version 1 had no such flag).
     let err = Index::from_bytes(&with_header_field(b, 8, &1u32.to_le_bytes())).unwrap_err();
     assert!(err.to_string().contains("flags"), "{err}");
-    for flags in [3u8, 4, 0x80] {
+    // Nor a version-2 header int4 anchors.
+    let int4 = with_header_field(b, 35, &[4]);
+    let err = Index::from_bytes(&with_header_field(&int4, 8, &2u32.to_le_bytes())).unwrap_err();
+    assert!(err.to_string().contains("flags"), "{err}");
+    for flags in [3u8, 6, 8, 0x80] {
         let err = Index::from_bytes(&with_header_field(b, 35, &[flags])).unwrap_err();
         assert!(err.to_string().contains("flags"), "{flags}: {err}");
     }
@@ -137,6 +141,7 @@ fn every_anchor_precision_round_trips_with_the_same_answers() {
         AnchorPrecision::F32,
         AnchorPrecision::F16,
         AnchorPrecision::Int8,
+        AnchorPrecision::Int4,
     ] {
         let mut build = BuildParams::default()
             .with_codec(CodecKind::RaBitQ2)
@@ -154,8 +159,64 @@ fn every_anchor_precision_round_trips_with_the_same_answers() {
         assert_eq!(got, want, "{precision}");
         sizes.push(index.file_size());
     }
-    // f32 > f16 > int8 (8 anchors x 12 dims: 384, 192, 128 bytes before alignment).
-    assert!(sizes[0] > sizes[1] && sizes[1] >= sizes[2], "{sizes:?}");
+    // f32 > f16 > int8 >= int4 (8 anchors x 12 dims: 384, 192, 128, 80 bytes before
+    // alignment to 64).
+    assert!(
+        sizes[0] > sizes[1] && sizes[1] >= sizes[2] && sizes[2] >= sizes[3],
+        "{sizes:?}"
+    );
+}
+
+/// The file offset of section `tag` in `b`.
+fn section_offset(b: &[u8], tag: &[u8; 4]) -> usize {
+    let entry = b[HEADER_SIZE..]
+        .chunks_exact(32)
+        .find(|e| &e[..4] == tag)
+        .unwrap();
+    u64::from_le_bytes(entry[8..16].try_into().unwrap()) as usize
+}
+
+/// `b` with `value` written into section `tag` at `at` and that section's checksum fixed.
+fn with_section_bytes(b: &[u8], tag: &[u8; 4], at: usize, value: &[u8]) -> Vec<u8> {
+    let mut out = b.to_vec();
+    let e = HEADER_SIZE
+        + out[HEADER_SIZE..]
+            .chunks_exact(32)
+            .position(|e| &e[..4] == tag)
+            .unwrap()
+            * 32;
+    let offset = u64::from_le_bytes(out[e + 8..e + 16].try_into().unwrap()) as usize;
+    let length = u64::from_le_bytes(out[e + 16..e + 24].try_into().unwrap()) as usize;
+    out[offset + at..offset + at + value.len()].copy_from_slice(value);
+    let crc = crc32fast::hash(&out[offset..offset + length]);
+    out[e + 24..e + 28].copy_from_slice(&crc.to_le_bytes());
+    // The table's own checksum (header bytes 48..52), then the header's.
+    let count = u32::from_le_bytes(out[36..40].try_into().unwrap()) as usize;
+    let table_crc = crc32fast::hash(&out[HEADER_SIZE..HEADER_SIZE + 32 * count]);
+    with_header_field(&out, 48, &table_crc.to_le_bytes())
+}
+
+#[test]
+fn ids_are_bit_packed_and_a_bad_width_is_named() {
+    let b = bytes();
+    let at = section_offset(b, b"IDSP");
+    // 300 vectors: ids 0..=299 need 9 bits.
+    assert_eq!(u64::from_le_bytes(b[at..at + 8].try_into().unwrap()), 9);
+    let index = Index::from_bytes(b).unwrap();
+    assert!(
+        (index.code_bytes_per_vector()
+            - (9.0 / 8.0 + index.code_size() as f64 + index.refine_code_size().unwrap() as f64))
+            .abs()
+            < 1e-9
+    );
+    for width in [0u64, 8, 33] {
+        let bad = with_section_bytes(b, b"IDSP", 0, &width.to_le_bytes());
+        let err = Index::from_bytes(&bad).unwrap_err();
+        assert!(
+            matches!(err, VlcError::Corrupt { .. }) && err.to_string().contains("id"),
+            "width {width}: {err}"
+        );
+    }
 }
 
 #[test]

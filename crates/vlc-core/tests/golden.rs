@@ -1,7 +1,8 @@
 //! Golden files: indexes written by each released format version stay readable and give the
-//! same answers. `tests/golden/v1-*.vlc` were written by format version 1 and `v2-*.vlc` by
-//! version 2 (int8 anchors, f16 first-stage RaBitQ factors, `pcaq`, the `f16` codec), with
-//! the search results they gave recorded beside them (`.expected.json`).
+//! same answers, also once saved again in the current version. `tests/golden/v1-*.vlc` were
+//! written by format version 1, `v2-*.vlc` by version 2 (int8 anchors, f16 first-stage RaBitQ
+//! factors, `pcaq`, the `f16` codec) and `v3-*.vlc` by version 3 (bit-packed ids, int4
+//! anchors), with the search results they gave recorded beside them (`.expected.json`).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
 //! `v{FORMAT_VERSION}-*` files for the current version (existing files are never overwritten).
@@ -53,6 +54,13 @@ fn cases() -> Vec<(&'static str, BuildParams)> {
                 .with_refine(Some(CodecKind::F16))
                 .with_num_anchors(5),
         ),
+        ("rabitq1-int4-anchors-l2", {
+            let mut p = BuildParams::default()
+                .with_codec(CodecKind::RaBitQ1)
+                .with_num_anchors(7);
+            p.anchor_precision = vlc::AnchorPrecision::Int4;
+            p
+        }),
         (
             "anchor-only-l2",
             BuildParams::default()
@@ -90,7 +98,12 @@ fn golden_files_stay_readable_with_the_same_answers() {
         let expected: Expected =
             serde_json::from_slice(&std::fs::read(path.with_extension("expected.json")).unwrap())
                 .unwrap();
-        for index in [Index::load(&path).unwrap(), Index::view(&path).unwrap()] {
+        let loaded = Index::load(&path).unwrap();
+        let bytes = vlc::format::to_bytes(&loaded);
+        let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+        assert_eq!(version, vlc::format::FORMAT_VERSION);
+        let resaved = Index::from_bytes(&bytes).unwrap();
+        for index in [loaded, Index::view(&path).unwrap(), resaved] {
             let got = index
                 .search_batch(&queries(), &PARAMS, &CpuBackend)
                 .unwrap();
@@ -104,7 +117,7 @@ fn golden_files_stay_readable_with_the_same_answers() {
             }
         }
     }
-    assert!(seen >= 10, "golden files missing from {}", dir().display());
+    assert!(seen >= 17, "golden files missing from {}", dir().display());
 }
 
 #[test]

@@ -221,7 +221,7 @@ impl<'b> CudaIndex<'b> {
             anchors: backend.upload(view.anchors)?,
             anchor_norms: backend.upload(view.anchor_norms)?,
             list_offsets: backend.upload(view.list_offsets)?,
-            ids: backend.upload(view.ids)?,
+            ids: backend.upload(&view.ids)?,
             codes: backend.upload(&view.primary.codes)?,
             refine_codes,
             rotation,

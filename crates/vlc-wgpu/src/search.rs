@@ -104,7 +104,7 @@ impl<'b> WgpuIndex<'b> {
         };
         let mut lists: Vec<u32> = Vec::with_capacity(num_anchors + 1 + view.num_vectors);
         lists.extend(view.list_offsets.iter().map(|&o| o as u32));
-        lists.extend_from_slice(view.ids);
+        lists.extend_from_slice(&view.ids);
         Ok(WgpuIndex {
             backend,
             dim: view.dim,
