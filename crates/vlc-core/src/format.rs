@@ -38,6 +38,7 @@ use crate::error::{Result, VlcError};
 use crate::ids::Ids;
 use crate::index::{BuildReport, Index, Metric};
 use memmap2::Mmap;
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -96,7 +97,7 @@ fn as_bytes<T: bytemuck::Pod>(s: &[T]) -> &[u8] {
 }
 
 /// The sections of an index in file order, as byte slices.
-fn sections<'a>(index: &'a Index, e: &'a Encoded) -> Vec<([u8; 4], &'a [u8])> {
+fn sections<'a>(index: &'a Index, e: &'a Encoded<'a>) -> Vec<([u8; 4], &'a [u8])> {
     let (anchors, params, refine_params, meta) = (
         &index.stored_anchors.bytes[..],
         &e.params[..],
@@ -108,13 +109,7 @@ fn sections<'a>(index: &'a Index, e: &'a Encoded) -> Vec<([u8; 4], &'a [u8])> {
     let mut s: Vec<([u8; 4], &[u8])> = vec![
         (*b"ANCH", anchors),
         (*b"LOFF", as_bytes(&index.list_offsets)),
-        (
-            *b"IDSP",
-            match &index.ids {
-                Ids::Packed { words, .. } => as_bytes(words),
-                Ids::Plain(_) => as_bytes(&e.packed_ids),
-            },
-        ),
+        (*b"IDSP", as_bytes(&e.packed_ids)),
         (*b"CPAR", params),
         (*b"CODE", &index.codes),
     ];
@@ -130,15 +125,16 @@ fn sections<'a>(index: &'a Index, e: &'a Encoded) -> Vec<([u8; 4], &'a [u8])> {
 compile_error!("the VLC index format is written by little-endian targets only");
 
 /// The serialised small sections of an index.
-struct Encoded {
+struct Encoded<'a> {
     params: Vec<u8>,
     refine_params: Vec<u8>,
     meta: Vec<u8>,
-    /// The ids packed, when the index holds them plain (loaded from an older file).
-    packed_ids: Vec<u64>,
+    /// The `IDSP` section: the index's packed ids (packed here when it holds them plain,
+    /// loaded from an older file).
+    packed_ids: Cow<'a, [u64]>,
 }
 
-fn encode_params(index: &Index) -> Encoded {
+fn encode_params(index: &Index) -> Encoded<'_> {
     let mut params = Vec::new();
     index.codec.write_params(&mut params);
     let mut refine_params = Vec::new();
@@ -146,10 +142,7 @@ fn encode_params(index: &Index) -> Encoded {
         c.write_params(&mut refine_params);
     }
     let meta = serde_json::to_vec(&index.report).unwrap_or_default();
-    let packed_ids = match &index.ids {
-        Ids::Plain(ids) => crate::ids::pack(ids),
-        Ids::Packed { .. } => Vec::new(),
-    };
+    let packed_ids = index.ids.packed_words();
     Encoded {
         params,
         refine_params,

@@ -38,14 +38,14 @@ pub fn width_for(max_id: u32) -> u32 {
 
 /// Words of the packed section for `num` ids of `width` bits (the width word and the padding
 /// word included); `None` on overflow.
-pub fn packed_words(num: usize, width: u32) -> Option<usize> {
+pub fn packed_len(num: usize, width: u32) -> Option<usize> {
     num.checked_mul(width as usize)?.div_ceil(64).checked_add(2)
 }
 
 /// Pack `ids` at the bit length of the largest.
 pub fn pack(ids: &[u32]) -> Vec<u64> {
     let width = width_for(ids.iter().copied().max().unwrap_or(0));
-    let mut words = vec![0u64; packed_words(ids.len(), width).expect("ids fit in memory")];
+    let mut words = vec![0u64; packed_len(ids.len(), width).expect("ids fit in memory")];
     words[0] = width as u64;
     for (i, &id) in ids.iter().enumerate() {
         let bit = i * width as usize;
@@ -79,7 +79,7 @@ impl Ids {
                 "packed id width {width} (expected 1..=32)"
             )));
         }
-        let expected = packed_words(num, width as u32)
+        let expected = packed_len(num, width as u32)
             .ok_or_else(|| corrupt("packed id sizes overflow".into()))?;
         if words.len() != expected {
             return Err(corrupt(format!(
@@ -164,7 +164,7 @@ mod tests {
                 assert_eq!(packed.width(), width);
                 assert_eq!(packed.len(), num);
                 let words = packed.packed_words().into_owned();
-                assert_eq!(words.len(), packed_words(num, width).unwrap());
+                assert_eq!(words.len(), packed_len(num, width).unwrap());
                 assert_eq!(*words.last().unwrap(), 0, "padding word");
                 for (p, &id) in ids.iter().enumerate() {
                     assert_eq!(packed.get(p), id, "num {num} max {max} position {p}");
