@@ -2,9 +2,10 @@
 """Synthetic embedding-like dataset of any shape, with exact ground truth.
 
 Usage: python3 bench/make_synthetic.py OUT_DIR [--n 50000] [--dim 768] [--queries 2000] [--seed 1]
+                                                [--latent 64] [--clusters 500]
 
-Documents: unit vectors from a mixture of 500 anisotropic Gaussian clusters in a 64-dim
-latent space lifted to `dim` dimensions plus isotropic noise. Queries: other draws from the
+Documents: unit vectors from a mixture of `clusters` anisotropic Gaussian clusters in a
+`latent`-dim latent space lifted to `dim` dimensions plus isotropic noise. Queries: other draws from the
 same clusters, moved toward the clusters' means and given their own noise, so that, as with
 real short queries, they are not distributed like the documents. Writes base.npy (float32),
 query.npy and groundtruth.npy (int32, exact top-100 by L2).
@@ -20,9 +21,11 @@ ap.add_argument("--n", type=int, default=50000)
 ap.add_argument("--dim", type=int, default=768)
 ap.add_argument("--queries", type=int, default=2000)
 ap.add_argument("--seed", type=int, default=1)
+ap.add_argument("--latent", type=int, default=64)
+ap.add_argument("--clusters", type=int, default=500)
 a = ap.parse_args()
 rng = np.random.default_rng(a.seed)
-latent, clusters = 64, 500
+latent, clusters = a.latent, a.clusters
 lift = rng.standard_normal((latent, a.dim)).astype(np.float32) / np.sqrt(latent)
 centres = rng.standard_normal((clusters, latent)).astype(np.float32)
 scales = rng.uniform(0.3, 1.0, (clusters, latent)).astype(np.float32)

@@ -401,15 +401,15 @@ fn pcaq_builds_at_the_bits_asked_and_rejects_bad_bits() {
         .assert()
         .success()
         .stdout(predicate::str::contains("\"codec\": \"pcaq\""));
-    // 24 dims at 2.5 bits: 3 sign bytes, round(1.5 · 24 / 8) = 5 more, 4 of f16 first-stage
-    // factors and 8 of f32 full-code factors; anchors stored as int8 by default.
+    // 24 dims at 2.5 bits: round(2.5 · 24 / 8) = 8 bytes of bit planes, and two pairs of f16
+    // factors (first stage, full code); anchors stored as int8 by default.
     vlc()
         .arg("info")
         .arg(s.p("p.vlc"))
         .assert()
         .success()
         .stdout(
-            predicate::str::contains("pcaq (20 bytes/vector)")
+            predicate::str::contains("pcaq (16 bytes/vector)")
                 .and(predicate::str::contains("stored as int8")),
         );
     for bad in ["pcaq0", "pcaq9", "pcaqz"] {

@@ -106,11 +106,17 @@ fn stage_codec(codec: &Codec) -> StageCodec {
 fn device_stage<'a>(codec: &Codec, codes: &'a [u8]) -> DeviceStage<'a> {
     let code_size = codec.code_size();
     match codec {
-        Codec::RaBitQ(r) if r.factors() != FactorFormat::F32 => {
-            // Widen the first stage's factors to f32: (planes, f1, f2, rest).
+        Codec::RaBitQ(r)
+            if r.factors() != FactorFormat::F32
+                || (r.bits() > 1 && r.full_factors() != FactorFormat::F32) =>
+        {
+            // Widen both stages' factors to f32, the layout device kernels read: (sign plane,
+            // f1, f2, low planes, f1, f2 of the full code when there is one).
             let nb = r.dim().div_ceil(8);
             let narrow = r.factors().bytes();
-            let wide = code_size - narrow + 8;
+            let low = (r.bits() as usize - 1) * nb;
+            let full = usize::from(r.bits() > 1);
+            let wide = nb + 8 + low + 8 * full;
             let mut out = vec![0u8; codes.len() / code_size.max(1) * wide];
             for (o, c) in out
                 .chunks_exact_mut(wide)
@@ -119,7 +125,11 @@ fn device_stage<'a>(codec: &Codec, codes: &'a [u8]) -> DeviceStage<'a> {
                 o[..nb].copy_from_slice(&c[..nb]);
                 let (f1, f2) = r.factors().read(&c[nb..]);
                 FactorFormat::F32.write(&mut o[nb..], f1, f2);
-                o[nb + 8..].copy_from_slice(&c[nb + narrow..]);
+                o[nb + 8..nb + 8 + low].copy_from_slice(&c[nb + narrow..nb + narrow + low]);
+                if full == 1 {
+                    let (f1, f2) = r.full_factors().read(&c[nb + narrow + low..]);
+                    FactorFormat::F32.write(&mut o[nb + 8 + low..], f1, f2);
+                }
             }
             DeviceStage {
                 codec: stage_codec(codec),
@@ -199,13 +209,22 @@ mod tests {
             let by_matrix: f32 = (0..dim).map(|i| q[i] * rotation[i * padded_dim + j]).sum();
             assert!((by_matrix - fast[j]).abs() < 1e-5, "column {j}");
         }
-        // Widened to f32 factors for the device: 4 bytes more than the f16 ones in the file.
-        assert_eq!(view.primary.code_size, index.codec.code_size() + 4);
+        // Both stages' factors widened to f32 for the device: 4 bytes more each than the f16
+        // ones in the file.
+        assert_eq!(view.primary.code_size, index.codec.code_size() + 8);
         let cs = view.primary.code_size;
         assert_eq!(view.primary.codes.len(), index.len() * cs);
-        // The widened factors are the stored ones, and the planes are unchanged.
-        let stage1 = r.factors();
+        // The widened factors are the stored ones, and the planes are unchanged: file (sign 3,
+        // f16 factors 4, low plane 3, f16 full factors 4), device (3, 8, 3, 8).
+        let (stage1, full) = (r.factors(), r.full_factors());
         assert_ne!(stage1, crate::codec::FactorFormat::F32);
+        assert_eq!(full, stage1);
+        let f32_pair = |b: &[u8]| {
+            (
+                f32::from_le_bytes(b[..4].try_into().unwrap()),
+                f32::from_le_bytes(b[4..8].try_into().unwrap()),
+            )
+        };
         for (wide, narrow) in view
             .primary
             .codes
@@ -213,10 +232,9 @@ mod tests {
             .zip(index.codes.chunks_exact(index.codec.code_size()))
         {
             assert_eq!(wide[..3], narrow[..3]);
-            let f1 = f32::from_le_bytes(wide[3..7].try_into().unwrap());
-            let f2 = f32::from_le_bytes(wide[7..11].try_into().unwrap());
-            assert_eq!((f1, f2), stage1.read(&narrow[3..]));
-            assert_eq!(wide[11..], narrow[7..]);
+            assert_eq!(f32_pair(&wide[3..11]), stage1.read(&narrow[3..]));
+            assert_eq!(wide[11..14], narrow[7..10]);
+            assert_eq!(f32_pair(&wide[14..22]), full.read(&narrow[10..]));
         }
         assert_eq!(view.list_offsets.len(), 9);
         assert!(view.refine.is_none());

@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "VLCINDEX"
-//!      8     4  format version (u32) = 3 (versions 1 and 2 are read too)
+//!      8     4  format version (u32) = 4 (versions 1 to 3 are read too)
 //!     12     4  header size (u32) = 64
 //!     16     4  dim (u32)
 //!     20     4  num_anchors (u32)
@@ -29,6 +29,11 @@
 //! parameters; `CODE` primary codes (num_vectors, code_size); `RPAR`/`RCOD` the refine tier;
 //! `META` build report (JSON).
 //!
+//! Version 4 changed codes only: the full-code factors of the multi-bit RaBitQ codes and of
+//! `pcaq` are stored like their first stage's (two scaled `f16`, 4 bytes less per vector;
+//! their format follows the first stage's in the codec parameters), and `pcaq` may leave
+//! principal axes uncoded at any bit rate. Older files keep `f32` full-code factors.
+//!
 //! Every size read from a file is checked against the file length with checked arithmetic
 //! before anything is allocated or indexed.
 
@@ -44,7 +49,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"VLCINDEX";
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 pub const HEADER_SIZE: usize = 64;
 const ENTRY_SIZE: usize = 32;
 const MAX_SECTIONS: usize = 16;

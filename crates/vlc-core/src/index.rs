@@ -402,6 +402,14 @@ impl Index {
     pub fn code_size(&self) -> usize {
         self.codec.code_size()
     }
+    /// Bits of each principal axis of a `pcaq` primary code, widest first (0 = uncoded);
+    /// `None` for other codecs. Layout: (dim,).
+    pub fn pcaq_widths(&self) -> Option<&[u8]> {
+        match &self.codec {
+            crate::codec::Codec::Pca(p) => Some(p.dim_bits()),
+            _ => None,
+        }
+    }
     /// Bytes of one refine code, when the index has a refine tier.
     pub fn refine_code_size(&self) -> Option<usize> {
         self.refine.as_ref().map(|r| r.0.code_size())

@@ -163,16 +163,17 @@ fn rabitq_estimate_is_unbiased_and_ranks_well() {
         let (_, stage1) = codec.fast_scan_bytes().unwrap();
         assert_eq!(stage1.bytes(), 4, "{kind} dim {dim}");
         if let Some(bits) = kind.rabitq_bits() {
+            // The full code's factors are two f16 values too.
             let extended = if bits > 1 {
-                (bits as usize - 1) * nb + 8
+                (bits as usize - 1) * nb + 4
             } else {
                 0
             };
             assert_eq!(codec.code_size(), nb + 4 + extended);
         } else {
-            // pcaq at 3 bits: 2·D/8 bytes (rounded) beyond the sign plane, two factor pairs.
-            let extra = (2.0 * dim as f64 / 8.0).round() as usize;
-            assert_eq!(codec.code_size(), nb + extra + 12, "{kind} dim {dim}");
+            // pcaq at 3 bits: 3·D/8 bytes (rounded) of bit planes, two f16 factor pairs.
+            let bytes = (3.0 * dim as f64 / 8.0).round() as usize;
+            assert_eq!(codec.code_size(), bytes + 8, "{kind} dim {dim}");
         }
         let codes = encode(&f, &codec);
         let mut bias = 0f64;
@@ -271,15 +272,16 @@ fn rabitq_scan_agrees_with_decode() {
     {
         let f = fixture(dim);
         let codec = train(&f, kind);
-        // pcaq's rotation is orthogonal to f16 precision only (it is stored as f16), so
-        // norms taken before and after it agree to about 1e-3 of the residual's norm.
-        // rabitq1's estimate uses the first stage's f1, stored as f16: its rounding (up to
-        // 2^-11 |f1|, |f1| < (‖c‖ + ‖r‖)²) is not in the decoded vector.
+        // The estimate uses the finest grid's f1, stored as f16 (the first stage's for
+        // rabitq1, the full code's otherwise): its rounding (up to 2^-11 |f1|,
+        // |f1| < (‖c‖ + ‖r‖)²) is not in the decoded vector. pcaq's rotation is orthogonal to
+        // f16 precision only (it is stored as f16), so norms taken before and after it agree
+        // to about 1e-3 of the residual's norm.
         assert_scan_agrees_with_decode(&f, &codec, &format!("{kind} dim {dim}"), |r_sq, c| {
+            let f1_rounding = (c + r_sq.sqrt()).powi(2);
             match kind {
-                CodecKind::PcaRaBitQ => r_sq,
-                CodecKind::RaBitQ1 => (c + r_sq.sqrt()).powi(2),
-                _ => 0.0,
+                CodecKind::PcaRaBitQ => r_sq + f1_rounding,
+                _ => f1_rounding,
             }
         });
     }
@@ -495,14 +497,19 @@ fn factor_format_follows_the_data_and_round_trips() {
             );
         }
     }
-    // A rabitq codec's parameters: seed, then the factor format. Without it: f32 factors.
+    // A rabitq codec's parameters: seed, then the first stage's and the full code's factor
+    // formats. Without the second (before format version 4): f32 full-code factors; without
+    // either (version 1): f32 factors throughout.
     let codec = train(&f, CodecKind::RaBitQ2);
     let mut params = Vec::new();
     codec.write_params(&mut params);
-    assert_eq!(params.len(), 8 + 1 + 8);
+    assert_eq!(params.len(), 8 + 2 * (1 + 8));
+    let v3 = Codec::read_params(CodecKind::RaBitQ2, dim, 8, &params[..8 + 9]).unwrap();
+    assert_eq!(v3.fast_scan_bytes().unwrap().1, near);
+    assert_eq!(v3.code_size(), codec.code_size() + 4);
     let old = Codec::read_params(CodecKind::RaBitQ2, dim, 8, &params[..8]).unwrap();
     assert_eq!(old.fast_scan_bytes().unwrap().1, FactorFormat::F32);
-    assert_eq!(old.code_size(), codec.code_size() + 4);
+    assert_eq!(old.code_size(), codec.code_size() + 8);
     let mut bad = params.clone();
     bad[8] = 7;
     assert!(Codec::read_params(CodecKind::RaBitQ2, dim, 8, &bad).is_err());
@@ -511,24 +518,40 @@ fn factor_format_follows_the_data_and_round_trips() {
     assert!(Codec::read_params(CodecKind::RaBitQ2, dim, 8, &bad).is_err());
 }
 
-/// At one bit per dimension or less, `pcaq` codes only the leading principal axes, one bit each:
-/// the code is their sign plane and one factor pair (no second stage), the rotation keeps only
-/// their rows, and the estimate still agrees with the decoded residual (whose energy outside
-/// those axes enters `‖r‖²` only).
+/// `pcaq` may leave principal axes uncoded at any rate: the rotation keeps only the coded
+/// axes' rows, the code holds `round(bits · D/8)` bytes of bit planes and two factor pairs (or,
+/// single-stage, one bit on the leading axes in the same size and one factor pair), and the
+/// estimate still agrees with the decoded residual (whose energy outside the coded axes enters
+/// `‖r‖²` only).
 #[test]
-fn pcaq_below_one_bit_codes_the_leading_axes() {
-    for (dim, bits, active) in [(65usize, 0.75f32, 48usize), (32, 1.0, 32), (7, 0.5, 7)] {
+fn pcaq_codes_a_prefix_of_the_axes_at_any_rate() {
+    for (dim, bits) in [
+        (65usize, 0.75f32),
+        (32, 1.0),
+        (7, 0.5),
+        (65, 2.0),
+        (96, 0.25),
+    ] {
         let f = fixture(dim);
         let codec = train_pcaq(&f, bits).unwrap();
         let Codec::Pca(p) = &codec else {
             unreachable!()
         };
-        assert_eq!(p.active_dims(), active, "dim {dim} bits {bits}");
-        assert_eq!(codec.code_size(), active.div_ceil(8) + 4, "dim {dim}");
+        let widths = p.dim_bits();
+        assert!(widths.windows(2).all(|w| w[0] >= w[1]), "{widths:?}");
+        let active = p.active_dims();
+        assert_eq!(active, widths.iter().filter(|&&w| w > 0).count());
+        let bytes = (bits as f64 * dim as f64 / 8.0).round().max(1.0) as usize;
+        if widths[0] > 1 {
+            assert_eq!(codec.code_size(), bytes + 8, "dim {dim} bits {bits}");
+        } else {
+            assert!(active.div_ceil(8) <= bytes + 4, "dim {dim} bits {bits}");
+            assert_eq!(codec.code_size(), active.div_ceil(8) + 4, "dim {dim}");
+        }
         let mut params = Vec::new();
         codec.write_params(&mut params);
-        // bits, widths, active rows of the f16 rotation, factor format (tag + 2 scales).
-        assert_eq!(params.len(), 4 + dim + active * dim * 2 + 9);
+        // bits, widths, active rows of the f16 rotation, two factor formats (tag + 2 scales).
+        assert_eq!(params.len(), 4 + dim + active * dim * 2 + 2 * 9);
         let reread = Codec::read_params(CodecKind::PcaRaBitQ, dim, 8, &params).unwrap();
         assert_eq!(reread.code_size(), codec.code_size());
         // f16 rotation and f16 factors: see `rabitq_scan_agrees_with_decode`.
@@ -536,4 +559,61 @@ fn pcaq_below_one_bit_codes_the_leading_axes() {
             r_sq + (c + r_sq.sqrt()).powi(2)
         });
     }
+}
+
+/// Residuals that live in 8 of 64 dimensions plus faint independent noise: `pcaq0.5` spends its
+/// bits on those 8 axes, several each, leaves the noise axes uncoded, and ranks far better than
+/// `rabitq1`, which spends the same 12 bytes evenly.
+#[test]
+fn pcaq_spends_its_bits_where_the_residuals_are() {
+    let (n, dim, latent) = (2000usize, 64usize, 8usize);
+    let structure = clustered(n, latent, 4, 1.0, 21);
+    let noise = clustered(n, dim, 1, 0.01, 22);
+    let data: Vec<f32> = (0..n * dim)
+        .map(|k| {
+            let (i, d) = (k / dim, k % dim);
+            noise[k]
+                + if d < latent {
+                    structure[i * latent + d]
+                } else {
+                    0.0
+                }
+        })
+        .collect();
+    let anchors: Vec<f32> = data[..4 * dim].to_vec();
+    let f = fixture_from(dim, data, anchors);
+    let codec = train_pcaq(&f, 0.5).unwrap();
+    let Codec::Pca(p) = &codec else {
+        unreachable!()
+    };
+    assert_eq!(p.active_dims(), latent, "{:?}", p.dim_bits());
+    assert_eq!(p.dim_bits()[0], 4);
+    assert_eq!(codec.code_size(), 12);
+    let rabitq = train(&f, CodecKind::RaBitQ1);
+    assert_eq!(rabitq.code_size(), 12);
+    let recall = |codec: &Codec| {
+        let codes = encode(&f, codec);
+        let mut hits = 0;
+        for q in 0..20 {
+            let query = &f.data[(1000 + q) * dim..(1001 + q) * dim];
+            let exact: Vec<f32> = (0..n)
+                .map(|i| l2_sq(query, &f.data[i * dim..(i + 1) * dim]))
+                .collect();
+            let est = estimates(&f, codec, &codes, query);
+            let top = |d: &[f32]| {
+                let mut order: Vec<usize> = (0..n).collect();
+                order.sort_by(|&a, &b| d[a].total_cmp(&d[b]));
+                order.truncate(10);
+                order
+            };
+            let truth = top(&exact);
+            hits += top(&est).iter().filter(|i| truth.contains(i)).count();
+        }
+        hits as f64 / 200.0
+    };
+    let (pcaq_recall, rabitq_recall) = (recall(&codec), recall(&rabitq));
+    assert!(
+        pcaq_recall >= 0.8 && pcaq_recall >= rabitq_recall + 0.15,
+        "pcaq0.5 {pcaq_recall} vs rabitq1 {rabitq_recall}"
+    );
 }

@@ -1,8 +1,10 @@
 //! Golden files: indexes written by each released format version stay readable and give the
 //! same answers, also once saved again in the current version. `tests/golden/v1-*.vlc` were
 //! written by format version 1, `v2-*.vlc` by version 2 (int8 anchors, f16 first-stage RaBitQ
-//! factors, `pcaq`, the `f16` codec) and `v3-*.vlc` by version 3 (bit-packed ids, int4
-//! anchors), with the search results they gave recorded beside them (`.expected.json`).
+//! factors, `pcaq`, the `f16` codec), `v3-*.vlc` by version 3 (bit-packed ids, int4
+//! anchors) and `v4-*.vlc` by version 4 (f16 full-code factors of the multi-bit RaBitQ codes
+//! and `pcaq`, `pcaq` allocated from zero bits), with the search results they gave recorded
+//! beside them (`.expected.json`).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
 //! `v{FORMAT_VERSION}-*` files for the current version (existing files are never overwritten).
@@ -67,6 +69,13 @@ fn cases() -> Vec<(&'static str, BuildParams)> {
                 .with_codec(CodecKind::AnchorOnly)
                 .with_num_anchors(5),
         ),
+        ("pcaq6-l2", {
+            let mut p = BuildParams::default()
+                .with_codec(CodecKind::PcaRaBitQ)
+                .with_num_anchors(6);
+            p.codec_params.bits = 6.0;
+            p
+        }),
     ]
 }
 
@@ -117,7 +126,7 @@ fn golden_files_stay_readable_with_the_same_answers() {
             }
         }
     }
-    assert!(seen >= 17, "golden files missing from {}", dir().display());
+    assert!(seen >= 25, "golden files missing from {}", dir().display());
 }
 
 #[test]

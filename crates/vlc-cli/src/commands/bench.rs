@@ -26,12 +26,12 @@ pub struct Args {
     #[arg(long)]
     pub groundtruth: Option<PathBuf>,
     /// Index configurations, `codec` or `codec+refine`, comma separated; `pcaqB` is the
-    /// variance-allocated codec at B bits per dimension (e.g. pcaq3.2; pcaq0.75 codes one bit
-    /// on the leading three quarters of the principal axes).
+    /// variance-allocated codec at B bits per dimension on average (e.g. pcaq3.2 or pcaq0.75;
+    /// see `vlc build --help`).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "rabitq1+f16,rabitq1+sq8,rabitq1+sq4,pcaq0.25,pcaq0.5,pcaq0.75,rabitq1,rabitq2,rabitq3,rabitq4,pcaq1.5,pcaq2,pcaq2.5,pcaq3,pcaq4,pcaq5,pcaq7.5,sq8,anchor-only"
+        default_value = "rabitq1+f16,rabitq1+sq8,rabitq1+sq4,pcaq0.25,pcaq0.5,pcaq0.75,pcaq1,rabitq1,rabitq2,rabitq3,rabitq4,pcaq1.5,pcaq2,pcaq2.5,pcaq3,pcaq4,pcaq5,pcaq7.5,sq8,anchor-only"
     )]
     pub configs: Vec<String>,
     /// nprobe values (values above the anchor count are skipped).

@@ -16,15 +16,16 @@ pub struct Args {
     #[arg(short, long)]
     pub output: PathBuf,
     /// Residual codec, by bytes per vector at dim D: anchor-only (0), rabitq1 (D/8 + 4),
-    /// rabitq2 (D/4 + 12), rabitq3 (3D/8 + 12), rabitq4 (D/2 + 12), sq4 (D/2 + 4), sq8 (D + 4),
+    /// rabitq2 (D/4 + 8), rabitq3 (3D/8 + 8), rabitq4 (D/2 + 8), sq4 (D/2 + 4), sq8 (D + 4),
     /// f16 (2·D + 4, half-float residuals; mostly a refine tier, see --refine), or pcaqB.
-    /// pcaqB is RaBitQ codes in the principal axes of the residuals with the bits allocated by
-    /// variance, the best recall per byte on anisotropic data such as text embeddings: about
-    /// B·D/8 + 12 bytes for any B above 0 and up to 8 (e.g. pcaq0.75, pcaq1.5 or pcaq3.2), plus
-    /// a D x D rotation per index; at B ≤ 1 it codes one bit on the leading B·D principal axes
-    /// only (B·D/8 + 4 bytes). RaBitQ-family sizes are 4 more for data far from the origin,
-    /// whose first-stage factors are kept as f32. RaBitQ-family codes are scanned a bit or two
-    /// at a time and their candidates rescored with all bits.
+    /// pcaqB is RaBitQ codes in the principal axes of the residuals with B·D/8 bytes of bits
+    /// (B above 0 and up to 8, e.g. pcaq0.75, pcaq1.5 or pcaq3.2) allocated where they lower
+    /// the ranking error most: axes that are noise stay uncoded, axes with structure get
+    /// several bits. The best recall per byte on anisotropic data such as text embeddings:
+    /// B·D/8 + 8 bytes, plus the rotation's rows of the coded axes (up to D x D f16) per index.
+    /// RaBitQ-family sizes are larger by 4 (rabitq1) or 8 for data far from the origin, whose
+    /// factors are kept as f32. RaBitQ-family codes are scanned a bit or two at a time and
+    /// their candidates rescored with all bits.
     #[arg(long, default_value = "sq8")]
     pub codec: String,
     /// Finer codec stored beside the primary one to rerank the candidate pool: none, sq4

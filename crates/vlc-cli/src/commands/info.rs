@@ -27,7 +27,7 @@ pub fn run(a: Args) -> Result<()> {
         let j = serde_json::json!({
             "path": a.index, "format_version": info.version, "dim": info.dim, "vectors": info.num_vectors,
             "anchors": info.num_anchors, "anchor_precision": info.anchor_precision.name(), "metric": info.metric.name(), "normalized_on_input": info.metric == Metric::Cosine,
-            "codec": info.codec.name(), "code_size": index.code_size(),
+            "codec": info.codec.name(), "code_size": index.code_size(), "pcaq_widths": index.pcaq_widths(),
             "refine": info.refine.map(|c| c.name()), "refine_code_size": index.refine_code_size(),
             "file_bytes": info.file_size, "bytes_per_vector": bpv, "compression_vs_f32": (4 * info.dim) as f64 / bpv,
             "list_sizes": {"min": min, "median": median, "max": max, "empty": empty},
@@ -57,6 +57,9 @@ pub fn run(a: Args) -> Result<()> {
         info.codec,
         index.code_size()
     );
+    if let Some(widths) = index.pcaq_widths() {
+        println!("  bits        {}", describe_widths(widths));
+    }
     if let (Some(r), Some(size)) = (info.refine, index.refine_code_size()) {
         println!("  refine      {r} ({size} bytes/vector)");
     }
@@ -76,4 +79,37 @@ pub fn run(a: Args) -> Result<()> {
         println!("    {tag}  offset {offset:>10}  {}", human_bytes(*len));
     }
     Ok(())
+}
+
+/// `pcaq`'s bit allocation in words, widest first: "16 axes x 3 bits, 96 x 2, 272 uncoded".
+fn describe_widths(widths: &[u8]) -> String {
+    let mut runs: Vec<(u8, usize)> = Vec::new();
+    for &w in widths {
+        match runs.last_mut() {
+            Some((bits, count)) if *bits == w => *count += 1,
+            _ => runs.push((w, 1)),
+        }
+    }
+    runs.iter()
+        .enumerate()
+        .map(|(i, &(bits, count))| match (i, bits) {
+            (_, 0) => format!("{count} uncoded"),
+            (0, 1) => format!("{count} axes x 1 bit"),
+            (0, b) => format!("{count} axes x {b} bits"),
+            (_, b) => format!("{count} x {b}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn widths_are_described_by_runs() {
+        assert_eq!(
+            super::describe_widths(&[3, 3, 2, 2, 2, 0]),
+            "2 axes x 3 bits, 3 x 2, 1 uncoded"
+        );
+        assert_eq!(super::describe_widths(&[1; 4]), "4 axes x 1 bit");
+    }
 }

@@ -2,46 +2,55 @@
 //! vary.
 //!
 //! Embedding residuals are far from isotropic: a few principal directions hold much of their
-//! variance. A random rotation (the
-//! `rabitq*` codecs) spreads that variance evenly and every dimension gets the same bits; this
-//! codec instead rotates into the principal axes of the training residuals and allocates the
-//! bits by reverse water-filling: each further bit goes to the block of 8 axes whose quantisation
-//! error it reduces most (error ∝ variance · 4^−bits), up to `bits · dim` bits in all. Axes with
-//! the same bit count then get one random rotation among themselves, so their coordinates are
-//! Gaussian-like and of equal variance, as extended RaBitQ's grid assumes.
+//! variance. A random rotation (the `rabitq*` codecs) spreads that variance evenly and every
+//! dimension gets the same bits; this codec instead rotates into the principal axes of the
+//! training residuals and allocates `round(bits · dim / 8)` bytes of bit planes per code by
+//! reverse water-filling from zero, one bit of a block of 8 axes at a time, where it lowers a
+//! modelled ranking error most ([`ErrorModel`]): a block's variance times the estimate's
+//! relative error at its width, or, for a block left uncoded, times `1 + coherence`, the
+//! coherence being how much near neighbours share the block's coordinates
+//! ([`neighbour_coherence`], measured on the training sample). So axes that are independent
+//! noise stay uncoded while structured axes get several bits, and on data with shared structure
+//! on every axis (text embeddings) many axes get a bit or two. A code of one bit on leading
+//! axes needs no second stage and spends the second stage's factor bytes on more axes; which
+//! of the two shapes is used follows [`ErrorModel::discrimination`]. Axes with the same width
+//! then get one random rotation among themselves, so their coordinates are Gaussian-like and of
+//! equal variance, as extended RaBitQ's grid assumes.
 //!
-//! Codes are extended RaBitQ codes with a per-dimension width `b_i` (non-increasing in `i`):
-//! an unsigned `u_i ∈ 0..2^b_i` whose grid point is `w_i = u_i − (2^b_i − 1)/2`, all dimensions
-//! sharing one scale chosen per vector to maximise the cosine between `w` and the rotated
-//! residual (the same estimator and factors as [`super::rabitq`]).
+//! Codes are extended RaBitQ codes with a per-dimension width `b_i` (non-increasing in `i`; the
+//! `active` dimensions have `b_i ≥ 1`): an unsigned `u_i ∈ 0..2^b_i` whose grid point is
+//! `w_i = u_i − (2^b_i − 1)/2`, all dimensions sharing one scale chosen per vector to maximise
+//! the cosine between `w` and the rotated residual (the same estimator and factors as
+//! [`super::rabitq`], with `√active` for `√D`). The residual energy outside the coded axes
+//! enters only the `‖r‖²` term of f1 (its inner product with the query is not estimated).
 //!
-//! Search runs in two stages. The first stage reads the top bit of every dimension and the
-//! second-highest bit of the widest dimensions (a prefix of `stage1_dims` axes, at most half),
-//! i.e. the code truncated to its coarse grid, with factors of its own: this is what the fast
-//! scan scores (a sign-only first stage prunes poorly in this basis, where the variance is
-//! uneven). The full code then rescores the candidate pool.
+//! Search runs in two stages where some width exceeds one bit. The first stage reads the top
+//! bit of every active dimension and the second-highest bit of the widest ones (a prefix of
+//! `stage1_dims` axes, at most half of the active ones), i.e. the code truncated to its coarse
+//! grid, with factors of its own: this is what the fast scan scores (a sign-only first stage
+//! prunes poorly in this basis, where the variance is uneven). The full code then rescores
+//! the candidate pool. A code of one bit per active dimension is a single stage, scanned and
+//! rescored like `rabitq1`.
 //!
-//! Code layout, `nb = ⌈D/8⌉`, dimension `d` at byte `d/8`, bit `d%8` of each plane:
+//! Code layout, `nb = ⌈active/8⌉`, dimension `d` at byte `d/8`, bit `d%8` of each plane:
 //! - first stage: the sign plane (top bit of `u`, `nb` bytes), the second-highest bit of
 //!   dimensions `0..stage1_dims` (`⌈stage1_dims/8⌉` bytes), f1 and f2 of the coarse grid in
 //!   the codec's [`FactorFormat`] (two scaled `f16`, or two `f32`);
 //! - the remaining bits of `u`, low bit first: plane `j` holds bit `j` of the first
 //!   `plane_dims[j]` dimensions (a prefix, as the remaining widths are non-increasing), then
-//!   `f32` f1 and f2 of the full code.
+//!   f1 and f2 of the full code, stored like the first stage's (two `f32` in files before
+//!   format version 4).
 //!
-//! At `bits ≤ 1` per dimension on average, only the leading `bits · dim` principal axes (whole
-//! bytes of them) get one bit each and the others none: those axes form the one run of equal
-//! width, the code is their sign plane and one factor pair (a single stage, scanned and
-//! rescored like `rabitq1`), the estimator's `√D` becomes `√active`, and the residual energy
-//! outside the coded axes enters only the `‖r‖²` term of f1 (its inner product with the query
-//! is not estimated).
+//! Files before format version 4 hold the earlier allocation (one bit on every axis above one
+//! bit per dimension on average, one bit on a prefix below); their widths are stored, so they
+//! decode as they always did.
 //!
 //! The rotation's rows of the coded axes are stored as an f16 matrix (active · dim · 2 bytes in
 //! the file) and used at that precision everywhere, so a loaded index encodes and searches
 //! exactly like the built one.
 
 use super::rabitq::{choose_levels, grid_factors, LevelScratch};
-use super::{read_f32, CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
+use super::{CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::linalg::{dot, gemm_nt};
 use crate::simd::bit_sum;
@@ -75,6 +84,9 @@ pub struct PcaRaBitQ {
     rotation: Vec<f32>,
     /// How the first stage's factors are stored.
     factors: FactorFormat,
+    /// How the full code's factors are stored: like the first stage's since format version 4,
+    /// `f32` in older files.
+    full_factors: FactorFormat,
     /// Bytes of one code (fixed by the widths; kept so the scan does not recount it).
     code_size: usize,
 }
@@ -86,41 +98,216 @@ struct EncodeScratch {
     units: Vec<u32>,
 }
 
-/// Bits per block of 8 principal axes (the last block may be shorter) by greedy reverse
-/// water-filling: `extra_bytes` times, the block whose error `variance · 4^−bits` is largest
-/// gains one bit (one byte per code), ties to the lower block, at most [`MAX_DIM_BITS`].
-/// `variances` are non-increasing, so the result is too.
-fn allocate(variances: &[f64], extra_bytes: usize) -> Vec<u8> {
-    let blocks = variances.len().div_ceil(8);
-    let mean: Vec<f64> = variances
-        .chunks(8)
-        .map(|c| c.iter().sum::<f64>() / c.len() as f64)
-        .collect();
-    let mut bits = vec![1u8; blocks];
-    for _ in 0..extra_bytes {
-        let mut best: Option<(f64, usize)> = None;
-        for b in 0..blocks {
-            if bits[b] >= MAX_DIM_BITS {
-                continue;
-            }
-            let gain = mean[b] * 0.25f64.powi(bits[b] as i32);
-            if best.is_none_or(|(g, _)| gain > g) {
-                best = Some((gain, b));
-            }
-        }
-        match best {
-            Some((_, b)) => bits[b] += 1,
-            None => break,
-        }
+/// Relative error variance of the unbiased inner-product estimate from a `b`-bit uniform grid
+/// of a Gaussian coordinate, `mse / (1 − mse)` with `mse` the optimal uniform quantiser's
+/// relative mean squared error at `b` bits (Max, 1960), for `b` in `1..=8`.
+const GRID_ERROR: [f64; MAX_DIM_BITS as usize] = {
+    const MSE: [f64; 8] = [
+        0.3634, 0.1188, 0.03744, 0.01154, 0.00349, 0.00104, 0.000303, 0.0000866,
+    ];
+    let mut out = [0.0; 8];
+    let mut b = 0;
+    while b < 8 {
+        out[b] = MSE[b] / (1.0 - MSE[b]);
+        b += 1;
     }
-    (0..variances.len()).map(|d| bits[d / 8]).collect()
+    out
+};
+
+/// The ranking error that the bit allocation minimises, per block of 8 principal axes (the
+/// last block may be shorter): the block's mean residual `variance` times the estimate's
+/// relative error at the block's width ([`GRID_ERROR`]). An uncoded block's is `1 + coherence`:
+/// its whole inner product with the query is missing, and the part of it that near neighbours
+/// share (`coherence`, 0..=1, see [`neighbour_coherence`]) is signal that a top-k ranking loses
+/// coherently, not noise. So on data whose every axis carries shared structure (text
+/// embeddings) the first bit of a block is worth about one and a half times its second, and
+/// many axes get a bit or two; where the small axes are independent noise (coherence ≈ 0), the
+/// bits go to the structured axes first.
+struct ErrorModel {
+    /// Mean variance of each block. Layout: (blocks,).
+    variance: Vec<f64>,
+    /// Each block's coherence, 0..=1. Layout: (blocks,).
+    coherence: Vec<f64>,
 }
 
-/// Widths at `bits ≤ 1` per dimension on average: one bit for the `bits · dim` leading
-/// principal axes (rounded to whole bytes, at least 8 axes or all), none for the others.
-fn one_bit_prefix(dim: usize, bits: f32) -> Vec<u8> {
-    let active = ((bits as f64 * dim as f64 / 8.0).round() as usize * 8).clamp(8.min(dim), dim);
-    (0..dim).map(|d| u8::from(d < active)).collect()
+impl ErrorModel {
+    /// `variances` per principal axis (non-increasing), `coherence` per block.
+    fn new(variances: &[f64], coherence: &[f64]) -> Self {
+        ErrorModel {
+            variance: variances
+                .chunks(8)
+                .map(|c| c.iter().sum::<f64>() / c.len() as f64)
+                .collect(),
+            coherence: coherence.iter().map(|c| c.clamp(0.0, 1.0)).collect(),
+        }
+    }
+
+    fn error(&self, block: usize, bits: u8) -> f64 {
+        self.variance[block]
+            * match bits {
+                0 => 1.0 + self.coherence[block],
+                b => GRID_ERROR[b as usize - 1],
+            }
+    }
+
+    fn total(&self, widths: &[u8]) -> f64 {
+        widths
+            .iter()
+            .enumerate()
+            .map(|(b, &w)| self.error(b, w))
+            .sum()
+    }
+
+    /// How well the coded blocks single out neighbours that share structure: the signal they
+    /// carry, `Σ coherence · variance`, squared, over its spread and the estimate's noise,
+    /// `Σ variance² · (1 + relative error)`. Coherent signal adds linearly over blocks and
+    /// noise in quadrature, so this favours coding many blocks coarsely more than
+    /// [`total`](Self::total) does; it decides between codes of different shapes (one stage
+    /// or two) where `total` fills each. `None` without any coherent signal.
+    fn discrimination(&self, widths: &[u8]) -> Option<f64> {
+        let (mut signal, mut noise) = (0.0, 0.0);
+        for (b, &w) in widths.iter().enumerate().filter(|(_, &w)| w > 0) {
+            let v = self.variance[b];
+            signal += self.coherence[b] * v;
+            noise += v * v * (1.0 + GRID_ERROR[w as usize - 1]);
+        }
+        (signal > 0.0 && noise > 0.0).then(|| signal * signal / noise)
+    }
+
+    /// Widths per block by greedy reverse water-filling from zero: `bytes` times, the block
+    /// whose error falls most by one more bit (one more byte per code) gains it, ties to the
+    /// lower block, at most `max_bits`. Widths stay non-increasing (bit planes are stored as
+    /// prefixes): a block gains a bit only while it is narrower than the one before.
+    fn fill(&self, bytes: usize, max_bits: u8) -> Vec<u8> {
+        let blocks = self.variance.len();
+        let mut widths = vec![0u8; blocks];
+        for _ in 0..bytes {
+            let mut best: Option<(f64, usize)> = None;
+            for b in 0..blocks {
+                if widths[b] >= max_bits || (b > 0 && widths[b] >= widths[b - 1]) {
+                    continue;
+                }
+                let gain = self.error(b, widths[b]) - self.error(b, widths[b] + 1);
+                if best.is_none_or(|(g, _)| gain > g) {
+                    best = Some((gain, b));
+                }
+            }
+            match best {
+                Some((_, b)) => widths[b] += 1,
+                None => break,
+            }
+        }
+        widths
+    }
+
+    /// Widths per block for `bytes` bytes of bit planes per code: free widths in `bytes` (a
+    /// two-stage code, which also stores the full code's factors, `full_factor_bytes`) or one
+    /// bit on leading blocks in `bytes` plus those factor bytes (a single-stage code of the
+    /// same size, or smaller where the blocks run out), whichever has the larger
+    /// [`discrimination`](Self::discrimination) (the smaller [`total`](Self::total) error
+    /// where there is no coherent signal to measure it by).
+    fn widths(&self, bytes: usize, full_factor_bytes: usize) -> Vec<u8> {
+        let single = self.fill(bytes + full_factor_bytes, 1);
+        let multi = self.fill(bytes, MAX_DIM_BITS);
+        if !multi.iter().any(|&w| w > 1) {
+            return single;
+        }
+        let multi_better = match (self.discrimination(&multi), self.discrimination(&single)) {
+            (Some(m), Some(s)) => m > s,
+            _ => self.total(&multi) < self.total(&single),
+        };
+        if multi_better {
+            multi
+        } else {
+            single
+        }
+    }
+}
+
+/// Training rows paired with their nearest neighbour for [`neighbour_coherence`].
+const COHERENCE_PAIRS: usize = 2048;
+
+/// Per block of 8 principal axes, how much near neighbours share their residual coordinates:
+/// evenly spaced training rows are paired with their nearest other row in the same list, and
+/// the block's coherence is `Σ a·b / √(Σ a² · Σ b²)` over the pairs' coordinates `a`, `b` on
+/// its axes, clamped to 0..=1 (0 where no pair exists). `basis` holds the principal axes.
+/// Layout: `basis` (dim, dim), row-major, one axis per row, in allocation order.
+fn neighbour_coherence(
+    points: &[f32],
+    anchors: &[f32],
+    assignment: &[u32],
+    dim: usize,
+    basis: &[f32],
+) -> Vec<f64> {
+    let m = assignment.len();
+    let blocks = dim.div_ceil(8);
+    let num_anchors = anchors.len() / dim;
+    // Rows of each list, in row order.
+    let mut starts = vec![0usize; num_anchors + 1];
+    for &a in assignment {
+        starts[a as usize + 1] += 1;
+    }
+    for a in 0..num_anchors {
+        starts[a + 1] += starts[a];
+    }
+    let mut members = vec![0usize; m];
+    let mut fill = starts.clone();
+    for (i, &a) in assignment.iter().enumerate() {
+        members[fill[a as usize]] = i;
+        fill[a as usize] += 1;
+    }
+    let stride = m.div_ceil(COHERENCE_PAIRS).max(1);
+    let row = |i: usize| &points[i * dim..(i + 1) * dim];
+    let pairs: Vec<(usize, usize)> = (0..m)
+        .step_by(stride)
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .filter_map(|i| {
+            let a = assignment[i] as usize;
+            members[starts[a]..starts[a + 1]]
+                .iter()
+                .filter(|&&j| j != i)
+                .map(|&j| (crate::linalg::l2_sq(row(i), row(j)), j))
+                .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)))
+                .map(|(_, j)| (i, j))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return vec![0.0; blocks];
+    }
+    // Residuals of both sides, then their coordinates on the axes. Layout: (2·pairs, dim).
+    let mut residuals = vec![0f32; 2 * pairs.len() * dim];
+    for (k, &(i, j)) in pairs.iter().enumerate() {
+        for (side, p) in [i, j].into_iter().enumerate() {
+            let c = &anchors[assignment[p] as usize * dim..][..dim];
+            let out = &mut residuals[(2 * k + side) * dim..][..dim];
+            for ((o, x), c) in out.iter_mut().zip(row(p)).zip(c) {
+                *o = x - c;
+            }
+        }
+    }
+    let mut coords = vec![0f32; residuals.len()];
+    gemm_nt(&residuals, 2 * pairs.len(), basis, dim, dim, &mut coords);
+    let mut sums = vec![[0f64; 3]; blocks];
+    for pair in coords.chunks_exact(2 * dim) {
+        let (a, b) = pair.split_at(dim);
+        for d in 0..dim {
+            let s = &mut sums[d / 8];
+            s[0] += a[d] as f64 * b[d] as f64;
+            s[1] += a[d] as f64 * a[d] as f64;
+            s[2] += b[d] as f64 * b[d] as f64;
+        }
+    }
+    sums.iter()
+        .map(|&[ab, aa, bb]| {
+            let norm = (aa * bb).sqrt();
+            if norm > 0.0 {
+                (ab / norm).clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        })
+        .collect()
 }
 
 /// The first-stage prefix: the dimensions of width at least `w`, for the smallest `w ≥ 2`
@@ -205,12 +392,17 @@ impl PcaRaBitQ {
             .iter()
             .map(|&a| eigen.eigenvalues[a].max(0.0))
             .collect();
-        let dim_bits = if bits > 1.0 {
-            let extra_bytes = (((bits - 1.0) as f64) * dim as f64 / 8.0).round() as usize;
-            allocate(&variances, extra_bytes)
-        } else {
-            one_bit_prefix(dim, bits)
-        };
+        // The principal axes as rows, in allocation order. Layout: (dim, dim), row-major.
+        let basis: Vec<f32> = axes
+            .iter()
+            .flat_map(|&a| (0..dim).map(move |d| (a, d)))
+            .map(|(a, d)| eigen.eigenvectors[(d, a)] as f32)
+            .collect();
+        let coherence = neighbour_coherence(points, anchors, assignment, dim, &basis);
+        let factors = FactorFormat::fit(points, anchors, assignment, dim);
+        let bytes = ((bits as f64 * dim as f64 / 8.0).round() as usize).max(1);
+        let widths = ErrorModel::new(&variances, &coherence).widths(bytes, factors.bytes());
+        let dim_bits: Vec<u8> = (0..dim).map(|d| widths[d / 8]).collect();
         let active = dim_bits.iter().filter(|&&b| b > 0).count();
         // Basis: the principal axes, mixed by a random rotation within each run of equal width;
         // axes without bits are not stored.
@@ -239,8 +431,9 @@ impl PcaRaBitQ {
         for r in rotation.iter_mut() {
             *r = half::f16::from_f32(*r).to_f32();
         }
-        let factors = FactorFormat::fit(points, anchors, assignment, dim);
-        Ok(Self::from_parts(dim, bits, dim_bits, rotation, factors))
+        Ok(Self::from_parts(
+            dim, bits, dim_bits, rotation, factors, factors,
+        ))
     }
 
     /// Dimensions with at least one bit (a prefix of the rotated dimensions).
@@ -266,8 +459,8 @@ impl PcaRaBitQ {
         if self.single_stage() {
             self.factors.read(&code[self.stage1_bytes()..])
         } else {
-            let at = self.code_size - 8;
-            (read_f32(code, at), read_f32(code, at + 4))
+            self.full_factors
+                .read(&code[self.code_size - self.full_factors.bytes()..])
         }
     }
 
@@ -277,20 +470,21 @@ impl PcaRaBitQ {
         dim_bits: Vec<u8>,
         rotation: Vec<f32>,
         factors: FactorFormat,
+        full_factors: FactorFormat,
     ) -> Self {
         let active = dim_bits.iter().filter(|&&b| b > 0).count();
         let stage1_dims = stage1_prefix(&dim_bits[..active]);
         let plane_dims = plane_prefixes(&dim_bits[..active], stage1_dims);
-        let full_factors = if plane_dims.is_empty() && stage1_dims == 0 {
+        let full_factor_bytes = if plane_dims.is_empty() && stage1_dims == 0 {
             0
         } else {
-            8
+            full_factors.bytes()
         };
         let code_size = active.div_ceil(8)
             + stage1_dims.div_ceil(8)
             + factors.bytes()
             + plane_dims.iter().map(|n| n.div_ceil(8)).sum::<usize>()
-            + full_factors;
+            + full_factor_bytes;
         PcaRaBitQ {
             dim,
             active,
@@ -300,6 +494,7 @@ impl PcaRaBitQ {
             plane_dims,
             rotation,
             factors,
+            full_factors,
             code_size,
         }
     }
@@ -315,6 +510,8 @@ impl PcaRaBitQ {
             .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
             .collect();
         let factors = FactorFormat::read_params(&mut r)?;
+        // Absent before format version 4, whose full-code factors were f32.
+        let full_factors = FactorFormat::read_params(&mut r)?;
         r.finish()?;
         let corrupt = |what: &str| VlcError::Corrupt {
             what: format!("pcaq codec parameters: {what}"),
@@ -326,14 +523,20 @@ impl PcaRaBitQ {
         if active == 0
             || dim_bits.iter().any(|&b| b > MAX_DIM_BITS)
             || dim_bits.windows(2).any(|w| w[0] < w[1])
-            || (bits > 1.0 && active < dim)
         {
             return Err(corrupt("dimension widths are not non-increasing in 0..=8"));
         }
         if rotation.iter().any(|v| !v.is_finite()) {
             return Err(corrupt("non-finite rotation entry"));
         }
-        Ok(Self::from_parts(dim, bits, dim_bits, rotation, factors))
+        Ok(Self::from_parts(
+            dim,
+            bits,
+            dim_bits,
+            rotation,
+            factors,
+            full_factors,
+        ))
     }
 
     /// How the first stage's factors are stored.
@@ -498,8 +701,7 @@ impl PcaRaBitQ {
             at += n.div_ceil(8);
         }
         let (f1, f2) = grid_factors(rr, pc, outside, |i| units[i] as f32 - self.centre(i));
-        code[at..at + 4].copy_from_slice(&f1.to_le_bytes());
-        code[at + 4..at + 8].copy_from_slice(&f2.to_le_bytes());
+        self.full_factors.write(&mut code[at..], f1, f2);
     }
 
     /// The offset-binary value `u_i` of every dimension of `code`, into `out` (dim,).
@@ -641,6 +843,7 @@ impl ResidualCodec for PcaRaBitQ {
                 .flat_map(|&v| half::f16::from_f32(v).to_le_bytes()),
         );
         self.factors.write_params(out);
+        self.full_factors.write_params(out);
     }
 }
 
@@ -650,18 +853,146 @@ mod tests {
 
     #[test]
     fn allocation_follows_variance_and_spends_the_budget() {
-        // 32 axes, variance falling by 4x per block of 8: each block deserves one bit fewer.
+        // 32 axes, variance falling by 4x per block of 8, shared by neighbours: each block
+        // deserves one bit fewer than the one before.
         let variances: Vec<f64> = (0..32).map(|d| 4f64.powi(-((d / 8) as i32))).collect();
-        let bits = allocate(&variances, 6);
-        let per_block: Vec<u8> = bits.chunks(8).map(|c| c[0]).collect();
-        assert_eq!(per_block, vec![4, 3, 2, 1]);
-        assert_eq!(bits.iter().map(|&b| b as usize - 1).sum::<usize>(), 6 * 8);
+        let model = ErrorModel::new(&variances, &[1.0; 4]);
+        let widths = model.fill(10, MAX_DIM_BITS);
+        assert_eq!(widths, vec![4, 3, 2, 1]);
         // Flat spectrum: uniform widths.
-        let flat = allocate(&[1.0; 24], 6);
-        assert!(flat.iter().all(|&b| b == 3), "{flat:?}");
-        // The cap holds.
-        let capped = allocate(&[1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1.0], 20);
-        assert_eq!(capped[0], MAX_DIM_BITS);
+        let flat = ErrorModel::new(&[1.0; 24], &[0.5; 3]).fill(9, MAX_DIM_BITS);
+        assert_eq!(flat, vec![3, 3, 3]);
+        // The cap holds, and the budget left over goes to the next block.
+        let capped = ErrorModel::new(&[1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1.0], &[0.0; 2])
+            .fill(10, MAX_DIM_BITS);
+        assert_eq!(capped, vec![MAX_DIM_BITS, 2]);
+        // Single-bit widths fill leading blocks only.
+        assert_eq!(model.fill(3, 1), vec![1, 1, 1, 0]);
+        // Where the weakest block is independent noise, the strongest gets its bit instead.
+        let noisy_tail = ErrorModel::new(&variances, &[1.0, 1.0, 1.0, 0.0]);
+        assert_eq!(noisy_tail.fill(10, MAX_DIM_BITS), vec![5, 3, 2, 0]);
+    }
+
+    #[test]
+    fn coherent_axes_get_their_first_bit_before_a_third_elsewhere() {
+        // A strong block and one of 0.4 times its variance, two bytes: independent noise in
+        // the weaker block is worth less than a second bit on the strong one; structure that
+        // neighbours share is worth more.
+        let variances: Vec<f64> = (0..16).map(|d| if d < 8 { 1.0 } else { 0.4 }).collect();
+        assert_eq!(
+            ErrorModel::new(&variances, &[0.0, 0.0]).fill(2, 8),
+            vec![2, 0]
+        );
+        assert_eq!(
+            ErrorModel::new(&variances, &[1.0, 1.0]).fill(2, 8),
+            vec![1, 1]
+        );
+    }
+
+    #[test]
+    fn widths_stay_non_increasing_under_uneven_coherence() {
+        let mut rng = crate::rng::Rng::new(5);
+        for case in 0..200 {
+            let blocks = 1 + case % 13;
+            let mut variances: Vec<f64> = (0..blocks * 8).map(|_| rng.next_f64()).collect();
+            variances.sort_by(|a, b| b.total_cmp(a));
+            let coherence: Vec<f64> = (0..blocks).map(|_| rng.next_f64()).collect();
+            let model = ErrorModel::new(&variances, &coherence);
+            let bytes = rng.below(blocks * 9 + 1);
+            let widths = model.fill(bytes, MAX_DIM_BITS);
+            assert!(widths.windows(2).all(|w| w[0] >= w[1]), "{widths:?}");
+            let spent: usize = widths.iter().map(|&w| w as usize).sum();
+            assert!(spent <= bytes, "{widths:?} for {bytes}");
+            // The budget is spent unless every block is full.
+            assert!(spent == bytes || widths.iter().all(|&w| w == MAX_DIM_BITS));
+        }
+    }
+
+    #[test]
+    fn a_second_stage_is_chosen_only_where_it_pays_for_its_factors() {
+        // Variance spread evenly over 48 coherent blocks, 8 bytes: one bit on 12 blocks (the
+        // 4 bytes of full-code factors spent on bits) beats two bits on 4.
+        let flat = ErrorModel::new(&vec![1.0; 384], &[0.6; 48]);
+        let widths = flat.widths(8, 4);
+        assert_eq!(widths.iter().map(|&w| w as usize).sum::<usize>(), 12);
+        assert!(widths.iter().all(|&w| w <= 1));
+        // Variance in 4 blocks of 48 (a low-rank residual), 20 bytes: wide codes on those.
+        let variances: Vec<f64> = (0..384).map(|d| if d < 32 { 1.0 } else { 1e-4 }).collect();
+        let low_rank = ErrorModel::new(&variances, &[0.0; 48]);
+        let widths = low_rank.widths(20, 4);
+        assert!(widths[..4].iter().all(|&w| w >= 4), "{widths:?}");
+        assert_eq!(widths.iter().map(|&w| w as usize).sum::<usize>(), 20);
+        // The same where the strong blocks are coherent and the rest is independent noise.
+        let coherence: Vec<f64> = (0..48).map(|b| if b < 4 { 0.3 } else { 0.0 }).collect();
+        let widths = ErrorModel::new(&variances, &coherence).widths(20, 4);
+        assert!(widths[..4].iter().all(|&w| w >= 4), "{widths:?}");
+    }
+
+    /// The allocation's error table describes the codes [`choose_levels`] makes: the
+    /// inner-product estimate's relative error variance `(1 − cos²)/cos²` of Gaussian vectors
+    /// at uniform widths, within 10% up to 4 bits (the widths low budgets use) and a factor of
+    /// two above.
+    #[test]
+    fn grid_error_matches_the_codes() {
+        let mut rng = crate::rng::Rng::new(1);
+        let dim = 384;
+        let mut scratch = LevelScratch::default();
+        for bits in 1..=MAX_DIM_BITS as u32 {
+            let top = (1u32 << (bits - 1)) - 1;
+            let mut sum = 0f64;
+            let trials = 100;
+            for _ in 0..trials {
+                let v: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
+                choose_levels(&v, |_| top, top, &mut scratch);
+                let (mut wv, mut ww, mut vv) = (0f64, 0f64, 0f64);
+                for (&level, &x) in scratch.levels.iter().zip(&v) {
+                    let w = level as f64 + 0.5;
+                    wv += w * x.abs() as f64;
+                    ww += w * w;
+                    vv += x as f64 * x as f64;
+                }
+                let cos_sq = wv * wv / (ww * vv);
+                sum += (1.0 - cos_sq) / cos_sq;
+            }
+            let measured = sum / trials as f64;
+            let ratio = GRID_ERROR[bits as usize - 1] / measured;
+            let bound = if bits <= 4 { 1.1 } else { 2.0 };
+            assert!(
+                ratio < bound && ratio > 1.0 / bound,
+                "{bits} bits: table {} vs measured {measured}",
+                GRID_ERROR[bits as usize - 1]
+            );
+        }
+    }
+
+    #[test]
+    fn neighbour_coherence_separates_shared_axes_from_noise() {
+        // Pairs of points share a large component on axes 0..8 and have independent small
+        // noise on all 16: the first block is coherent, the second is not.
+        let dim = 16;
+        let mut rng = crate::rng::Rng::new(9);
+        let mut points = Vec::new();
+        for _ in 0..600 {
+            let shared: Vec<f64> = (0..8).map(|_| 4.0 * rng.normal()).collect();
+            for _ in 0..2 {
+                for d in 0..dim {
+                    let s = if d < 8 { shared[d] } else { 0.0 };
+                    points.push((s + 0.3 * rng.normal()) as f32);
+                }
+            }
+        }
+        let anchors = vec![0f32; dim];
+        let assignment = vec![0u32; points.len() / dim];
+        let basis: Vec<f32> = (0..dim * dim)
+            .map(|k| f32::from(k / dim == k % dim))
+            .collect();
+        let coherence = neighbour_coherence(&points, &anchors, &assignment, dim, &basis);
+        assert_eq!(coherence.len(), 2);
+        assert!(coherence[0] > 0.95, "{coherence:?}");
+        assert!(coherence[1] < 0.2, "{coherence:?}");
+        // No pairs (one point per list): no coherence.
+        let lone = neighbour_coherence(&points[..2 * dim], &[0f32; 32], &[0, 1], dim, &basis);
+        assert_eq!(lone, vec![0.0, 0.0]);
     }
 
     #[test]

@@ -23,10 +23,10 @@
 //! - sign plane (`nb` bytes), then f1, f2 of the 1-bit code in the codec's
 //!   [`FactorFormat`] (two `f16` with a scale each, or two `f32` in older files and for data
 //!   far from the origin);
-//! - for `b > 1`: planes of bits `0..b−1` of `u` (`nb` bytes each), then `f32` f1, `f32` f2
-//!   of the full code.
+//! - for `b > 1`: planes of bits `0..b−1` of `u` (`nb` bytes each), then f1, f2 of the full
+//!   code in the same [`FactorFormat`] (format version 4 on; two `f32` in older files).
 
-use super::{read_f32, CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
+use super::{CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
 use crate::error::Result;
 use crate::rotation::FastRotation;
 use crate::simd::bit_sum;
@@ -36,12 +36,17 @@ use rayon::prelude::*;
 const ENCODE_BLOCK: usize = 1024;
 
 /// Bytes of one vector's code at `dim` dimensions and `bits` bits per dimension (1..=4),
-/// with the first stage's factors in `factors`.
-pub fn code_size(dim: usize, bits: u32, factors: FactorFormat) -> usize {
+/// with the first stage's factors in `factors` and the full code's in `full_factors`.
+pub fn code_size(
+    dim: usize,
+    bits: u32,
+    factors: FactorFormat,
+    full_factors: FactorFormat,
+) -> usize {
     let nb = dim.div_ceil(8);
     nb + factors.bytes()
         + if bits > 1 {
-            (bits as usize - 1) * nb + 8
+            (bits as usize - 1) * nb + full_factors.bytes()
         } else {
             0
         }
@@ -56,6 +61,9 @@ pub struct RaBitQ {
     rotation: FastRotation,
     /// How the 1-bit stage's factors are stored.
     factors: FactorFormat,
+    /// How the full code's factors are stored (`b > 1`): like the 1-bit stage's since format
+    /// version 4, `f32` in older files.
+    full_factors: FactorFormat,
     code_size: usize,
 }
 
@@ -183,7 +191,18 @@ pub(crate) fn grid_factors(
 }
 
 impl RaBitQ {
+    /// A codec whose full-code factors are stored like the 1-bit stage's.
     pub(crate) fn new(dim: usize, bits: u32, seed: u64, factors: FactorFormat) -> Self {
+        Self::with_full_factors(dim, bits, seed, factors, factors)
+    }
+
+    fn with_full_factors(
+        dim: usize,
+        bits: u32,
+        seed: u64,
+        factors: FactorFormat,
+        full_factors: FactorFormat,
+    ) -> Self {
         assert!((1..=4).contains(&bits), "RaBitQ bits must be 1..=4");
         RaBitQ {
             dim,
@@ -191,7 +210,8 @@ impl RaBitQ {
             seed,
             rotation: FastRotation::new(dim, seed ^ 0x0b17_c0de),
             factors,
-            code_size: code_size(dim, bits, factors),
+            full_factors,
+            code_size: code_size(dim, bits, factors, full_factors),
         }
     }
 
@@ -199,13 +219,26 @@ impl RaBitQ {
         let mut r = ParamReader::new(bytes, "rabitq codec");
         let seed = r.u64()?;
         let factors = FactorFormat::read_params(&mut r)?;
+        // Absent before format version 4, whose full-code factors were f32.
+        let full_factors = FactorFormat::read_params(&mut r)?;
         r.finish()?;
-        Ok(Self::new(dim, bits, seed, factors))
+        Ok(Self::with_full_factors(
+            dim,
+            bits,
+            seed,
+            factors,
+            full_factors,
+        ))
     }
 
     /// How the 1-bit stage's factors are stored.
     pub fn factors(&self) -> FactorFormat {
         self.factors
+    }
+
+    /// How the full code's factors are stored (codes of more than one bit).
+    pub fn full_factors(&self) -> FactorFormat {
+        self.full_factors
     }
 
     /// Bits per dimension.
@@ -260,7 +293,7 @@ impl RaBitQ {
             self.factors.read(&code[nb..])
         } else {
             let at = self.ex_offset() + (self.bits as usize - 1) * nb;
-            (read_f32(code, at), read_f32(code, at + 4))
+            self.full_factors.read(&code[at..])
         }
     }
 
@@ -327,8 +360,7 @@ impl RaBitQ {
         };
         let (f1, f2) = grid_factors(rr, pc, 0.0, grid);
         let at = ex + (self.bits as usize - 1) * nb;
-        code[at..at + 4].copy_from_slice(&f1.to_le_bytes());
-        code[at + 4..at + 8].copy_from_slice(&f2.to_le_bytes());
+        self.full_factors.write(&mut code[at..], f1, f2);
     }
 }
 
@@ -441,5 +473,6 @@ impl ResidualCodec for RaBitQ {
     fn write_params(&self, out: &mut Vec<u8>) {
         out.extend(self.seed.to_le_bytes());
         self.factors.write_params(out);
+        self.full_factors.write_params(out);
     }
 }
