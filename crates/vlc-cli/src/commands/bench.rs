@@ -44,6 +44,10 @@ pub struct Args {
     /// Anchors (default: automatic).
     #[arg(long)]
     pub anchors: Option<usize>,
+    /// Seed of every build: with the default, a configuration here is the index that
+    /// `vlc build --codec C [--refine R]` makes with its defaults.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
     #[arg(long, default_value = "l2")]
     pub metric: Metric,
     /// Threads for searching (timed).
@@ -169,7 +173,8 @@ pub fn run(a: Args) -> Result<()> {
         let mut params = BuildParams::default()
             .with_codec(*codec)
             .with_refine(*refine)
-            .with_metric(a.metric);
+            .with_metric(a.metric)
+            .with_seed(a.seed);
         if let Some(bits) = bits {
             params.codec_params.bits = *bits;
         }

@@ -226,11 +226,16 @@ impl ErrorModel {
 
 /// Training rows paired with their nearest neighbour for [`neighbour_coherence`].
 const COHERENCE_PAIRS: usize = 2048;
+/// Most members of its list a row is compared with for its nearest neighbour (bounds the cost
+/// where lists are long, e.g. with few anchors).
+const COHERENCE_CANDIDATES: usize = 512;
 
 /// Per block of 8 principal axes, how much near neighbours share their residual coordinates:
-/// evenly spaced training rows are paired with their nearest other row in the same list, and
-/// the block's coherence is `Σ a·b / √(Σ a² · Σ b²)` over the pairs' coordinates `a`, `b` on
-/// its axes, clamped to 0..=1 (0 where no pair exists). `basis` holds the principal axes.
+/// evenly spaced training rows are paired with their nearest other row in the same list
+/// (among at most [`COHERENCE_CANDIDATES`] of its members; exact duplicates are skipped, as
+/// they share everything and say nothing of the axes), and the block's coherence is
+/// `Σ a·b / √(Σ a² · Σ b²)` over the pairs' coordinates `a`, `b` on its axes, clamped to
+/// 0..=1 (0 where no pair exists). `basis` holds the principal axes.
 /// Layout: `basis` (dim, dim), row-major, one axis per row, in allocation order.
 fn neighbour_coherence(
     points: &[f32],
@@ -264,10 +269,12 @@ fn neighbour_coherence(
         .into_par_iter()
         .filter_map(|i| {
             let a = assignment[i] as usize;
-            members[starts[a]..starts[a + 1]]
-                .iter()
+            let list = &members[starts[a]..starts[a + 1]];
+            list.iter()
+                .step_by(list.len().div_ceil(COHERENCE_CANDIDATES).max(1))
                 .filter(|&&j| j != i)
                 .map(|&j| (crate::linalg::l2_sq(row(i), row(j)), j))
+                .filter(|&(d, _)| d > 0.0)
                 .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)))
                 .map(|(_, j)| (i, j))
         })
