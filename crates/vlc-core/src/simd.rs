@@ -250,11 +250,24 @@ unsafe fn bit_sum_avx2(weights: &[f32], bits: &[u8]) -> f32 {
     lanes.iter().sum()
 }
 
-/// [`bit_sum`] with AVX-512F: every two bytes of the plane are the mask of one masked add
-/// of 16 weights.
+/// [`bit_sum`] with AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn bit_sum_avx512(weights: &[f32], bits: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    // SAFETY: AVX-512F is enabled here; the caller's length guarantee is plane_sum_avx512's.
+    _mm512_reduce_add_ps(unsafe { plane_sum_avx512(weights, bits) })
+}
+
+/// Lane sums of the weights over the set bits of `bits`: every two bytes of the plane are the
+/// mask of one masked add of 16 weights, an odd last byte that of a masked load of 8.
+///
+/// # Safety
+/// AVX-512F must be available, and `weights.len() >= 8 · bits.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn plane_sum_avx512(weights: &[f32], bits: &[u8]) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
     let pairs = bits.len() / 2;
     // Four independent accumulators (named, so they stay in registers): a masked add has a
@@ -266,7 +279,7 @@ unsafe fn bit_sum_avx512(weights: &[f32], bits: &[u8]) -> f32 {
         _mm512_setzero_ps(),
     );
     let mask = |p: usize| u16::from_le_bytes([bits[2 * p], bits[2 * p + 1]]);
-    // SAFETY (both loads): the caller checked weights.len() >= 8 · bits.len() >= 16·p + 16
+    // SAFETY (both loads): the caller guarantees weights.len() >= 8 · bits.len() >= 16·p + 16
     // for every p < pairs.
     let load = |p: usize| unsafe { _mm512_loadu_ps(weights.as_ptr().add(16 * p)) };
     let quads = pairs / 4;
@@ -280,8 +293,68 @@ unsafe fn bit_sum_avx512(weights: &[f32], bits: &[u8]) -> f32 {
     for p in 4 * quads..pairs {
         a0 = _mm512_mask_add_ps(a0, mask(p), a0, load(p));
     }
-    let sum = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
-    _mm512_reduce_add_ps(sum) + bit_sum_scalar(&weights[16 * pairs..], &bits[2 * pairs..])
+    if bits.len() % 2 == 1 {
+        // SAFETY: lanes 0..8 of the load are weights 16·pairs .. 16·pairs + 8, within
+        // 8 · bits.len(); the masked-out lanes 8..16 are not read.
+        let w = unsafe { _mm512_maskz_loadu_ps(0x00FF, weights.as_ptr().add(16 * pairs)) };
+        a1 = _mm512_mask_add_ps(a1, bits[2 * pairs] as u16, a1, w);
+    }
+    _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))
+}
+
+/// One term of [`weighted_bit_sums`]: `scale · Σ weights[i]` over the set bits `i` of `bits`
+/// (`weights` holds at least `8 · bits.len()` values).
+#[derive(Clone, Copy)]
+pub struct BitTerm<'a> {
+    pub weights: &'a [f32],
+    pub bits: &'a [u8],
+    pub scale: f32,
+}
+
+impl BitTerm<'_> {
+    /// A term that adds nothing, to fill fixed-size arrays of terms.
+    pub const EMPTY: BitTerm<'static> = BitTerm {
+        weights: &[],
+        bits: &[],
+        scale: 0.0,
+    };
+}
+
+/// `Σ_t scale_t · bit_sum(weights_t, bits_t)`: a multi-bit code's estimate over all its bit
+/// planes in one call, with one horizontal reduction (per-plane [`bit_sum`] calls spent more
+/// on reductions and tails than on the sums of short planes).
+#[inline]
+pub fn weighted_bit_sums(terms: &[BitTerm]) -> f32 {
+    for t in terms {
+        assert!(t.weights.len() >= t.bits.len() * 8, "one weight per bit");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: AVX-512F was detected at run time; the lengths were checked above.
+        return unsafe { weighted_bit_sums_avx512(terms) };
+    }
+    weighted_bit_sums_scalar(terms)
+}
+
+/// Scalar reference of [`weighted_bit_sums`] (and the AVX2 level's path, through [`bit_sum`]).
+pub fn weighted_bit_sums_scalar(terms: &[BitTerm]) -> f32 {
+    terms
+        .iter()
+        .map(|t| t.scale * bit_sum(t.weights, t.bits))
+        .sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn weighted_bit_sums_avx512(terms: &[BitTerm]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut total = _mm512_setzero_ps();
+    for t in terms {
+        // SAFETY: AVX-512F is enabled here; the caller checked every term's lengths.
+        let sum = unsafe { plane_sum_avx512(t.weights, t.bits) };
+        total = _mm512_fmadd_ps(sum, _mm512_set1_ps(t.scale), total);
+    }
+    _mm512_reduce_add_ps(total)
 }
 
 /// Bit j of the result is set when `values[j] < limit`, for the first min(len, 32) values
@@ -389,6 +462,73 @@ mod tests {
             }
         }
         assert_eq!(bit_sum(&[1.0; 16], &[0xFF, 0x01]), 9.0);
+    }
+
+    #[test]
+    fn weighted_bit_sums_match_the_sum_of_bit_sums() {
+        let mut r = Rng::new(4);
+        for case in 0..60 {
+            let count = case % 10;
+            let planes: Vec<(Vec<f32>, Vec<u8>, f32)> = (0..count)
+                .map(|_| {
+                    let bytes = r.below(30);
+                    let w: Vec<f32> = (0..bytes * 8 + r.below(9))
+                        .map(|_| r.normal() as f32)
+                        .collect();
+                    let plane: Vec<u8> = (0..bytes).map(|_| r.below(256) as u8).collect();
+                    (w, plane, (1u32 << r.below(8)) as f32 * r.normal() as f32)
+                })
+                .collect();
+            let terms: Vec<BitTerm> = planes
+                .iter()
+                .map(|(w, b, s)| BitTerm {
+                    weights: w,
+                    bits: b,
+                    scale: *s,
+                })
+                .collect();
+            let brute: f64 = planes
+                .iter()
+                .map(|(w, b, s)| {
+                    (0..b.len() * 8)
+                        .filter(|&i| b[i / 8] >> (i % 8) & 1 == 1)
+                        .map(|i| w[i] as f64)
+                        .sum::<f64>()
+                        * *s as f64
+                })
+                .sum();
+            let scale: f64 = planes
+                .iter()
+                .map(|(w, _, s)| (s.abs() * w.iter().map(|v| v.abs()).sum::<f32>()) as f64)
+                .sum();
+            let mut variants = vec![weighted_bit_sums(&terms), weighted_bit_sums_scalar(&terms)];
+            #[cfg(target_arch = "x86_64")]
+            if has_avx512() {
+                // SAFETY: AVX-512F was detected; every term has 8 weights per plane byte.
+                variants.push(unsafe { weighted_bit_sums_avx512(&terms) });
+            }
+            for got in variants {
+                assert!(
+                    (got as f64 - brute).abs() <= 1e-5 * (1.0 + scale),
+                    "case {case}: {got} vs {brute}"
+                );
+            }
+        }
+        let ones = [1.0f32; 24];
+        let terms = [
+            BitTerm {
+                weights: &ones,
+                bits: &[0xFF, 0x01, 0x80],
+                scale: 2.0,
+            },
+            BitTerm::EMPTY,
+            BitTerm {
+                weights: &ones,
+                bits: &[0x03],
+                scale: -1.0,
+            },
+        ];
+        assert_eq!(weighted_bit_sums(&terms), 2.0 * 10.0 - 2.0);
     }
 
     #[test]

@@ -53,7 +53,7 @@ use super::rabitq::{choose_levels, grid_factors, LevelScratch};
 use super::{CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::linalg::{dot, gemm_nt};
-use crate::simd::bit_sum;
+use crate::simd::{weighted_bit_sums, BitTerm};
 use rayon::prelude::*;
 
 /// Rows encoded per parallel task.
@@ -827,15 +827,29 @@ impl ResidualCodec for PcaRaBitQ {
         let (sign, rest) = state.table.split_at(weights);
         let (second, low) = rest.split_at(weights);
         let s1 = self.stage1_bytes();
+        let mut terms = [BitTerm::EMPTY; 2 + MAX_DIM_BITS as usize];
         for (o, code) in out.iter_mut().zip(codes.chunks_exact(cs)) {
-            let mut ip =
-                state.constant + bit_sum(sign, &code[..nb]) + bit_sum(second, &code[nb..s1]);
+            terms[0] = BitTerm {
+                weights: sign,
+                bits: &code[..nb],
+                scale: 1.0,
+            };
+            terms[1] = BitTerm {
+                weights: second,
+                bits: &code[nb..s1],
+                scale: 1.0,
+            };
             let mut at = s1 + self.factors.bytes();
             for (j, &n) in self.plane_dims.iter().enumerate() {
                 let len = n.div_ceil(8);
-                ip += (1u32 << j) as f32 * bit_sum(low, &code[at..at + len]);
+                terms[2 + j] = BitTerm {
+                    weights: low,
+                    bits: &code[at..at + len],
+                    scale: (1u32 << j) as f32,
+                };
                 at += len;
             }
+            let ip = state.constant + weighted_bit_sums(&terms[..2 + self.plane_dims.len()]);
             let (f1, f2) = self.finest_factors(code);
             *o = query_anchor_dist + f1 + f2 * ip;
         }
@@ -975,7 +989,8 @@ mod tests {
     #[test]
     fn neighbour_coherence_separates_shared_axes_from_noise() {
         // Pairs of points share a large component on axes 0..8 and have independent small
-        // noise on all 16: the first block is coherent, the second is not.
+        // noise on all 16: the first block is coherent, the second is not. Four lists of 300
+        // points, so that every member of a list is a candidate.
         let dim = 16;
         let mut rng = crate::rng::Rng::new(9);
         let mut points = Vec::new();
@@ -988,8 +1003,10 @@ mod tests {
                 }
             }
         }
-        let anchors = vec![0f32; dim];
-        let assignment = vec![0u32; points.len() / dim];
+        let anchors = vec![0f32; 4 * dim];
+        let assignment: Vec<u32> = (0..points.len() / dim)
+            .map(|i| (i / 2 % 4) as u32)
+            .collect();
         let basis: Vec<f32> = (0..dim * dim)
             .map(|k| f32::from(k / dim == k % dim))
             .collect();

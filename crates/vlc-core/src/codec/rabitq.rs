@@ -10,7 +10,7 @@
 //! `f2 = −‖r‖² √D / ⟨w, P r⟩` and `f1 = ‖r‖² + 2‖r‖² ⟨w, P c⟩ / ⟨w, P r⟩` gives
 //! `‖q − c − r‖² ≈ ‖q − c‖² + f1 + f2 · (2/√D) ⟨w, P q⟩`, whose query-dependent part comes
 //! from one weight vector per query (not per list): bit plane `j` of `u` contributes
-//! `2^j Σ_{set bits i} (2/√D)(P q)_i` ([`crate::simd::bit_sum`]); the fast scan quantises the
+//! `2^j Σ_{set bits i} (2/√D)(P q)_i` ([`crate::simd::weighted_bit_sums`]); the fast scan quantises the
 //! same weights into nibble lookup tables ([`crate::fastscan`]).
 //!
 //! For `b = 1` (`w = ±½`) this is the classic 1-bit estimator. For `b > 1`, the grid `x` of
@@ -29,7 +29,7 @@
 use super::{CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
 use crate::error::Result;
 use crate::rotation::FastRotation;
-use crate::simd::bit_sum;
+use crate::simd::{weighted_bit_sums, BitTerm};
 use rayon::prelude::*;
 
 /// Rows encoded per parallel task.
@@ -456,11 +456,21 @@ impl ResidualCodec for RaBitQ {
         let low_planes = self.bits as usize - 1;
         let ex = self.ex_offset();
         let weight = ((1u32 << self.bits) - 1) as f32 * state.constant;
+        let mut terms = [BitTerm::EMPTY; 4];
         for (o, code) in out.iter_mut().zip(codes.chunks_exact(cs)) {
-            let mut ip = weight + (1u32 << low_planes) as f32 * bit_sum(table, &code[..nb]);
+            terms[0] = BitTerm {
+                weights: table,
+                bits: &code[..nb],
+                scale: (1u32 << low_planes) as f32,
+            };
             for j in 0..low_planes {
-                ip += (1u32 << j) as f32 * bit_sum(table, &code[ex + j * nb..ex + (j + 1) * nb]);
+                terms[1 + j] = BitTerm {
+                    weights: table,
+                    bits: &code[ex + j * nb..ex + (j + 1) * nb],
+                    scale: (1u32 << j) as f32,
+                };
             }
+            let ip = weight + weighted_bit_sums(&terms[..1 + low_planes]);
             let (f1, f2) = self.finest_factors(code);
             *o = query_anchor_dist + f1 + f2 * ip;
         }
