@@ -13,6 +13,7 @@ Needs: pip install faiss-cpu numpy
 import argparse
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -69,8 +70,20 @@ def measure(index, config, nprobe, bpv, build_s, out):
     out.flush()
 
 
+def fit_pq(cfg):
+    """PQ needs d divisible by its sub-quantizer count M: where it is not (e.g. PQ48 at d = 256),
+    use the largest divisor of d below M, so the code is no larger than the named one."""
+    m = re.match(r"PQ(\d+)(.*)", cfg)
+    if not m or d % int(m.group(1)) == 0:
+        return cfg
+    sub = max(k for k in range(1, int(m.group(1)) + 1) if d % k == 0)
+    print(f"  {cfg}: d = {d} is not a multiple of {m.group(1)}; using PQ{sub}{m.group(2)}", flush=True)
+    return f"PQ{sub}{m.group(2)}"
+
+
 with open(args.out, "w") as out:
     for cfg in args.configs.split(","):
+        cfg = fit_pq(cfg)
         t = time.perf_counter()
         if cfg.startswith("HNSW"):
             index = faiss.index_factory(d, f"{cfg},Flat")

@@ -135,10 +135,11 @@ fn build_eval_search_info_end_to_end() {
     assert_eq!(j["refine"], "sq8");
 }
 
-/// `--refine f16` reranks with half-float residuals: at full probe, recall@10 is near exact,
-/// above what the 1-bit code alone gives; a refine tier that is not a refine codec is refused.
+/// `--refine f16` reranks with half-float residuals and `--refine f32` with the residuals
+/// themselves: at full probe, recall@10 is near exact (f16) and exact (f32), above what the
+/// 1-bit code alone gives; a refine tier that is not a refine codec is refused.
 #[test]
-fn f16_refine_is_near_exact_at_full_probe() {
+fn float_refine_tiers_are_near_exact_at_full_probe() {
     let s = Set::new();
     let recall = |refine: &str| {
         let index = s.p(&format!("r-{refine}.vlc"));
@@ -156,6 +157,12 @@ fn f16_refine_is_near_exact_at_full_probe() {
     };
     let (exact, one_bit) = (recall("f16"), recall("none"));
     assert!(exact >= 0.99, "rabitq1+f16 recall@10 {exact}");
+    let single = recall("f32");
+    assert!(
+        single >= exact,
+        "rabitq1+f32 {single} vs rabitq1+f16 {exact}"
+    );
+    assert!(single >= 0.999, "rabitq1+f32 recall@10 {single}");
     assert!(
         exact > one_bit,
         "f16 rerank {exact} vs 1-bit alone {one_bit}"
@@ -167,7 +174,7 @@ fn f16_refine_is_near_exact_at_full_probe() {
         .arg(s.p("bad.vlc"))
         .assert()
         .failure()
-        .stderr(predicate::str::contains("f16, sq8 or sq4"));
+        .stderr(predicate::str::contains("f32, f16, sq8 or sq4"));
     assert!(!s.p("bad.vlc").exists());
 }
 

@@ -5,7 +5,7 @@ use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criteri
 use vlc::fastscan::{
     block_dists, block_dists_scalar, block_sums, block_sums_scalar, Affine, BLOCK,
 };
-use vlc::simd::{dot_u8, dot_u8_scalar, level};
+use vlc::simd::{bit_sum_scalar, dot_u8, dot_u8_scalar, level, weighted_bit_sums, BitTerm};
 use vlc::{Backend, CpuBackend, Rng};
 
 fn scan_kernels(c: &mut Criterion) {
@@ -77,6 +77,37 @@ fn scan_kernels(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("sq8 dot, scalar", dim), &dim, |b, _| {
             b.iter(|| dot_u8_scalar(black_box(&w), black_box(&q)))
         });
+        // The second stage's rescoring of one candidate of a 4-bit code: four bit planes of
+        // `dim` bits, each weighted by its query values and a power of two.
+        let planes: Vec<Vec<u8>> = (0..4)
+            .map(|_| (0..dim / 8).map(|_| rng.below(256) as u8).collect())
+            .collect();
+        let terms: Vec<BitTerm> = planes
+            .iter()
+            .enumerate()
+            .map(|(p, bits)| BitTerm {
+                weights: &w,
+                bits,
+                scale: (1u32 << p) as f32,
+            })
+            .collect();
+        g.bench_with_input(
+            BenchmarkId::new("4 bit planes, weighted sums, simd", dim),
+            &dim,
+            |b, _| b.iter(|| weighted_bit_sums(black_box(&terms))),
+        );
+        g.bench_with_input(
+            BenchmarkId::new("4 bit planes, weighted sums, scalar", dim),
+            &dim,
+            |b, _| {
+                b.iter(|| {
+                    black_box(&terms)
+                        .iter()
+                        .map(|t| t.scale * bit_sum_scalar(t.weights, t.bits))
+                        .sum::<f32>()
+                })
+            },
+        );
     }
     g.finish();
 }

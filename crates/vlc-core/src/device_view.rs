@@ -99,7 +99,7 @@ fn stage_codec(codec: &Codec) -> StageCodec {
             step: s.step().to_vec(),
         },
         Codec::Pca(p) => StageCodec::Unsupported(p.kind()),
-        Codec::Float16(h) => StageCodec::Unsupported(h.kind()),
+        Codec::Float(h) => StageCodec::Unsupported(h.kind()),
     }
 }
 
@@ -253,6 +253,7 @@ mod tests {
                 Some(CodecKind::F16),
             ),
             (CodecKind::PcaRaBitQ, None, Some(CodecKind::PcaRaBitQ)),
+            (CodecKind::F32, None, Some(CodecKind::F32)),
         ];
         for (codec, refine, want) in cases {
             let params = BuildParams::default()

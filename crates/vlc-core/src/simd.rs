@@ -153,17 +153,25 @@ pub fn dot_f16(weights: &[f32], halves: &[u8]) -> f32 {
 
 /// Scalar reference of [`dot_f16`].
 pub fn dot_f16_scalar(weights: &[f32], halves: &[u8]) -> f32 {
+    dot_scalar(weights, |i| {
+        half::f16::from_le_bytes([halves[2 * i], halves[2 * i + 1]]).to_f32()
+    })
+}
+
+/// Σ weights[i] · value_at(i) in eight lanes, as the SIMD kernels sum (the scalar references
+/// of the dot products over stored values).
+#[inline(always)]
+fn dot_scalar(weights: &[f32], value_at: impl Fn(usize) -> f32) -> f32 {
     let mut acc = [0.0f32; 8];
     let chunks = weights.len() / 8;
-    let half_at = |i: usize| half::f16::from_le_bytes([halves[2 * i], halves[2 * i + 1]]).to_f32();
     for c in 0..chunks {
         for l in 0..8 {
-            acc[l] += weights[c * 8 + l] * half_at(c * 8 + l);
+            acc[l] += weights[c * 8 + l] * value_at(c * 8 + l);
         }
     }
     let mut s: f32 = acc.iter().sum();
     for (i, w) in weights.iter().enumerate().skip(chunks * 8) {
-        s += w * half_at(i);
+        s += w * value_at(i);
     }
     s
 }
@@ -172,28 +180,91 @@ pub fn dot_f16_scalar(weights: &[f32], halves: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f16_avx2(weights: &[f32], halves: &[u8]) -> f32 {
     use std::arch::x86_64::*;
-    let n = weights.len();
-    let chunks = n / 16;
-    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    for c in 0..chunks {
-        let i = c * 16;
-        // SAFETY: i + 16 <= n and halves holds 2n bytes, so both 16-byte loads at 2i and
-        // 2i + 16 and both 8-float loads at i and i + 8 are in bounds.
-        let (h0, h1, w0, w1) = unsafe {
+    let chunks = weights.len() / 16;
+    // SAFETY: `dot16_avx2` asks only for i + 16 <= weights.len(), and halves holds
+    // 2 · weights.len() bytes, so both 16-byte loads at 2i and 2i + 16 are in bounds.
+    let simd = unsafe {
+        dot16_avx2(weights, |i| {
             (
-                _mm_loadu_si128(halves.as_ptr().add(2 * i) as *const __m128i),
-                _mm_loadu_si128(halves.as_ptr().add(2 * i + 16) as *const __m128i),
-                _mm256_loadu_ps(weights.as_ptr().add(i)),
-                _mm256_loadu_ps(weights.as_ptr().add(i + 8)),
+                _mm256_cvtph_ps(_mm_loadu_si128(halves.as_ptr().add(2 * i) as *const __m128i)),
+                _mm256_cvtph_ps(_mm_loadu_si128(
+                    halves.as_ptr().add(2 * i + 16) as *const __m128i
+                )),
             )
-        };
-        a0 = _mm256_fmadd_ps(w0, _mm256_cvtph_ps(h0), a0);
-        a1 = _mm256_fmadd_ps(w1, _mm256_cvtph_ps(h1), a1);
+        })
+    };
+    simd + dot_f16_scalar(&weights[chunks * 16..], &halves[chunks * 32..])
+}
+
+/// Σ weights[i] · v[i] over the first 16·⌊n/16⌋ weights, `load(i)` giving values i..i + 8 and
+/// i + 8..i + 16 as two vectors; the caller adds the tail. Inlined into AVX2 kernels.
+///
+/// # Safety
+/// AVX2 and FMA must be available, and `load(i)` must be safe to call for every multiple of
+/// 16 with i + 16 <= weights.len().
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dot16_avx2(
+    weights: &[f32],
+    load: impl Fn(usize) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256),
+) -> f32 {
+    use std::arch::x86_64::*;
+    let chunks = weights.len() / 16;
+    // SAFETY (for every intrinsic below): the caller guarantees AVX2 and FMA; the weight
+    // loads at i and i + 8 end at i + 16 <= weights.len(); `lanes` holds exactly 8 floats.
+    unsafe {
+        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for c in 0..chunks {
+            let i = c * 16;
+            let (v0, v1) = load(i);
+            let w0 = _mm256_loadu_ps(weights.as_ptr().add(i));
+            let w1 = _mm256_loadu_ps(weights.as_ptr().add(i + 8));
+            a0 = _mm256_fmadd_ps(w0, v0, a0);
+            a1 = _mm256_fmadd_ps(w1, v1, a1);
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(a0, a1));
+        lanes.iter().sum::<f32>()
     }
-    let mut lanes = [0f32; 8];
-    // SAFETY: `lanes` holds exactly 8 floats.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(a0, a1)) };
-    lanes.iter().sum::<f32>() + dot_f16_scalar(&weights[chunks * 16..], &halves[chunks * 32..])
+}
+
+/// Σ weights[i] · v[i], `v` being f32 values stored little-endian in `bytes` (four bytes
+/// each, any alignment); `bytes` holds at least `4 · weights.len()` bytes.
+#[inline]
+pub fn dot_f32_bytes(weights: &[f32], bytes: &[u8]) -> f32 {
+    assert!(bytes.len() >= weights.len() * 4, "four bytes per weight");
+    #[cfg(target_arch = "x86_64")]
+    if level() == SimdLevel::Avx2 {
+        // SAFETY: AVX2 and FMA were detected at run time; the length was checked above.
+        return unsafe { dot_f32_bytes_avx2(weights, bytes) };
+    }
+    dot_f32_bytes_scalar(weights, bytes)
+}
+
+/// Scalar reference of [`dot_f32_bytes`].
+pub fn dot_f32_bytes_scalar(weights: &[f32], bytes: &[u8]) -> f32 {
+    dot_scalar(weights, |i| {
+        f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap())
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_f32_bytes_avx2(weights: &[f32], bytes: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    let chunks = weights.len() / 16;
+    // SAFETY: `dot16_avx2` asks only for i + 16 <= weights.len(), and bytes holds
+    // 4 · weights.len() bytes, so the unaligned 8-float loads at byte offsets 4i and 4i + 32
+    // are in bounds.
+    let simd = unsafe {
+        dot16_avx2(weights, |i| {
+            (
+                _mm256_loadu_ps(bytes.as_ptr().add(4 * i) as *const f32),
+                _mm256_loadu_ps(bytes.as_ptr().add(4 * i + 32) as *const f32),
+            )
+        })
+    };
+    simd + dot_f32_bytes_scalar(&weights[chunks * 16..], &bytes[chunks * 64..])
 }
 
 /// `Σ weights[i]` over the set bits `i` of the bit plane `bits` (bit `i` is bit `i % 8` of
@@ -430,6 +501,28 @@ mod tests {
                 (b - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
                 "n={n}: {b} vs {exact}"
             );
+        }
+    }
+
+    #[test]
+    fn dot_f32_bytes_simd_matches_scalar_for_every_tail_and_offset() {
+        let mut r = Rng::new(4);
+        for n in 0..70 {
+            let w: Vec<f32> = (0..n).map(|_| r.normal() as f32).collect();
+            let values: Vec<f32> = (0..n).map(|_| r.normal() as f32).collect();
+            let exact: f64 = w.iter().zip(&values).map(|(w, v)| (w * v) as f64).sum();
+            // Codes sit at any byte offset inside a list: test unaligned starts too.
+            for offset in 0..4 {
+                let mut bytes = vec![0xAAu8; offset];
+                bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+                let bytes = &bytes[offset..];
+                let (a, b) = (dot_f32_bytes(&w, bytes), dot_f32_bytes_scalar(&w, bytes));
+                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "n={n}: {a} vs {b}");
+                assert!(
+                    (b as f64 - exact).abs() <= 1e-5 * (1.0 + exact.abs()),
+                    "n={n}: {b} vs {exact}"
+                );
+            }
         }
     }
 

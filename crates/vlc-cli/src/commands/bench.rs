@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "rabitq1+f16,rabitq1+sq8,rabitq1+sq4,pcaq0.25,pcaq0.5,pcaq0.75,pcaq1,rabitq1,rabitq2,rabitq3,rabitq4,pcaq1.5,pcaq2,pcaq2.5,pcaq3,pcaq4,pcaq5,pcaq7.5,sq8,anchor-only"
+        default_value = "rabitq1+f32,rabitq1+f16,rabitq1+sq8,rabitq1+sq4,pcaq0.25,pcaq0.5,pcaq0.75,pcaq1,rabitq1,rabitq2,rabitq3,rabitq4,pcaq1.5,pcaq2,pcaq2.5,pcaq3,pcaq4,pcaq5,pcaq7.5,sq8,anchor-only"
     )]
     pub configs: Vec<String>,
     /// nprobe values (values above the anchor count are skipped).

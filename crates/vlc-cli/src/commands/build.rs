@@ -1,4 +1,4 @@
-use crate::output::human_bytes;
+use crate::output::{human_bytes, versus_f32};
 use crate::progress::BuildProgress;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
@@ -17,7 +17,8 @@ pub struct Args {
     pub output: PathBuf,
     /// Residual codec, by bytes per vector at dim D: anchor-only (0), rabitq1 (D/8 + 4),
     /// rabitq2 (D/4 + 8), rabitq3 (3D/8 + 8), rabitq4 (D/2 + 8), sq4 (D/2 + 4), sq8 (D + 4),
-    /// f16 (2·D + 4, half-float residuals; mostly a refine tier, see --refine), or pcaqB.
+    /// f16 (2·D + 4, half-float residuals), f32 (4·D + 4; both mostly refine tiers, see
+    /// --refine), or pcaqB.
     /// pcaqB is RaBitQ codes in the principal axes of the residuals with B·D/8 bytes of bits
     /// (B above 0 and up to 8, e.g. pcaq0.75, pcaq1.5 or pcaq3.2) allocated where they lower
     /// the ranking error most: axes that are noise stay uncoded, axes with structure get
@@ -29,8 +30,10 @@ pub struct Args {
     #[arg(long, default_value = "sq8")]
     pub codec: String,
     /// Finer codec stored beside the primary one to rerank the candidate pool: none, sq4
-    /// (D/2 + 4 bytes per vector), sq8 (D + 4) or f16 (2·D + 4: each residual dimension as a
-    /// half float, so the rerank is near exact and recall is what the probed lists hold).
+    /// (D/2 + 4 bytes per vector), sq8 (D + 4), f16 (2·D + 4: each residual dimension as a
+    /// half float, so the rerank is near exact and recall is what the probed lists hold) or
+    /// f32 (4·D + 4: exact up to f32 arithmetic, so it also orders neighbours whose distances
+    /// differ by less than f16's rounding).
     #[arg(long, default_value = "none")]
     pub refine: String,
     /// Number of anchors (inverted lists); default about 4·√n, a power of two.
@@ -88,8 +91,11 @@ pub fn parse_refine(text: &str) -> Result<Option<CodecKind>> {
         return Ok(None);
     }
     let kind: CodecKind = text.parse()?;
-    if !matches!(kind, CodecKind::Sq8 | CodecKind::Sq4 | CodecKind::F16) {
-        bail!("--refine must be none, f16, sq8 or sq4 (got {kind})");
+    if !matches!(
+        kind,
+        CodecKind::Sq8 | CodecKind::Sq4 | CodecKind::F16 | CodecKind::F32
+    ) {
+        bail!("--refine must be none, f32, f16, sq8 or sq4 (got {kind})");
     }
     Ok(Some(kind))
 }
@@ -181,8 +187,9 @@ pub fn run(a: Args) -> Result<()> {
                 .unwrap_or_default()
         );
         println!(
-            "  file           {} = {bpv:.1} bytes/vector ({ratio:.1}x smaller than f32)",
-            human_bytes(file_size)
+            "  file           {} = {bpv:.1} bytes/vector ({})",
+            human_bytes(file_size),
+            versus_f32(bpv, data.cols)
         );
         println!("  build time     {:.2} s (train {:.2} s, assign {:.2} s, encode {:.2} s); read {:.2} s",
             report.total_seconds, report.train_seconds, report.assign_seconds, report.encode_seconds, read_seconds);

@@ -1,4 +1,4 @@
-use crate::output::human_bytes;
+use crate::output::{human_bytes, versus_f32};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use vlc::{Index, Metric};
@@ -64,9 +64,9 @@ pub fn run(a: Args) -> Result<()> {
         println!("  refine      {r} ({size} bytes/vector)");
     }
     println!(
-        "  file        {} = {bpv:.1} bytes/vector, {:.1}x smaller than f32",
+        "  file        {} = {bpv:.1} bytes/vector, {}",
         human_bytes(info.file_size),
-        (4 * info.dim) as f64 / bpv
+        versus_f32(bpv, info.dim)
     );
     if report.train.iterations > 0 {
         println!("  training    {} iterations ({}), final energy {:.6}, {} merges, {} splits, {} re-seeds",

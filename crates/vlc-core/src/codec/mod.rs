@@ -9,14 +9,14 @@
 //! per vector, so a query needs only `⟨r̂, q⟩`, computed from tables built once per query.
 
 pub mod anchor_only;
-pub mod float16;
+pub mod float;
 pub mod pca;
 pub mod rabitq;
 pub mod scalar;
 
 use crate::error::{Result, VlcError};
 pub use anchor_only::AnchorOnly;
-pub use float16::Float16;
+pub use float::{FloatResidual, FloatWidth};
 pub use pca::PcaRaBitQ;
 pub use rabitq::RaBitQ;
 use rayon::prelude::*;
@@ -48,10 +48,13 @@ pub enum CodecKind {
     /// Each residual dimension as a half float (2 bytes per dimension): the near-exact refine
     /// tier (`rabitq1+f16`).
     F16 = 8,
+    /// Each residual dimension as an f32 (4 bytes per dimension): the exact refine tier
+    /// (`rabitq1+f32`), which also orders neighbours whose distances `f16` cannot separate.
+    F32 = 9,
 }
 
 impl CodecKind {
-    pub const ALL: [CodecKind; 9] = [
+    pub const ALL: [CodecKind; 10] = [
         CodecKind::AnchorOnly,
         CodecKind::Sq8,
         CodecKind::Sq4,
@@ -61,6 +64,7 @@ impl CodecKind {
         CodecKind::RaBitQ4,
         CodecKind::PcaRaBitQ,
         CodecKind::F16,
+        CodecKind::F32,
     ];
 
     pub fn from_u8(v: u8) -> Option<Self> {
@@ -79,6 +83,7 @@ impl CodecKind {
             CodecKind::RaBitQ4 => "rabitq4",
             CodecKind::PcaRaBitQ => "pcaq",
             CodecKind::F16 => "f16",
+            CodecKind::F32 => "f32",
         }
     }
 
@@ -102,6 +107,7 @@ impl CodecKind {
             CodecKind::Sq8 => dim + 4,
             CodecKind::Sq4 => dim.div_ceil(2) + 4,
             CodecKind::F16 => 2 * dim + 4,
+            CodecKind::F32 => 4 * dim + 4,
             _ => return None,
         })
     }
@@ -116,7 +122,7 @@ impl std::str::FromStr for CodecKind {
             .ok_or_else(|| {
                 VlcError::param(
                     "codec",
-                    format!("unknown codec `{s}` (expected anchor-only, sq8, sq4, f16, rabitq1, rabitq2, rabitq3, rabitq4 or pcaq)"),
+                    format!("unknown codec `{s}` (expected anchor-only, sq8, sq4, f16, f32, rabitq1, rabitq2, rabitq3, rabitq4 or pcaq)"),
                 )
             })
     }
@@ -233,7 +239,7 @@ pub enum Codec {
     Scalar(ScalarQuantizer),
     RaBitQ(RaBitQ),
     Pca(PcaRaBitQ),
-    Float16(Float16),
+    Float(FloatResidual),
 }
 
 macro_rules! dispatch {
@@ -243,7 +249,7 @@ macro_rules! dispatch {
             Codec::Scalar($c) => $body,
             Codec::RaBitQ($c) => $body,
             Codec::Pca($c) => $body,
-            Codec::Float16($c) => $body,
+            Codec::Float($c) => $body,
         }
     };
 }
@@ -267,7 +273,8 @@ impl Codec {
         }
         Ok(match kind {
             CodecKind::AnchorOnly => Codec::AnchorOnly(AnchorOnly::new(dim)),
-            CodecKind::F16 => Codec::Float16(Float16::new(dim)),
+            CodecKind::F16 => Codec::Float(FloatResidual::new(dim, FloatWidth::Half)),
+            CodecKind::F32 => Codec::Float(FloatResidual::new(dim, FloatWidth::Single)),
             CodecKind::Sq8 | CodecKind::Sq4 => {
                 let bits = if kind == CodecKind::Sq8 { 8 } else { 4 };
                 Codec::Scalar(ScalarQuantizer::train(
@@ -307,7 +314,12 @@ impl Codec {
     ) -> Result<Codec> {
         Ok(match kind {
             CodecKind::AnchorOnly => Codec::AnchorOnly(AnchorOnly::read_params(dim, bytes)?),
-            CodecKind::F16 => Codec::Float16(Float16::read_params(dim, bytes)?),
+            CodecKind::F16 => {
+                Codec::Float(FloatResidual::read_params(dim, FloatWidth::Half, bytes)?)
+            }
+            CodecKind::F32 => {
+                Codec::Float(FloatResidual::read_params(dim, FloatWidth::Single, bytes)?)
+            }
             CodecKind::Sq8 | CodecKind::Sq4 => {
                 Codec::Scalar(ScalarQuantizer::read_params(kind, dim, num_anchors, bytes)?)
             }
