@@ -18,7 +18,6 @@ pub fn npy_f32(rows: usize, cols: usize, data: &[f32]) -> Vec<u8> {
     npy_bytes(NpyType::F32, rows, cols, &body)
 }
 
-/// Human-readable byte count.
 /// How an index's bytes per vector compare with raw f32 vectors of `dim` values:
 /// "9.3x smaller than f32", or for refine tiers that outgrow them, "1.05x the size of f32".
 pub fn versus_f32(bytes_per_vector: f64, dim: usize) -> String {
@@ -30,6 +29,7 @@ pub fn versus_f32(bytes_per_vector: f64, dim: usize) -> String {
     }
 }
 
+/// Human-readable byte count.
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;

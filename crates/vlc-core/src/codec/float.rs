@@ -34,6 +34,15 @@ impl FloatWidth {
         }
     }
 
+    /// The width of a float codec kind (`F16` or `F32`); `None` for the others.
+    pub fn of(kind: CodecKind) -> Option<FloatWidth> {
+        match kind {
+            CodecKind::F16 => Some(FloatWidth::Half),
+            CodecKind::F32 => Some(FloatWidth::Single),
+            _ => None,
+        }
+    }
+
     fn kind(self) -> CodecKind {
         match self {
             FloatWidth::Half => CodecKind::F16,

@@ -273,8 +273,9 @@ impl Codec {
         }
         Ok(match kind {
             CodecKind::AnchorOnly => Codec::AnchorOnly(AnchorOnly::new(dim)),
-            CodecKind::F16 => Codec::Float(FloatResidual::new(dim, FloatWidth::Half)),
-            CodecKind::F32 => Codec::Float(FloatResidual::new(dim, FloatWidth::Single)),
+            CodecKind::F16 | CodecKind::F32 => {
+                Codec::Float(FloatResidual::new(dim, FloatWidth::of(kind).unwrap()))
+            }
             CodecKind::Sq8 | CodecKind::Sq4 => {
                 let bits = if kind == CodecKind::Sq8 { 8 } else { 4 };
                 Codec::Scalar(ScalarQuantizer::train(
@@ -314,12 +315,11 @@ impl Codec {
     ) -> Result<Codec> {
         Ok(match kind {
             CodecKind::AnchorOnly => Codec::AnchorOnly(AnchorOnly::read_params(dim, bytes)?),
-            CodecKind::F16 => {
-                Codec::Float(FloatResidual::read_params(dim, FloatWidth::Half, bytes)?)
-            }
-            CodecKind::F32 => {
-                Codec::Float(FloatResidual::read_params(dim, FloatWidth::Single, bytes)?)
-            }
+            CodecKind::F16 | CodecKind::F32 => Codec::Float(FloatResidual::read_params(
+                dim,
+                FloatWidth::of(kind).unwrap(),
+                bytes,
+            )?),
             CodecKind::Sq8 | CodecKind::Sq4 => {
                 Codec::Scalar(ScalarQuantizer::read_params(kind, dim, num_anchors, bytes)?)
             }

@@ -246,21 +246,8 @@ fn neighbour_coherence(
 ) -> Vec<f64> {
     let m = assignment.len();
     let blocks = dim.div_ceil(8);
-    let num_anchors = anchors.len() / dim;
     // Rows of each list, in row order.
-    let mut starts = vec![0usize; num_anchors + 1];
-    for &a in assignment {
-        starts[a as usize + 1] += 1;
-    }
-    for a in 0..num_anchors {
-        starts[a + 1] += starts[a];
-    }
-    let mut members = vec![0usize; m];
-    let mut fill = starts.clone();
-    for (i, &a) in assignment.iter().enumerate() {
-        members[fill[a as usize]] = i;
-        fill[a as usize] += 1;
-    }
+    let (starts, members) = crate::backend::group_by_anchor(assignment, anchors.len() / dim);
     let stride = m.div_ceil(COHERENCE_PAIRS).max(1);
     let row = |i: usize| &points[i * dim..(i + 1) * dim];
     let pairs: Vec<(usize, usize)> = (0..m)
@@ -272,8 +259,9 @@ fn neighbour_coherence(
             let list = &members[starts[a]..starts[a + 1]];
             list.iter()
                 .step_by(list.len().div_ceil(COHERENCE_CANDIDATES).max(1))
-                .filter(|&&j| j != i)
-                .map(|&j| (crate::linalg::l2_sq(row(i), row(j)), j))
+                .map(|&j| j as usize)
+                .filter(|&j| j != i)
+                .map(|j| (crate::linalg::l2_sq(row(i), row(j)), j))
                 .filter(|&(d, _)| d > 0.0)
                 .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)))
                 .map(|(_, j)| (i, j))
