@@ -28,6 +28,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    quiet_vulkan_device_select();
     let cli = Cli::parse();
     if let Some(t) = cli.threads {
         if t == 0 {
@@ -48,6 +49,20 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Mesa's drivers install an implicit Vulkan layer (`VK_LAYER_MESA_device_select`) that, when
+/// the Vulkan loader starts, tries to reach a Wayland or X display to order the GPUs, and on a
+/// headless machine prints `error: XDG_RUNTIME_DIR is invalid or not set in the environment.`
+/// twice to stderr: on every `vlc build`, whose `auto` backend looks for a GPU. VLC chooses its
+/// adapter itself, so the layer is turned off (its own switch, `NODEVICE_SELECT=1`) unless the
+/// user has set that variable.
+fn quiet_vulkan_device_select() {
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        // Called first thing in `main`, before any other thread exists, so no thread can be
+        // reading the environment while it changes.
+        std::env::set_var("NODEVICE_SELECT", "1");
     }
 }
 

@@ -432,3 +432,63 @@ fn pcaq_builds_at_the_bits_asked_and_rejects_bad_bits() {
     // The failed builds left the good index in place.
     vlc().arg("info").arg(s.p("p.vlc")).assert().success();
 }
+
+#[test]
+fn bench_sweeps_configs_with_anchor_precision_and_writes_outputs() {
+    let s = Set::new();
+    let out = s.p("bench-out");
+    vlc()
+        .args([
+            "--threads",
+            "2",
+            "bench",
+            "--nprobe",
+            "4,16",
+            "--repeat",
+            "1",
+        ])
+        .args(["--configs", "pcaq0.5,pcaq0.5@int4,rabitq1+sq8"])
+        .arg("--base")
+        .arg(s.p("base.npy"))
+        .arg("--queries")
+        .arg(s.p("queries.npy"))
+        .arg("--groundtruth")
+        .arg(s.p("gt.npy"))
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let points: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let bytes = |config: &str| {
+        let p: Vec<&serde_json::Value> = points.iter().filter(|p| p["config"] == config).collect();
+        assert_eq!(p.len(), 2, "{config}: one point per nprobe");
+        p[0]["bytes_per_vector"].as_f64().unwrap()
+    };
+    // int4 anchors take half the bytes of int8 ones.
+    let saved = bytes("pcaq0.5") - bytes("pcaq0.5@int4");
+    assert!(saved > 0.0, "int4 anchors saved {saved} bytes/vector");
+    assert!(bytes("rabitq1+sq8") > bytes("pcaq0.5"));
+    for p in &points {
+        let r = p["recall@10"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&r) && r > 0.3, "{p}");
+    }
+    for f in ["results.md", "recall_qps.svg", "recall_bytes.svg"] {
+        assert!(out.join(f).exists(), "{f} written");
+    }
+    vlc()
+        .args(["bench", "--configs", "pcaq0.5@int3", "--out"])
+        .arg(&out)
+        .arg("--base")
+        .arg(s.p("base.npy"))
+        .arg("--queries")
+        .arg(s.p("queries.npy"))
+        .arg("--groundtruth")
+        .arg(s.p("gt.npy"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("pcaq0.5@int3").and(predicate::str::contains("int3")));
+}

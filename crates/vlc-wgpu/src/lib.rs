@@ -210,9 +210,26 @@ impl WgpuBackend {
     fn open(allow_software: bool) -> Result<Self> {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = pollster::block_on(wgpu::util::initialize_adapter_from_env_or_default(
-            &instance, None,
-        ))
+        // `WGPU_ADAPTER_NAME` picks an adapter by name; otherwise wgpu ranks them by
+        // `WGPU_POWER_PREF`, whose default here is high performance: discrete GPUs, then
+        // integrated, then software renderers last. (wgpu's own default takes the first
+        // adapter the driver lists, and without Mesa's device-select layer, which the `vlc`
+        // binary turns off, a software renderer can be listed before the GPU.)
+        let adapter = pollster::block_on(async {
+            match wgpu::util::initialize_adapter_from_env(&instance, None).await {
+                Ok(adapter) => Ok(adapter),
+                Err(_) => {
+                    instance
+                        .request_adapter(&wgpu::RequestAdapterOptions {
+                            power_preference: wgpu::PowerPreference::from_env()
+                                .unwrap_or(wgpu::PowerPreference::HighPerformance),
+                            compatible_surface: None,
+                            ..Default::default()
+                        })
+                        .await
+                }
+            }
+        })
         .map_err(|e| {
             err(format!(
                 "no GPU adapter found (is a Vulkan, Metal or DX12 driver installed?): {e}"

@@ -25,13 +25,16 @@ pub struct Args {
     pub queries: Option<PathBuf>,
     #[arg(long)]
     pub groundtruth: Option<PathBuf>,
-    /// Index configurations, `codec` or `codec+refine`, comma separated; `pcaqB` is the
-    /// variance-allocated codec at B bits per dimension on average (e.g. pcaq3.2 or pcaq0.75;
-    /// see `vlc build --help`).
+    /// Index configurations, `codec` or `codec+refine`, comma separated, each optionally with
+    /// `@PRECISION` for how its anchors are stored (`vlc build --anchor-precision`; default
+    /// int8), e.g. `pcaq0.125@int4`; `pcaqB` is the variance-allocated codec at B bits per
+    /// dimension on average (e.g. pcaq3.2 or pcaq0.75; see `vlc build --help`). The default
+    /// sweep's `pcaq0.125@int4` is its smallest code: at high dimensions and few vectors the
+    /// anchors are a large share of such a file, and int4 halves them.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "rabitq1+f32,rabitq1+f16,rabitq1+sq8,rabitq1+sq4,pcaq0.25,pcaq0.5,pcaq0.75,pcaq1,rabitq1,rabitq2,rabitq3,rabitq4,pcaq1.5,pcaq2,pcaq2.5,pcaq3,pcaq4,pcaq5,pcaq7.5,sq8,anchor-only"
+        default_value = "rabitq1+f32,rabitq1+f16,rabitq1+sq8,rabitq1+sq4,pcaq0.125@int4,pcaq0.25,pcaq0.5,pcaq0.75,pcaq1,rabitq1,rabitq2,rabitq3,rabitq4,pcaq1.5,pcaq2,pcaq2.5,pcaq3,pcaq4,pcaq5,pcaq7.5,sq8,anchor-only"
     )]
     pub configs: Vec<String>,
     /// nprobe values (values above the anchor count are skipped).
@@ -108,17 +111,32 @@ fn pick(
         .with_context(|| format!("{} has none of {names:?}", d.display()))
 }
 
-/// A benchmark configuration: primary codec (with `pcaq`'s bits when given) and refine tier.
-type Config = (CodecKind, Option<f32>, Option<CodecKind>);
+/// A benchmark configuration: primary codec (with `pcaq`'s bits when given), refine tier and
+/// anchor precision (`None`: the build default).
+type Config = (
+    CodecKind,
+    Option<f32>,
+    Option<CodecKind>,
+    Option<vlc::AnchorPrecision>,
+);
 
 fn parse_config(spec: &str) -> Result<Config> {
-    let mut parts = spec.split('+');
+    let (codecs, precision) = match spec.split_once('@') {
+        Some((codecs, p)) => (
+            codecs,
+            Some(p.parse::<vlc::AnchorPrecision>().map_err(|e| {
+                anyhow::anyhow!("config `{spec}`: anchor precision after `@`: {e}")
+            })?),
+        ),
+        None => (spec, None),
+    };
+    let mut parts = codecs.split('+');
     let (codec, bits) = vlc::codec::parse_codec_spec(parts.next().unwrap_or(""))?;
     let refine = parse_refine(parts.next().unwrap_or("none"))?;
     if parts.next().is_some() {
-        bail!("config `{spec}`: expected codec or codec+refine");
+        bail!("config `{spec}`: expected codec, codec+refine, or either with @precision");
     }
-    Ok((codec, bits, refine))
+    Ok((codec, bits, refine, precision))
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -169,7 +187,7 @@ pub fn run(a: Args) -> Result<()> {
         a.search_threads,
         vlc::simd::kernels()
     );
-    for (name, (codec, bits, refine)) in &configs {
+    for (name, (codec, bits, refine, precision)) in &configs {
         let mut params = BuildParams::default()
             .with_codec(*codec)
             .with_refine(*refine)
@@ -179,6 +197,9 @@ pub fn run(a: Args) -> Result<()> {
             params.codec_params.bits = *bits;
         }
         params.train.num_anchors = a.anchors.unwrap_or(0);
+        if let Some(precision) = precision {
+            params.anchor_precision = *precision;
+        }
         let t = Instant::now();
         let (index, _) = Index::build(&base.data, base.cols, &params, &CpuBackend, &mut |_| {})
             .with_context(|| format!("building {name}"))?;
