@@ -43,6 +43,15 @@ impl Set {
     fn p(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
+    /// `--queries Q --groundtruth G` of this set.
+    fn truth_args(&self) -> [std::ffi::OsString; 4] {
+        [
+            "--queries".into(),
+            self.p("queries.npy").into(),
+            "--groundtruth".into(),
+            self.p("gt.npy").into(),
+        ]
+    }
 }
 
 /// `vlc eval --json` of `index` on the set's queries at the given nprobe list.
@@ -50,10 +59,7 @@ fn eval_json(s: &Set, index: &Path, nprobe: &str) -> serde_json::Value {
     let out = vlc()
         .args(["eval", "--nprobe", nprobe, "--json"])
         .arg(index)
-        .arg("--queries")
-        .arg(s.p("queries.npy"))
-        .arg("--groundtruth")
-        .arg(s.p("gt.npy"))
+        .args(s.truth_args())
         .assert()
         .success()
         .get_output()
@@ -307,10 +313,7 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
     vlc()
         .arg("eval")
         .arg(s.p("good.vlc"))
-        .arg("--queries")
-        .arg(s.p("queries.npy"))
-        .arg("--groundtruth")
-        .arg(s.p("gt.npy"))
+        .args(s.truth_args())
         .args(["--nprobe", "0"])
         .assert()
         .failure()
@@ -450,10 +453,7 @@ fn bench_sweeps_configs_with_anchor_precision_and_writes_outputs() {
         .args(["--configs", "pcaq0.5,pcaq0.5@int4,rabitq1+sq8"])
         .arg("--base")
         .arg(s.p("base.npy"))
-        .arg("--queries")
-        .arg(s.p("queries.npy"))
-        .arg("--groundtruth")
-        .arg(s.p("gt.npy"))
+        .args(s.truth_args())
         .arg("--out")
         .arg(&out)
         .assert()
@@ -484,10 +484,7 @@ fn bench_sweeps_configs_with_anchor_precision_and_writes_outputs() {
         .arg(&out)
         .arg("--base")
         .arg(s.p("base.npy"))
-        .arg("--queries")
-        .arg(s.p("queries.npy"))
-        .arg("--groundtruth")
-        .arg(s.p("gt.npy"))
+        .args(s.truth_args())
         .assert()
         .failure()
         .stderr(predicate::str::contains("pcaq0.5@int3").and(predicate::str::contains("int3")));
