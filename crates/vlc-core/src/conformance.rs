@@ -59,19 +59,18 @@ pub fn check_nearest(backend: &dyn Backend) {
                 // within its stated rounding of ||p||^2 + ||c||^2 (twice it, as both the
                 // reported and the competing distance may carry it).
                 let rounding = 2.0 * backend.ranking_rounding() as f64 * (norm(p) + largest_anchor);
-                for j in 0..m {
+                for (j, &(want_d, _)) in want.iter().enumerate().take(m) {
                     let (gid, gd) = (got.ids[i * m + j], got.dists[i * m + j] as f64);
-                    let tol = (1e-3 * (1.0 + want[j].0)).max(rounding);
+                    let tol = (1e-3 * (1.0 + want_d)).max(rounding);
                     // The id must be the reference's, unless the two are tied within rounding.
                     assert!(
-                        (gd - want[j].0).abs() <= tol,
-                        "dim {dim} n {n} k {k}: dist {gd} vs {}",
-                        want[j].0
+                        (gd - want_d).abs() <= tol,
+                        "dim {dim} n {n} k {k}: dist {gd} vs {want_d}"
                     );
                     let true_d =
                         naive_dist(p, &anchors[gid as usize * dim..(gid as usize + 1) * dim]);
                     assert!(
-                        (true_d - want[j].0).abs() <= tol,
+                        (true_d - want_d).abs() <= tol,
                         "dim {dim}: id {gid} is not the {j}-th nearest"
                     );
                 }

@@ -293,9 +293,12 @@ fn corrupt(what: impl Into<String>, offset: u64) -> VlcError {
     }
 }
 
+/// Each section's tag and byte range in the file: (tag, start, end).
+type SectionRanges = Vec<([u8; 4], usize, usize)>;
+
 /// Check header, table and every section checksum of `bytes`; returns the header facts and the
 /// byte range of each section by tag.
-fn parse(bytes: &[u8]) -> Result<(FileInfo, Vec<(/*tag*/ [u8; 4], usize, usize)>)> {
+fn parse(bytes: &[u8]) -> Result<(FileInfo, SectionRanges)> {
     let file_len = bytes.len() as u64;
     if bytes.len() < 8 {
         let mut found = [0u8; 8];

@@ -86,72 +86,6 @@ pub fn block_rows(n: usize) -> usize {
     ((1 << 20) / n.max(1)).clamp(8, 4096)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rng::Rng;
-
-    #[test]
-    fn smallest_keys_match_a_full_sort_with_ties() {
-        let mut r = Rng::new(9);
-        for n in [1usize, 5, 31, 64, 100, 1000, 1027] {
-            for m in [1usize, 2, 8, 25, 64, 300] {
-                // Few distinct values, so ties (and −0 against +0) are common.
-                let values: Vec<f32> = (0..n)
-                    .map(|_| match r.below(5) {
-                        0 => -0.0,
-                        1 => 0.0,
-                        k => (k as f32) * 0.5 + (r.below(8) as f32),
-                    })
-                    .collect();
-                let mut want: Vec<u64> = values
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &v)| order_key(v, j as u32))
-                    .collect();
-                want.sort_unstable();
-                want.truncate(m.max(1));
-                let mut got = Vec::new();
-                smallest_keys(&values, m, &mut got);
-                assert_eq!(got, want, "n {n} m {m}");
-            }
-        }
-    }
-
-    #[test]
-    fn dot_and_l2_match_naive_for_odd_sizes() {
-        let mut rng = Rng::new(3);
-        for dim in [1usize, 7, 8, 65, 384] {
-            let a: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
-            let b: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
-            let nd: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-            let nl: f64 = a
-                .iter()
-                .zip(&b)
-                .map(|(x, y)| ((*x - *y) as f64).powi(2))
-                .sum();
-            assert!((dot(&a, &b) as f64 - nd).abs() < 1e-4 * (1.0 + nd.abs()));
-            assert!((l2_sq(&a, &b) as f64 - nl).abs() < 1e-4 * (1.0 + nl));
-        }
-    }
-
-    #[test]
-    fn gemm_matches_naive() {
-        let mut rng = Rng::new(5);
-        let (m, n, k) = (13, 7, 65);
-        let a: Vec<f32> = (0..m * k).map(|_| rng.normal() as f32).collect();
-        let b: Vec<f32> = (0..n * k).map(|_| rng.normal() as f32).collect();
-        let mut out = vec![0.0; m * n];
-        gemm_nt(&a, m, &b, n, k, &mut out);
-        for i in 0..m {
-            for j in 0..n {
-                let want = dot(&a[i * k..(i + 1) * k], &b[j * k..(j + 1) * k]);
-                assert!((out[i * n + j] - want).abs() < 1e-3);
-            }
-        }
-    }
-}
-
 /// Packs (distance, id) into one integer whose unsigned order is the order of
 /// (`f32::total_cmp` on the distance, then the id): selections and sorts on these keys compare
 /// one integer, and ties resolve to the smaller id.
@@ -233,4 +167,70 @@ pub fn smallest_keys(values: &[f32], m: usize, keys: &mut Vec<u64>) {
         keys.truncate(m);
     }
     keys.sort_unstable();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    #[test]
+    fn smallest_keys_match_a_full_sort_with_ties() {
+        let mut r = Rng::new(9);
+        for n in [1usize, 5, 31, 64, 100, 1000, 1027] {
+            for m in [1usize, 2, 8, 25, 64, 300] {
+                // Few distinct values, so ties (and −0 against +0) are common.
+                let values: Vec<f32> = (0..n)
+                    .map(|_| match r.below(5) {
+                        0 => -0.0,
+                        1 => 0.0,
+                        k => (k as f32) * 0.5 + (r.below(8) as f32),
+                    })
+                    .collect();
+                let mut want: Vec<u64> = values
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &v)| order_key(v, j as u32))
+                    .collect();
+                want.sort_unstable();
+                want.truncate(m.max(1));
+                let mut got = Vec::new();
+                smallest_keys(&values, m, &mut got);
+                assert_eq!(got, want, "n {n} m {m}");
+            }
+        }
+    }
+
+    #[test]
+    fn dot_and_l2_match_naive_for_odd_sizes() {
+        let mut rng = Rng::new(3);
+        for dim in [1usize, 7, 8, 65, 384] {
+            let a: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
+            let b: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
+            let nd: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+            let nl: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| ((*x - *y) as f64).powi(2))
+                .sum();
+            assert!((dot(&a, &b) as f64 - nd).abs() < 1e-4 * (1.0 + nd.abs()));
+            assert!((l2_sq(&a, &b) as f64 - nl).abs() < 1e-4 * (1.0 + nl));
+        }
+    }
+
+    #[test]
+    fn gemm_matches_naive() {
+        let mut rng = Rng::new(5);
+        let (m, n, k) = (13, 7, 65);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.normal() as f32).collect();
+        let b: Vec<f32> = (0..n * k).map(|_| rng.normal() as f32).collect();
+        let mut out = vec![0.0; m * n];
+        gemm_nt(&a, m, &b, n, k, &mut out);
+        for i in 0..m {
+            for j in 0..n {
+                let want = dot(&a[i * k..(i + 1) * k], &b[j * k..(j + 1) * k]);
+                assert!((out[i * n + j] - want).abs() < 1e-3);
+            }
+        }
+    }
 }

@@ -125,7 +125,8 @@ impl TrainParams {
         unit("initial_temperature", self.initial_temperature, 1e-3, 1.0)?;
         unit("holdout_fraction", self.holdout_fraction, 0.0, 0.5)?;
         unit("merge_threshold", self.merge_threshold, 0.0, 1.0)?;
-        if !(self.split_threshold > 1.0) {
+        // NaN fails too.
+        if self.split_threshold.partial_cmp(&1.0) != Some(std::cmp::Ordering::Greater) {
             return Err(VlcError::param("split_threshold", "must be greater than 1"));
         }
         if self.max_points_per_anchor == 0 || self.seeding_points_per_anchor == 0 {

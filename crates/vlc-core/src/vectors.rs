@@ -14,7 +14,7 @@ pub fn validate_vectors(data: &[f32], dim: usize, what: &str) -> Result<()> {
             what: what.to_string(),
         });
     }
-    if data.len() % dim != 0 {
+    if !data.len().is_multiple_of(dim) {
         return Err(VlcError::DimensionMismatch {
             what: format!(
                 "{what}: buffer of {} values is not a whole number of rows",

@@ -187,9 +187,9 @@ fn rabitq_estimate_is_unbiased_and_ranks_well() {
         for q in 0..5 {
             let query = &f.data[(100 + q) * dim..(101 + q) * dim];
             let est = estimates(&f, &codec, &codes, query);
-            for i in 0..f.assignment.len() {
+            for (i, &e) in est.iter().enumerate().take(f.assignment.len()) {
                 let truth = l2_sq(query, &f.data[i * dim..(i + 1) * dim]) as f64;
-                bias += est[i] as f64 - truth;
+                bias += e as f64 - truth;
                 count += 1;
             }
             // The point itself must rank near the top of its own estimate list.

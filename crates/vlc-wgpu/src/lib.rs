@@ -367,7 +367,9 @@ impl WgpuBackend {
     }
 
     fn max_binding(&self) -> u64 {
-        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
+        self.limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size)
     }
 
     fn storage<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> Result<wgpu::Buffer> {
@@ -961,7 +963,7 @@ impl WgpuBackend {
                 let mut guard = r.bounds.lock().unwrap();
                 let shape = (call.rows, call.num_anchors, call.dim);
                 let reuse = guard.as_ref().is_some_and(|b| b.ready && b.shape == shape);
-                if !guard.as_ref().is_some_and(|b| b.shape == shape) {
+                if guard.as_ref().is_none_or(|b| b.shape != shape) {
                     let per_point = (call.rows * 4) as u64;
                     *guard = Some(Bounds {
                         shape,

@@ -274,7 +274,7 @@ pub fn rows_of(what: &str, len: usize, dim: usize) -> Result<usize> {
     if dim == 0 {
         return Err(crate::VlcError::param("dim", "must be at least 1"));
     }
-    if len % dim != 0 {
+    if !len.is_multiple_of(dim) {
         return Err(crate::VlcError::DimensionMismatch {
             what: format!("{what} buffer length {len}"),
             expected: dim,

@@ -864,7 +864,7 @@ mod tests {
     fn allocation_follows_variance_and_spends_the_budget() {
         // 32 axes, variance falling by 4x per block of 8, shared by neighbours: each block
         // deserves one bit fewer than the one before.
-        let variances: Vec<f64> = (0..32).map(|d| 4f64.powi(-((d / 8) as i32))).collect();
+        let variances: Vec<f64> = (0..32i32).map(|d| 4f64.powi(-(d / 8))).collect();
         let model = ErrorModel::new(&variances, &[1.0; 4]);
         let widths = model.fill(10, MAX_DIM_BITS);
         assert_eq!(widths, vec![4, 3, 2, 1]);
@@ -986,7 +986,7 @@ mod tests {
             let shared: Vec<f64> = (0..8).map(|_| 4.0 * rng.normal()).collect();
             for _ in 0..2 {
                 for d in 0..dim {
-                    let s = if d < 8 { shared[d] } else { 0.0 };
+                    let s = shared.get(d).copied().unwrap_or(0.0);
                     points.push((s + 0.3 * rng.normal()) as f32);
                 }
             }
