@@ -29,9 +29,16 @@ fn check(name: &str, source: &str, capabilities: Capabilities) {
 
 #[test]
 fn fp32_shaders_validate() {
-    let src = |f: &str| std::fs::read_to_string(format!("src/shaders/{f}.wgsl")).unwrap();
-    for name in ["nearest", "accumulate", "update", "search", "split"] {
-        check(name, &src(name), Capabilities::empty());
+    // Embedded like the backend embeds them, so the test binary runs from any directory.
+    let sources = [
+        ("nearest", include_str!("../src/shaders/nearest.wgsl")),
+        ("accumulate", include_str!("../src/shaders/accumulate.wgsl")),
+        ("update", include_str!("../src/shaders/update.wgsl")),
+        ("search", include_str!("../src/shaders/search.wgsl")),
+        ("split", include_str!("../src/shaders/split.wgsl")),
+    ];
+    for (name, source) in sources {
+        check(name, source, Capabilities::empty());
     }
 }
 
