@@ -479,13 +479,23 @@ fn bench_sweeps_configs_with_anchor_precision_and_writes_outputs() {
     for f in ["results.md", "recall_qps.svg", "recall_bytes.svg"] {
         assert!(out.join(f).exists(), "{f} written");
     }
-    vlc()
-        .args(["bench", "--configs", "pcaq0.5@int3", "--out"])
-        .arg(&out)
-        .arg("--base")
-        .arg(s.p("base.npy"))
-        .args(s.truth_args())
-        .assert()
-        .failure()
-        .stderr(predicate::str::contains("pcaq0.5@int3").and(predicate::str::contains("int3")));
+    // A bad configuration fails before any build, naming itself and what is wrong.
+    for (bad, why) in [
+        ("pcaq0.5@int3", "int3"),
+        ("@int4", "codec"),
+        ("rabitq1+sq9", "sq9"),
+    ] {
+        vlc()
+            .args(["bench", "--configs", bad, "--out"])
+            .arg(&out)
+            .arg("--base")
+            .arg(s.p("base.npy"))
+            .args(s.truth_args())
+            .assert()
+            .failure()
+            .stderr(
+                predicate::str::contains(format!("config `{bad}`"))
+                    .and(predicate::str::contains(why)),
+            );
+    }
 }

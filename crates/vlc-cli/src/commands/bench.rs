@@ -131,8 +131,10 @@ fn parse_config(spec: &str) -> Result<Config> {
         None => (spec, None),
     };
     let mut parts = codecs.split('+');
-    let (codec, bits) = vlc::codec::parse_codec_spec(parts.next().unwrap_or(""))?;
-    let refine = parse_refine(parts.next().unwrap_or("none"))?;
+    let (codec, bits) = vlc::codec::parse_codec_spec(parts.next().unwrap_or(""))
+        .with_context(|| format!("config `{spec}`"))?;
+    let refine =
+        parse_refine(parts.next().unwrap_or("none")).with_context(|| format!("config `{spec}`"))?;
     if parts.next().is_some() {
         bail!("config `{spec}`: expected codec, codec+refine, or either with @precision");
     }
