@@ -83,18 +83,7 @@ pub fn dot_u8(weights: &[f32], codes: &[u8]) -> f32 {
 /// Scalar reference of [`dot_u8`].
 pub fn dot_u8_scalar(weights: &[f32], codes: &[u8]) -> f32 {
     let n = weights.len().min(codes.len());
-    let mut acc = [0.0f32; 8];
-    let chunks = n / 8;
-    for c in 0..chunks {
-        for i in 0..8 {
-            acc[i] += weights[c * 8 + i] * codes[c * 8 + i] as f32;
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for i in chunks * 8..n {
-        s += weights[i] * codes[i] as f32;
-    }
-    s
+    dot_scalar(&weights[..n], |i| codes[i] as f32)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -102,37 +91,20 @@ pub fn dot_u8_scalar(weights: &[f32], codes: &[u8]) -> f32 {
 unsafe fn dot_u8_avx2(weights: &[f32], codes: &[u8]) -> f32 {
     use std::arch::x86_64::*;
     let n = weights.len().min(codes.len());
-    let chunks = n / 16;
-    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    for c in 0..chunks {
-        let i = c * 16;
-        // SAFETY: i + 16 <= n, so both 8-byte loads and both 8-float loads are in bounds.
-        let (b0, b1) = unsafe {
+    // SAFETY: `dot16_avx2` asks only for i + 16 <= n, so both 8-byte code loads are in bounds.
+    let mut s = unsafe {
+        dot16_avx2(&weights[..n], |i| {
             (
-                _mm_loadl_epi64(codes.as_ptr().add(i) as *const __m128i),
-                _mm_loadl_epi64(codes.as_ptr().add(i + 8) as *const __m128i),
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                    codes.as_ptr().add(i) as *const __m128i
+                ))),
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                    codes.as_ptr().add(i + 8) as *const __m128i,
+                ))),
             )
-        };
-        let (f0, f1) = (
-            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b0)),
-            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b1)),
-        );
-        // SAFETY: as above.
-        let (w0, w1) = unsafe {
-            (
-                _mm256_loadu_ps(weights.as_ptr().add(i)),
-                _mm256_loadu_ps(weights.as_ptr().add(i + 8)),
-            )
-        };
-        a0 = _mm256_fmadd_ps(w0, f0, a0);
-        a1 = _mm256_fmadd_ps(w1, f1, a1);
-    }
-    let sum = _mm256_add_ps(a0, a1);
-    let mut lanes = [0f32; 8];
-    // SAFETY: `lanes` holds exactly 8 floats.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
-    let mut s: f32 = lanes.iter().sum();
-    for i in chunks * 16..n {
+        })
+    };
+    for i in n / 16 * 16..n {
         s += weights[i] * codes[i] as f32;
     }
     s
