@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "VLCINDEX"
-//!      8     4  format version (u32) = 4 (versions 1 to 3 are read too)
+//!      8     4  format version (u32) = 5 (versions 1 to 4 are read too)
 //!     12     4  header size (u32) = 64
 //!     16     4  dim (u32)
 //!     20     4  num_anchors (u32)
@@ -34,6 +34,10 @@
 //! their format follows the first stage's in the codec parameters), and `pcaq` may leave
 //! principal axes uncoded at any bit rate. Older files keep `f32` full-code factors.
 //!
+//! Version 5 changed `pcaq` parameters only: a tag byte after the widths says how the rotation's
+//! rows are stored (0 = f16 as before, 1 = int8 with an f32 scale per row, orthonormalised when
+//! read: half the bytes).
+//!
 //! Every size read from a file is checked against the file length with checked arithmetic
 //! before anything is allocated or indexed.
 
@@ -49,7 +53,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"VLCINDEX";
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 pub const HEADER_SIZE: usize = 64;
 const ENTRY_SIZE: usize = 32;
 const MAX_SECTIONS: usize = 16;
@@ -552,17 +556,24 @@ fn assemble(
         need(b"IDS_", Some(mul(n, 4)?))?
     };
     let cpar_r = need(b"CPAR", None)?;
-    let codec = Codec::read_params(
+    let codec = Codec::read_params_of_version(
         info.codec,
         info.dim,
         info.num_anchors,
+        info.version,
         &bytes[cpar_r.0..cpar_r.1],
     )?;
     let code_r = need(b"CODE", Some(mul(n, codec.code_size() as u64)?))?;
     let refine = match info.refine {
         Some(kind) => {
             let rpar = need(b"RPAR", None)?;
-            let c = Codec::read_params(kind, info.dim, info.num_anchors, &bytes[rpar.0..rpar.1])?;
+            let c = Codec::read_params_of_version(
+                kind,
+                info.dim,
+                info.num_anchors,
+                info.version,
+                &bytes[rpar.0..rpar.1],
+            )?;
             let rcod = need(b"RCOD", Some(mul(n, c.code_size() as u64)?))?;
             Some((c, make_u8(rcod.0, rcod.1)?))
         }

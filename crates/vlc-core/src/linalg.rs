@@ -43,6 +43,78 @@ pub fn l2_sq(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// Dot product in f64 (4 independent accumulators so the compiler vectorises it).
+#[inline]
+fn dot64(a: &[f64], b: &[f64]) -> f64 {
+    let mut acc = [0.0f64; 4];
+    let chunks = a.len() / 4;
+    for c in 0..chunks {
+        for i in 0..4 {
+            acc[i] += a[c * 4 + i] * b[c * 4 + i];
+        }
+    }
+    let mut s = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+    for i in chunks * 4..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+/// `row -= Σ_j ⟨row, basis_j⟩ basis_j` over the rows of `basis` (orthonormal), all inner
+/// products taken first (classical Gram–Schmidt: its loss of orthogonality grows with the
+/// square of the rows' condition number, which for the near-orthonormal rows this is for stays
+/// at f64 rounding).
+fn project_out(row: &mut [f64], basis: &[f64], scratch: &mut Vec<f64>) {
+    let dim = row.len();
+    scratch.clear();
+    scratch.extend(basis.chunks_exact(dim).map(|b| dot64(row, b)));
+    for (b, &p) in basis.chunks_exact(dim).zip(scratch.iter()) {
+        for (r, v) in row.iter_mut().zip(b) {
+            *r -= p * v;
+        }
+    }
+}
+
+/// Orthonormalise the rows of `rows` (count, dim), row-major, in order (Gram–Schmidt in f64:
+/// row `i` keeps its component orthogonal to rows `0..i`, normalised), so rows that are close to
+/// orthonormal come back orthonormal to f32 rounding and barely moved. Deterministic: the
+/// arithmetic of each row is fixed whatever the thread count. `Err(i)` if row `i` has less
+/// than half of its length outside the rows before it (the rows are not close to orthonormal).
+pub fn orthonormalize_rows(rows: &mut [f32], dim: usize) -> std::result::Result<(), usize> {
+    const BLOCK: usize = 32;
+    if dim == 0 {
+        return Ok(());
+    }
+    let count = rows.len() / dim;
+    let mut q: Vec<f64> = rows.iter().map(|&v| v as f64).collect();
+    let lengths: Vec<f64> = q.chunks_exact(dim).map(|r| dot64(r, r).sqrt()).collect();
+    let mut start = 0;
+    while start < count {
+        let end = (start + BLOCK).min(count);
+        let (done, rest) = q.split_at_mut(start * dim);
+        let block = &mut rest[..(end - start) * dim];
+        // Against the finished rows: independent per row, so in parallel.
+        block
+            .par_chunks_mut(dim)
+            .for_each_init(Vec::new, |scratch, row| project_out(row, done, scratch));
+        // Within the block, one row after another.
+        let mut scratch = Vec::new();
+        for i in 0..end - start {
+            let (before, row) = block.split_at_mut(i * dim);
+            let row = &mut row[..dim];
+            project_out(row, before, &mut scratch);
+            let norm = dot64(row, row).sqrt();
+            if !(norm.is_finite() && norm > 0.5 * lengths[start + i] && norm > 0.0) {
+                return Err(start + i);
+            }
+            row.iter_mut().for_each(|v| *v /= norm);
+        }
+        start = end;
+    }
+    rows.iter_mut().zip(&q).for_each(|(r, &v)| *r = v as f32);
+    Ok(())
+}
+
 /// Squared norm of every row. `rows` layout: (n, dim), row-major. Returns n values.
 pub fn row_norms_sq(rows: &[f32], dim: usize) -> Vec<f32> {
     rows.par_chunks(dim.max(1)).map(|r| dot(r, r)).collect()
@@ -173,6 +245,47 @@ pub fn smallest_keys(values: &[f32], m: usize, keys: &mut Vec<u64>) {
 mod tests {
     use super::*;
     use crate::rng::Rng;
+
+    /// Rows of a random orthogonal matrix rounded to 8 bits per entry come back orthonormal to
+    /// f32 rounding and close to where they were, across block boundaries (32 rows) and odd
+    /// sizes; rows that depend on earlier ones are reported.
+    #[test]
+    fn orthonormalize_rows_restores_rounded_orthonormal_rows() {
+        let mut r = Rng::new(4);
+        for (count, dim) in [(1usize, 5usize), (33, 40), (70, 70), (100, 257)] {
+            let gauss = nalgebra::DMatrix::<f64>::from_fn(dim, dim, |_, _| r.normal());
+            let q = gauss.qr().q();
+            let exact: Vec<f32> = (0..count * dim)
+                .map(|k| q[(k / dim, k % dim)] as f32)
+                .collect();
+            let mut rows: Vec<f32> = exact
+                .chunks_exact(dim)
+                .flat_map(|row| {
+                    let scale = row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+                    row.iter().map(move |v| (v / scale).round() * scale)
+                })
+                .collect();
+            orthonormalize_rows(&mut rows, dim).unwrap();
+            let mut again: Vec<f32> = rows.clone();
+            orthonormalize_rows(&mut again, dim).unwrap();
+            for i in 0..count {
+                let ri = &rows[i * dim..(i + 1) * dim];
+                for j in 0..count {
+                    let g = dot(ri, &rows[j * dim..(j + 1) * dim]);
+                    let want = if i == j { 1.0 } else { 0.0 };
+                    assert!((g - want).abs() < 2e-6, "{count}x{dim}: <{i},{j}> = {g}");
+                }
+                let moved = l2_sq(ri, &exact[i * dim..(i + 1) * dim]).sqrt();
+                assert!(moved < 0.05, "{count}x{dim}: row {i} moved {moved}");
+                let drift = l2_sq(ri, &again[i * dim..(i + 1) * dim]).sqrt();
+                assert!(drift < 1e-5, "{count}x{dim}: not a fixed point ({drift})");
+            }
+        }
+        let mut dependent = vec![1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0e-3, 0.0];
+        assert_eq!(orthonormalize_rows(&mut dependent, 3), Err(2));
+        let mut zero = vec![0.0f32; 6];
+        assert_eq!(orthonormalize_rows(&mut zero, 3), Err(0));
+    }
 
     #[test]
     fn smallest_keys_match_a_full_sort_with_ties() {

@@ -280,15 +280,10 @@ fn rabitq_scan_agrees_with_decode() {
         let codec = train(&f, kind);
         // The estimate uses the finest grid's f1, stored as f16 (the first stage's for
         // rabitq1, the full code's otherwise): its rounding (up to 2^-11 |f1|,
-        // |f1| < (‖c‖ + ‖r‖)²) is not in the decoded vector. pcaq's rotation is orthogonal to
-        // f16 precision only (it is stored as f16), so norms taken before and after it agree
-        // to about 1e-3 of the residual's norm.
+        // |f1| < (‖c‖ + ‖r‖)²) is not in the decoded vector. pcaq's rotation is orthonormal
+        // (its stored rows are orthonormalised when read), so it needs no more slack.
         assert_scan_agrees_with_decode(&f, &codec, &format!("{kind} dim {dim}"), |r_sq, c| {
-            let f1_rounding = (c + r_sq.sqrt()).powi(2);
-            match kind {
-                CodecKind::PcaRaBitQ => r_sq + f1_rounding,
-                _ => f1_rounding,
-            }
+            (c + r_sq.sqrt()).powi(2)
         });
     }
 }
@@ -556,13 +551,50 @@ fn pcaq_codes_a_prefix_of_the_axes_at_any_rate() {
         }
         let mut params = Vec::new();
         codec.write_params(&mut params);
-        // bits, widths, active rows of the f16 rotation, two factor formats (tag + 2 scales).
-        assert_eq!(params.len(), 4 + dim + active * dim * 2 + 2 * 9);
+        // bits, widths, the rotation's tag, its active rows as int8 with an f32 scale each,
+        // two factor formats (tag + 2 scales).
+        assert_eq!(params.len(), 4 + dim + 1 + active * (dim + 4) + 2 * 9);
+        // The basis the codes are taken in is orthonormal (to f32 rounding).
+        let rows = p.rotation();
+        for i in 0..active {
+            for j in 0..active {
+                let g: f32 = (0..dim)
+                    .map(|d| rows[i * dim + d] * rows[j * dim + d])
+                    .sum();
+                let want = if i == j { 1.0 } else { 0.0 };
+                assert!((g - want).abs() < 1e-5, "dim {dim}: <{i},{j}> = {g}");
+            }
+        }
         let reread = Codec::read_params(CodecKind::PcaRaBitQ, dim, 8, &params).unwrap();
         assert_eq!(reread.code_size(), codec.code_size());
-        // f16 rotation and f16 factors: see `rabitq_scan_agrees_with_decode`.
+        let Codec::Pca(back) = &reread else {
+            unreachable!()
+        };
+        assert_eq!(
+            back.rotation(),
+            p.rotation(),
+            "dim {dim}: basis differs once read"
+        );
+        // A foreign rotation tag, a bad row scale, or a row repeating the one before it (not a
+        // basis) are errors, not a codec.
+        let tag = 4 + dim;
+        let mut bad = params.clone();
+        bad[tag] = 7;
+        assert!(Codec::read_params(CodecKind::PcaRaBitQ, dim, 8, &bad).is_err());
+        let mut bad = params.clone();
+        bad[tag + 1..tag + 5].copy_from_slice(&f32::NAN.to_le_bytes());
+        assert!(Codec::read_params(CodecKind::PcaRaBitQ, dim, 8, &bad).is_err());
+        if active >= 2 {
+            let (levels, scales) = (tag + 1 + 4 * active, tag + 1);
+            let mut bad = params.clone();
+            bad.copy_within(scales..scales + 4, scales + 4);
+            bad.copy_within(levels..levels + dim, levels + dim);
+            let err = Codec::read_params(CodecKind::PcaRaBitQ, dim, 8, &bad).unwrap_err();
+            assert!(err.to_string().contains("rotation row 1"), "{err}");
+        }
+        // f16 factors: see `rabitq_scan_agrees_with_decode`.
         assert_scan_agrees_with_decode(&f, &codec, &format!("dim {dim}"), |r_sq, c| {
-            r_sq + (c + r_sq.sqrt()).powi(2)
+            (c + r_sq.sqrt()).powi(2)
         });
     }
 }

@@ -23,7 +23,7 @@ pub struct Args {
     /// (B above 0 and up to 8, e.g. pcaq0.75, pcaq1.5 or pcaq3.2) allocated where they lower
     /// the ranking error most: axes that are noise stay uncoded, axes with structure get
     /// several bits. The best recall per byte on anisotropic data such as text embeddings:
-    /// B·D/8 + 8 bytes, plus the rotation's rows of the coded axes (up to D x D f16) per index.
+    /// B·D/8 + 8 bytes, plus the rotation's rows of the coded axes (up to D x D bytes, int8 with a scale per row) per index.
     /// RaBitQ-family sizes are larger by 4 (rabitq1) or 8 for data far from the origin, whose
     /// factors are kept as f32. RaBitQ-family codes are scanned a bit or two at a time and
     /// their candidates rescored with all bits.

@@ -306,11 +306,22 @@ impl Codec {
         })
     }
 
-    /// Rebuild a codec from its serialised parameters, checking every length.
+    /// Rebuild a codec from parameters serialised by this version, checking every length.
     pub fn read_params(
         kind: CodecKind,
         dim: usize,
         num_anchors: usize,
+        bytes: &[u8],
+    ) -> Result<Codec> {
+        Self::read_params_of_version(kind, dim, num_anchors, crate::format::FORMAT_VERSION, bytes)
+    }
+
+    /// Rebuild a codec from parameters serialised by index format `version`.
+    pub fn read_params_of_version(
+        kind: CodecKind,
+        dim: usize,
+        num_anchors: usize,
+        version: u32,
         bytes: &[u8],
     ) -> Result<Codec> {
         Ok(match kind {
@@ -330,7 +341,7 @@ impl Codec {
                     bytes,
                 )?)
             }
-            CodecKind::PcaRaBitQ => Codec::Pca(PcaRaBitQ::read_params(dim, bytes)?),
+            CodecKind::PcaRaBitQ => Codec::Pca(PcaRaBitQ::read_params(dim, version, bytes)?),
         })
     }
 
