@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 cargo build --release -q -p vlc-cli
 V=target/release/vlc; T=$(mktemp -d)
 q=$data/query.npy; [ -f "$q" ] || q=$data/queries.npy
-for spec in "pcaq0.9 int8" "pcaq0.98 int4"; do
+for spec in "pcaq0.93 int8" "pcaq1 int4"; do
   set -- $spec
   echo "\$ vlc build $data/base.npy --codec $1 --anchor-precision $2 --backend cpu; vlc eval --nprobe 128,512,1024 --threads 1"
   $V build "$data/base.npy" -o "$T/i.vlc" --codec "$1" --anchor-precision "$2" --backend cpu -q | grep "file"
