@@ -104,7 +104,9 @@ pub fn orthonormalize_rows(rows: &mut [f32], dim: usize) -> std::result::Result<
             let row = &mut row[..dim];
             project_out(row, before, &mut scratch);
             let norm = dot64(row, row).sqrt();
-            if !(norm.is_finite() && norm > 0.5 * lengths[start + i] && norm > 0.0) {
+            // Not greater also for NaN, and for a zero row (0 against 0).
+            let kept = norm.partial_cmp(&(0.5 * lengths[start + i]));
+            if kept != Some(std::cmp::Ordering::Greater) {
                 return Err(start + i);
             }
             row.iter_mut().for_each(|v| *v /= norm);

@@ -48,10 +48,10 @@
 //! The rotation's rows of the coded axes are stored as int8 with an f32 scale per row (active ·
 //! (dim + 4) bytes in the file, format version 5; an f16 matrix, twice the bytes, before) and
 //! orthonormalised on the way in ([`crate::linalg::orthonormalize_rows`], the same at build and at
-//! load), so the basis is exactly orthonormal, within about 1% of a row's length of the principal
-//! axes, and a loaded index encodes and searches exactly like the built one. At high dimension
-//! and few vectors this is a fixed cost worth saving: 1024 x 1024 rows are 35 bytes per vector
-//! of a 30,000-vector index as int8, 70 as f16.
+//! load), so the basis is exactly orthonormal, within int8 rounding of the principal axes, and
+//! a loaded index encodes and searches exactly like the built one. At high dimension and few
+//! vectors this is a fixed cost worth saving: 1024 x 1024 rows are 35 bytes per vector of a
+//! 30,000-vector index as int8, 70 as f16.
 
 use super::rabitq::{choose_levels, grid_factors, LevelScratch};
 use super::{CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
