@@ -155,6 +155,8 @@ struct Scratch {
     anchor_dists: Vec<f32>,
     /// The probed anchors as [`order_key`]s of (distance, anchor), nearest first.
     order: Vec<u64>,
+    /// The second stage's k best so far, worst on top.
+    best: std::collections::BinaryHeap<Candidate>,
     /// The rotated query. Layout: (padded dim,).
     rotated: Vec<f32>,
     /// Fast-scan weights of codecs whose first stage weighs bits unevenly.
@@ -391,6 +393,15 @@ impl Index {
         };
         if let Some((codec, codes, state)) = rescore {
             let rcs = codec.code_size();
+            // The first stage's k best are scored first: their full estimates set a limit
+            // that lets a bit-plane code stop scoring a later candidate as soon as its
+            // remaining planes cannot bring it back under the k-th best (the same top k as
+            // scoring every candidate in full).
+            if found.len() > k {
+                found.select_nth_unstable(k - 1);
+            }
+            let best = &mut scratch.best;
+            best.clear();
             // Second-stage codes are scattered over the index: fetch a few candidates ahead
             // so their cache misses overlap instead of stalling one after another.
             const AHEAD: usize = 4;
@@ -402,18 +413,32 @@ impl Index {
                     let p = next.position();
                     prefetch(&codes[p * rcs..(p + 1) * rcs]);
                 }
-                let c = &mut found[i];
+                let c = found[i];
                 let p = c.position();
-                let mut out = [0f32];
-                codec.scan(
+                let limit = match best.peek() {
+                    Some(worst) if best.len() == k => worst.dist(),
+                    _ => f32::INFINITY,
+                };
+                let Some(d) = codec.estimate_below(
                     state,
                     c.anchor,
                     c.anchor_dist,
                     &codes[p * rcs..(p + 1) * rcs],
-                    &mut out,
-                );
-                *c = Candidate::new(out[0], p as u32, c.anchor, c.anchor_dist);
+                    limit,
+                    c.dist(),
+                ) else {
+                    continue;
+                };
+                let c = Candidate::new(d, p as u32, c.anchor, c.anchor_dist);
+                if best.len() < k {
+                    best.push(c);
+                } else if best.peek().is_some_and(|worst| c < *worst) {
+                    best.pop();
+                    best.push(c);
+                }
             }
+            found.clear();
+            found.extend(best.drain());
         }
         // Only the best k need ordering.
         if found.len() > k {

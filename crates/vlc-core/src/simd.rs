@@ -368,36 +368,70 @@ impl BitTerm<'_> {
 /// on reductions and tails than on the sums of short planes).
 #[inline]
 pub fn weighted_bit_sums(terms: &[BitTerm]) -> f32 {
+    weighted_bit_sums_checked(terms, terms.len(), |_, _| true)
+        .expect("no check runs, so nothing stops the sum")
+}
+
+/// [`weighted_bit_sums`] that may stop early: after each term `t` from `check_from` on, the
+/// last excepted, it calls `go_on(t, partial)` with the sum of terms `0..=t`, and returns
+/// `None` as soon as that gives false. The sum it returns is bit-identical to [`weighted_bit_sums`]' (same order of
+/// additions; the checks only read the partial sums).
+#[inline]
+pub fn weighted_bit_sums_checked(
+    terms: &[BitTerm],
+    check_from: usize,
+    go_on: impl FnMut(usize, f32) -> bool,
+) -> Option<f32> {
     for t in terms {
         assert!(t.weights.len() >= t.bits.len() * 8, "one weight per bit");
     }
     #[cfg(target_arch = "x86_64")]
     if has_avx512() {
         // SAFETY: AVX-512F was detected at run time; the lengths were checked above.
-        return unsafe { weighted_bit_sums_avx512(terms) };
+        return unsafe { weighted_bit_sums_avx512(terms, check_from, go_on) };
     }
-    weighted_bit_sums_scalar(terms)
+    weighted_bit_sums_scalar_checked(terms, check_from, go_on)
 }
 
 /// Scalar reference of [`weighted_bit_sums`] (and the AVX2 level's path, through [`bit_sum`]).
 pub fn weighted_bit_sums_scalar(terms: &[BitTerm]) -> f32 {
-    terms
-        .iter()
-        .map(|t| t.scale * bit_sum(t.weights, t.bits))
-        .sum()
+    weighted_bit_sums_scalar_checked(terms, terms.len(), |_, _| true)
+        .expect("no check runs, so nothing stops the sum")
+}
+
+fn weighted_bit_sums_scalar_checked(
+    terms: &[BitTerm],
+    check_from: usize,
+    mut go_on: impl FnMut(usize, f32) -> bool,
+) -> Option<f32> {
+    let mut total = 0f32;
+    for (i, t) in terms.iter().enumerate() {
+        total += t.scale * bit_sum(t.weights, t.bits);
+        if i >= check_from && i + 1 < terms.len() && !go_on(i, total) {
+            return None;
+        }
+    }
+    Some(total)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn weighted_bit_sums_avx512(terms: &[BitTerm]) -> f32 {
+unsafe fn weighted_bit_sums_avx512(
+    terms: &[BitTerm],
+    check_from: usize,
+    mut go_on: impl FnMut(usize, f32) -> bool,
+) -> Option<f32> {
     use std::arch::x86_64::*;
     let mut total = _mm512_setzero_ps();
-    for t in terms {
+    for (i, t) in terms.iter().enumerate() {
         // SAFETY: AVX-512F is enabled here; the caller checked every term's lengths.
         let sum = unsafe { plane_sum_avx512(t.weights, t.bits) };
         total = _mm512_fmadd_ps(sum, _mm512_set1_ps(t.scale), total);
+        if i >= check_from && i + 1 < terms.len() && !go_on(i, _mm512_reduce_add_ps(total)) {
+            return None;
+        }
     }
-    _mm512_reduce_add_ps(total)
+    Some(_mm512_reduce_add_ps(total))
 }
 
 /// Bit j of the result is set when `values[j] < limit`, for the first min(len, 32) values
@@ -570,13 +604,56 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             if has_avx512() {
                 // SAFETY: AVX-512F was detected; every term has 8 weights per plane byte.
-                variants.push(unsafe { weighted_bit_sums_avx512(&terms) });
+                variants.push(
+                    unsafe { weighted_bit_sums_avx512(&terms, terms.len(), |_, _| true) }
+                        .expect("no check"),
+                );
             }
             for got in variants {
                 assert!(
                     (got as f64 - brute).abs() <= 1e-5 * (1.0 + scale),
                     "case {case}: {got} vs {brute}"
                 );
+            }
+            // The checked sum: each partial is the sum of the terms so far (bit for bit), the
+            // full sum is unchanged, and a false check stops it.
+            let mut seen = Vec::new();
+            let all = weighted_bit_sums_checked(&terms, 1, |t, partial| {
+                seen.push((t, partial));
+                true
+            });
+            assert_eq!(
+                all.map(f32::to_bits),
+                Some(weighted_bit_sums(&terms).to_bits())
+            );
+            assert_eq!(
+                seen.len(),
+                (count as usize).saturating_sub(2),
+                "case {case}"
+            );
+            for (t, partial) in seen {
+                assert_eq!(
+                    partial.to_bits(),
+                    weighted_bit_sums(&terms[..=t]).to_bits(),
+                    "case {case}, term {t}"
+                );
+            }
+            // The scalar path (machines without AVX-512) keeps the same contract.
+            let scalar = weighted_bit_sums_scalar_checked(&terms, 0, |t, partial| {
+                partial.to_bits() == weighted_bit_sums_scalar(&terms[..=t]).to_bits()
+            });
+            assert_eq!(
+                scalar.map(f32::to_bits),
+                Some(weighted_bit_sums_scalar(&terms).to_bits()),
+                "case {case}"
+            );
+            if count > 2 {
+                let mut calls = 0;
+                let stopped = weighted_bit_sums_checked(&terms, 0, |_, _| {
+                    calls += 1;
+                    calls < 2
+                });
+                assert_eq!((stopped, calls), (None, 2), "case {case}");
             }
         }
         let ones = [1.0f32; 24];

@@ -655,3 +655,75 @@ fn pcaq_spends_its_bits_where_the_residuals_are() {
         "pcaq0.5 {pcaq_recall} vs rabitq1 {rabitq_recall}"
     );
 }
+
+/// `estimate_below` gives `scan`'s estimate bit for bit, or `None` only for codes whose
+/// estimate is above the limit, whatever the guess; and bit-plane codes do stop early.
+#[test]
+fn estimate_below_is_scan_or_a_proven_miss() {
+    for dim in [37, 64, 200] {
+        let f = anisotropic_fixture(dim, 900);
+        let mut codecs: Vec<(String, Codec)> = [0.5f32, 3.0, 7.5]
+            .iter()
+            .map(|&b| (format!("pcaq{b}"), train_pcaq(&f, b).unwrap()))
+            .collect();
+        for kind in [
+            CodecKind::RaBitQ1,
+            CodecKind::RaBitQ3,
+            CodecKind::RaBitQ4,
+            CodecKind::Sq8,
+        ] {
+            codecs.push((kind.to_string(), train(&f, kind)));
+        }
+        for (name, codec) in &codecs {
+            let codes = encode(&f, codec);
+            let cs = codec.code_size();
+            let mut stopped = 0;
+            for qi in [3usize, 250, 777] {
+                let query: Vec<f32> = f.data[qi * dim..(qi + 1) * dim]
+                    .iter()
+                    .enumerate()
+                    .map(|(d, x)| x + 0.05 * ((d * 7 + qi) % 5) as f32 - 0.1)
+                    .collect();
+                let full = estimates(&f, codec, &codes, &query);
+                let mut sorted = full.clone();
+                sorted.sort_by(f32::total_cmp);
+                let mut state = QueryState {
+                    query: query.clone(),
+                    ..Default::default()
+                };
+                codec.prepare_query(&mut state);
+                for limit in [sorted[5], sorted[100], sorted[600], f32::INFINITY] {
+                    for (i, &want) in full.iter().enumerate() {
+                        let a = f.assignment[i];
+                        let qa = l2_sq(&query, &f.anchors[a as usize * dim..][..dim]);
+                        let code = &codes[i * cs..(i + 1) * cs];
+                        for guess in [want, want + 1.0, limit + 1e-3, f32::NEG_INFINITY] {
+                            match codec.estimate_below(&mut state, a, qa, code, limit, guess) {
+                                Some(got) => assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "{name} dim {dim}: code {i} gives {got}, scan {want}"
+                                ),
+                                None => {
+                                    assert!(
+                                        want > limit,
+                                        "{name} dim {dim}: code {i} ({want}) dropped at {limit}"
+                                    );
+                                    stopped += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            // Codes of more than one bit plane (all but rabitq1 and sq8) stop early.
+            let planes =
+                name.starts_with("pcaq") || name.starts_with("rabitq") && name != "rabitq1";
+            assert_eq!(
+                stopped > 0,
+                planes,
+                "{name} dim {dim}: {stopped} early stops"
+            );
+        }
+    }
+}

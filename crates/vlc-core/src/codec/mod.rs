@@ -171,6 +171,95 @@ pub struct QueryState {
     pub list_weights: Vec<f32>,
     /// Codec-specific query constant.
     pub constant: f32,
+    /// For codecs whose estimate is a sum of bit-plane terms (see [`planes_estimate`]): entry
+    /// `t` is the least and the greatest that terms `t..` can add for this query, so entry 0
+    /// spans every code and the last entry is `[0, 0]`. Layout: (terms + 1,).
+    pub remaining: Vec<[f32; 2]>,
+}
+
+/// Fill `remaining` (see [`QueryState::remaining`]) from each term's own least and greatest
+/// contribution, in term order.
+pub(crate) fn fill_remaining(term_bounds: &[[f32; 2]], remaining: &mut Vec<[f32; 2]>) {
+    remaining.clear();
+    remaining.resize(term_bounds.len() + 1, [0.0, 0.0]);
+    for t in (0..term_bounds.len()).rev() {
+        remaining[t] = [
+            remaining[t + 1][0] + term_bounds[t][0],
+            remaining[t + 1][1] + term_bounds[t][1],
+        ];
+    }
+}
+
+/// The least and greatest `scale · Σ_{i in S} weights[i]` over every subset `S` (`scale > 0`).
+pub(crate) fn term_bounds(weights: &[f32], scale: f32) -> [f32; 2] {
+    // Lane-wise, branch-free sums (signs of query weights are unpredictable), which the
+    // compiler vectorises.
+    const LANES: usize = 16;
+    let (mut least, mut greatest) = ([0f32; LANES], [0f32; LANES]);
+    let chunks = weights.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for ((l, g), &w) in least.iter_mut().zip(greatest.iter_mut()).zip(chunk) {
+            *l += w.min(0.0);
+            *g += w.max(0.0);
+        }
+    }
+    for ((l, g), &w) in least.iter_mut().zip(greatest.iter_mut()).zip(tail) {
+        *l += w.min(0.0);
+        *g += w.max(0.0);
+    }
+    [
+        scale * least.iter().sum::<f32>(),
+        scale * greatest.iter().sum::<f32>(),
+    ]
+}
+
+/// A bit-plane code's estimate `query_anchor_dist + f1 + f2 · (constant + Σ_t terms_t)` (the
+/// terms most significant first), or `None` once the terms summed so far and the bounds of the
+/// rest (`remaining`, see [`QueryState::remaining`]) prove it above `limit`. `Some(..)` is
+/// bit-identical to the estimate computed without any check.
+///
+/// A check costs a horizontal sum, about as much as a short plane, so checks start only at the
+/// first term after which the bound could plausibly exclude the code: where the band the
+/// remaining terms leave open is under twice `guess − limit`, `guess` being an earlier
+/// estimate of the same code (the first stage's). The guess only schedules the checks; the
+/// outcome never depends on it.
+#[inline(always)]
+pub(crate) fn planes_estimate(
+    terms: &[crate::simd::BitTerm],
+    remaining: &[[f32; 2]],
+    constant: f32,
+    query_anchor_dist: f32,
+    (f1, f2): (f32, f32),
+    limit: f32,
+    guess: f32,
+) -> Option<f32> {
+    let finish = |sum: f32| query_anchor_dist + f1 + f2 * (constant + sum);
+    let margin = guess - limit;
+    // The band left after term t is |f2| · (hi − lo) of remaining[t + 1]; the sign plane
+    // (t = 0) dominates the first stage, by which the candidates are already ordered.
+    let first_check = if remaining.len() == terms.len() + 1 && margin > 0.0 {
+        (1..terms.len()).find(|&t| {
+            let [lo, hi] = remaining[t + 1];
+            f2.abs() * (hi - lo) <= 2.0 * margin
+        })
+    } else {
+        None
+    };
+    let Some(first_check) = first_check else {
+        return Some(finish(crate::simd::weighted_bit_sums(terms)));
+    };
+    let base = query_anchor_dist + f1 + f2 * constant;
+    // Rounding of the partial sums against the full one: far below this slack, which scales
+    // with the largest magnitudes the estimate adds up.
+    let [least, greatest] = remaining[0];
+    let slack = 1e-5
+        * (query_anchor_dist.abs() + f1.abs() + f2.abs() * (constant.abs() + greatest - least));
+    let sum = crate::simd::weighted_bit_sums_checked(terms, first_check, |t, partial| {
+        let [lo, hi] = remaining[t + 1];
+        base + f2 * partial + (f2 * lo).min(f2 * hi) - slack <= limit
+    })?;
+    Some(finish(sum))
 }
 
 /// What a codec does. Implementations hold only trained parameters; codes live in the index.
@@ -201,6 +290,26 @@ pub trait ResidualCodec {
         codes: &[u8],
         out: &mut [f32],
     );
+    /// [`scan`](Self::scan)'s estimate for one code, or `None` when it is certain to exceed
+    /// `limit`: codecs whose estimate is a sum of bit planes stop as soon as the planes left
+    /// cannot bring it back to `limit` (the candidates a pool rescoring would drop anyway).
+    /// `guess` is an earlier estimate of the same code (a first stage's), which such codecs
+    /// use to decide when checking is worth its cost; the result does not depend on it.
+    /// The default scores the whole code.
+    fn estimate_below(
+        &self,
+        state: &mut QueryState,
+        anchor_id: u32,
+        query_anchor_dist: f32,
+        code: &[u8],
+        limit: f32,
+        guess: f32,
+    ) -> Option<f32> {
+        let _ = (limit, guess);
+        let mut out = [0f32];
+        self.scan(state, anchor_id, query_anchor_dist, code, &mut out);
+        Some(out[0])
+    }
     /// Serialise the trained parameters (little-endian).
     fn write_params(&self, out: &mut Vec<u8>);
 }
@@ -446,6 +555,17 @@ impl ResidualCodec for Codec {
         out: &mut [f32],
     ) {
         dispatch!(self, c => c.scan(state, anchor_id, query_anchor_dist, codes, out))
+    }
+    fn estimate_below(
+        &self,
+        state: &mut QueryState,
+        anchor_id: u32,
+        query_anchor_dist: f32,
+        code: &[u8],
+        limit: f32,
+        guess: f32,
+    ) -> Option<f32> {
+        dispatch!(self, c => c.estimate_below(state, anchor_id, query_anchor_dist, code, limit, guess))
     }
     fn write_params(&self, out: &mut Vec<u8>) {
         dispatch!(self, c => c.write_params(out))

@@ -54,10 +54,13 @@
 //! 30,000-vector index as int8, 70 as f16.
 
 use super::rabitq::{choose_levels, grid_factors, LevelScratch};
-use super::{CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
+use super::{
+    fill_remaining, planes_estimate, term_bounds, CodecKind, FactorFormat, ParamReader, QueryState,
+    ResidualCodec,
+};
 use crate::error::{Result, VlcError};
 use crate::linalg::{dot, gemm_nt};
-use crate::simd::{weighted_bit_sums, BitTerm};
+use crate::simd::BitTerm;
 use rayon::prelude::*;
 
 /// Rows encoded per parallel task.
@@ -723,6 +726,56 @@ impl PcaRaBitQ {
             * (0..self.active)
                 .map(|i| self.centre(i) * rq[i])
                 .sum::<f32>();
+        // Bounds of each term in `terms`' order (plane j's weights are `low` over its prefix
+        // of dimensions; prefixes shrink as j grows, so one pass from the top plane down
+        // extends a running sum).
+        let planes = self.plane_dims.len();
+        let mut bounds = [[0f32; 2]; 2 + MAX_DIM_BITS as usize];
+        bounds[0] = term_bounds(&sign[..self.active], 1.0);
+        bounds[1] = term_bounds(&second[..self.stage1_dims], 1.0);
+        let (mut covered, mut least, mut greatest) = (0, 0f32, 0f32);
+        for (j, &n) in self.plane_dims.iter().enumerate().rev() {
+            let [l, g] = term_bounds(&low[covered..n], 1.0);
+            (least, greatest, covered) = (least + l, greatest + g, n);
+            let scale = (1u32 << j) as f32;
+            bounds[1 + planes - j] = [scale * least, scale * greatest];
+        }
+        fill_remaining(&bounds[..2 + planes], &mut state.remaining);
+    }
+
+    /// The bit-plane terms of `code`'s estimate against the weights `table` of
+    /// [`prepare_rotated`](Self::prepare_rotated), most significant first: the sign plane, the
+    /// first stage's second-bit plane, then the remaining planes from the highest down.
+    /// Returns how many of `terms` it filled.
+    #[inline(always)]
+    fn terms<'a>(&self, table: &'a [f32], code: &'a [u8], terms: &mut [BitTerm<'a>]) -> usize {
+        let nb = self.nb();
+        let weights = nb * 8;
+        let (sign, rest) = table.split_at(weights);
+        let (second, low) = rest.split_at(weights);
+        let s1 = self.stage1_bytes();
+        terms[0] = BitTerm {
+            weights: sign,
+            bits: &code[..nb],
+            scale: 1.0,
+        };
+        terms[1] = BitTerm {
+            weights: second,
+            bits: &code[nb..s1],
+            scale: 1.0,
+        };
+        let planes = self.plane_dims.len();
+        let mut at = s1 + self.factors.bytes();
+        for (j, &n) in self.plane_dims.iter().enumerate() {
+            let len = n.div_ceil(8);
+            terms[1 + planes - j] = BitTerm {
+                weights: &low[..weights],
+                bits: &code[at..at + len],
+                scale: (1u32 << j) as f32,
+            };
+            at += len;
+        }
+        2 + planes
     }
 
     /// Encode one rotated residual `rr` (active,) against its rotated anchor `pc` (active,);
@@ -897,37 +950,42 @@ impl ResidualCodec for PcaRaBitQ {
         codes: &[u8],
         out: &mut [f32],
     ) {
-        let (cs, nb) = (self.code_size(), self.nb());
-        let weights = nb * 8;
-        let (sign, rest) = state.table.split_at(weights);
-        let (second, low) = rest.split_at(weights);
-        let s1 = self.stage1_bytes();
         let mut terms = [BitTerm::EMPTY; 2 + MAX_DIM_BITS as usize];
-        for (o, code) in out.iter_mut().zip(codes.chunks_exact(cs)) {
-            terms[0] = BitTerm {
-                weights: sign,
-                bits: &code[..nb],
-                scale: 1.0,
-            };
-            terms[1] = BitTerm {
-                weights: second,
-                bits: &code[nb..s1],
-                scale: 1.0,
-            };
-            let mut at = s1 + self.factors.bytes();
-            for (j, &n) in self.plane_dims.iter().enumerate() {
-                let len = n.div_ceil(8);
-                terms[2 + j] = BitTerm {
-                    weights: low,
-                    bits: &code[at..at + len],
-                    scale: (1u32 << j) as f32,
-                };
-                at += len;
-            }
-            let ip = state.constant + weighted_bit_sums(&terms[..2 + self.plane_dims.len()]);
-            let (f1, f2) = self.finest_factors(code);
-            *o = query_anchor_dist + f1 + f2 * ip;
+        for (o, code) in out.iter_mut().zip(codes.chunks_exact(self.code_size)) {
+            let n = self.terms(&state.table, code, &mut terms);
+            *o = planes_estimate(
+                &terms[..n],
+                &[],
+                state.constant,
+                query_anchor_dist,
+                self.finest_factors(code),
+                f32::INFINITY,
+                f32::INFINITY,
+            )
+            .expect("no limit, no early stop");
         }
+    }
+
+    fn estimate_below(
+        &self,
+        state: &mut QueryState,
+        _anchor_id: u32,
+        query_anchor_dist: f32,
+        code: &[u8],
+        limit: f32,
+        guess: f32,
+    ) -> Option<f32> {
+        let mut terms = [BitTerm::EMPTY; 2 + MAX_DIM_BITS as usize];
+        let n = self.terms(&state.table, code, &mut terms);
+        planes_estimate(
+            &terms[..n],
+            &state.remaining,
+            state.constant,
+            query_anchor_dist,
+            self.finest_factors(code),
+            limit,
+            guess,
+        )
     }
 
     fn write_params(&self, out: &mut Vec<u8>) {

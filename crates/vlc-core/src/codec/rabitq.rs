@@ -26,10 +26,13 @@
 //! - for `b > 1`: planes of bits `0..b−1` of `u` (`nb` bytes each), then f1, f2 of the full
 //!   code in the same [`FactorFormat`] (format version 4 on; two `f32` in older files).
 
-use super::{CodecKind, FactorFormat, ParamReader, QueryState, ResidualCodec};
+use super::{
+    fill_remaining, planes_estimate, term_bounds, CodecKind, FactorFormat, ParamReader, QueryState,
+    ResidualCodec,
+};
 use crate::error::Result;
 use crate::rotation::FastRotation;
-use crate::simd::{weighted_bit_sums, BitTerm};
+use crate::simd::BitTerm;
 use rayon::prelude::*;
 
 /// Rows encoded per parallel task.
@@ -51,6 +54,9 @@ pub fn code_size(
             0
         }
 }
+
+/// Most bits per dimension.
+pub const MAX_BITS: u32 = 4;
 
 #[derive(Clone, Debug)]
 pub struct RaBitQ {
@@ -203,7 +209,7 @@ impl RaBitQ {
         factors: FactorFormat,
         full_factors: FactorFormat,
     ) -> Self {
-        assert!((1..=4).contains(&bits), "RaBitQ bits must be 1..=4");
+        assert!((1..=MAX_BITS).contains(&bits), "RaBitQ bits must be 1..=4");
         RaBitQ {
             dim,
             bits,
@@ -254,6 +260,14 @@ impl RaBitQ {
         state.table.clear();
         state.table.extend(rq.iter().map(|v| 2.0 * inv_sqrt_d * v));
         state.table.resize(self.bytes() * 8, 0.0);
+        let [least, greatest] = term_bounds(&state.table, 1.0);
+        // Term t (most significant first) weighs the table by 2^(b−1−t).
+        let mut bounds = [[0f32; 2]; MAX_BITS as usize];
+        for (t, b) in bounds.iter_mut().enumerate().take(self.bits as usize) {
+            let scale = (1u32 << (self.bits as usize - 1 - t)) as f32;
+            *b = [scale * least, scale * greatest];
+        }
+        fill_remaining(&bounds[..self.bits as usize], &mut state.remaining);
     }
 
     /// The rotation as a matrix for batched (GEMM) use: row `i` is `P e_i`, zero-padded, so
@@ -282,6 +296,34 @@ impl RaBitQ {
 
     fn bytes(&self) -> usize {
         self.dim.div_ceil(8)
+    }
+
+    /// `(2^b − 1) · constant`: the grid-centre term of the full code's estimate.
+    fn constant_weight(&self, state: &QueryState) -> f32 {
+        ((1u32 << self.bits) - 1) as f32 * state.constant
+    }
+
+    /// The bit-plane terms of `code`'s estimate against the weights `table`, most significant
+    /// first: the sign plane (`2^(b−1)`), then the extended planes from the highest down.
+    /// Returns how many of `terms` it filled.
+    #[inline(always)]
+    fn terms<'a>(&self, table: &'a [f32], code: &'a [u8], terms: &mut [BitTerm<'a>]) -> usize {
+        let nb = self.bytes();
+        let low_planes = self.bits as usize - 1;
+        let ex = self.ex_offset();
+        terms[0] = BitTerm {
+            weights: table,
+            bits: &code[..nb],
+            scale: (1u32 << low_planes) as f32,
+        };
+        for j in 0..low_planes {
+            terms[low_planes - j] = BitTerm {
+                weights: table,
+                bits: &code[ex + j * nb..ex + (j + 1) * nb],
+                scale: (1u32 << j) as f32,
+            };
+        }
+        1 + low_planes
     }
 
     /// `(f1, f2)` of the finest grid `code` holds: the 1-bit stage's for `bits = 1`, else the
@@ -451,29 +493,43 @@ impl ResidualCodec for RaBitQ {
         codes: &[u8],
         out: &mut [f32],
     ) {
-        let (cs, nb) = (self.code_size(), self.bytes());
-        let table = &state.table;
-        let low_planes = self.bits as usize - 1;
-        let ex = self.ex_offset();
-        let weight = ((1u32 << self.bits) - 1) as f32 * state.constant;
-        let mut terms = [BitTerm::EMPTY; 4];
-        for (o, code) in out.iter_mut().zip(codes.chunks_exact(cs)) {
-            terms[0] = BitTerm {
-                weights: table,
-                bits: &code[..nb],
-                scale: (1u32 << low_planes) as f32,
-            };
-            for j in 0..low_planes {
-                terms[1 + j] = BitTerm {
-                    weights: table,
-                    bits: &code[ex + j * nb..ex + (j + 1) * nb],
-                    scale: (1u32 << j) as f32,
-                };
-            }
-            let ip = weight + weighted_bit_sums(&terms[..1 + low_planes]);
-            let (f1, f2) = self.finest_factors(code);
-            *o = query_anchor_dist + f1 + f2 * ip;
+        let constant = self.constant_weight(state);
+        let mut terms = [BitTerm::EMPTY; MAX_BITS as usize];
+        for (o, code) in out.iter_mut().zip(codes.chunks_exact(self.code_size)) {
+            let n = self.terms(&state.table, code, &mut terms);
+            *o = planes_estimate(
+                &terms[..n],
+                &[],
+                constant,
+                query_anchor_dist,
+                self.finest_factors(code),
+                f32::INFINITY,
+                f32::INFINITY,
+            )
+            .expect("no limit, no early stop");
         }
+    }
+
+    fn estimate_below(
+        &self,
+        state: &mut QueryState,
+        _anchor_id: u32,
+        query_anchor_dist: f32,
+        code: &[u8],
+        limit: f32,
+        guess: f32,
+    ) -> Option<f32> {
+        let mut terms = [BitTerm::EMPTY; MAX_BITS as usize];
+        let n = self.terms(&state.table, code, &mut terms);
+        planes_estimate(
+            &terms[..n],
+            &state.remaining,
+            self.constant_weight(state),
+            query_anchor_dist,
+            self.finest_factors(code),
+            limit,
+            guess,
+        )
     }
 
     fn code_size(&self) -> usize {
