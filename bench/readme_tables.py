@@ -10,7 +10,9 @@ from collections import defaultdict
 points = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 groups = defaultdict(list)
 for p in points:
-    groups[(p["system"], p["config"])].append(p)
+    # One row per configuration and pool depth (rerank 0 is the default pool, 10·k).
+    label = p["config"] if not p.get("rerank") else f'{p["config"]} pool {p["rerank"]}'
+    groups[(p["system"], label)].append(p)
 nprobes = sorted({p["nprobe"] for p in points if p["system"] == "vlc"})
 print("| VLC config | bytes/vector | " + " | ".join(f"nprobe {n}" for n in nprobes) + " |")
 print("|---|---|" + "---|" * len(nprobes))

@@ -464,8 +464,20 @@ fn bench_sweeps_configs_with_anchor_precision_and_writes_outputs() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let bytes = |config: &str| {
-        let p: Vec<&serde_json::Value> = points.iter().filter(|p| p["config"] == config).collect();
+        let p: Vec<&serde_json::Value> = points
+            .iter()
+            .filter(|p| p["config"] == config && p["rerank"] == 0)
+            .collect();
         assert_eq!(p.len(), 2, "{config}: one point per nprobe");
+        // The default's smaller pools (50, 30) run at the nprobe values of --rerank-nprobe
+        // (8, 16, 32) only: here at 16.
+        let mut smaller: Vec<(u64, u64)> = points
+            .iter()
+            .filter(|p| p["config"] == config && p["rerank"] != 0)
+            .map(|p| (p["rerank"].as_u64().unwrap(), p["nprobe"].as_u64().unwrap()))
+            .collect();
+        smaller.sort();
+        assert_eq!(smaller, [(30, 16), (50, 16)], "{config}");
         p[0]["bytes_per_vector"].as_f64().unwrap()
     };
     // int4 anchors take half the bytes of int8 ones.

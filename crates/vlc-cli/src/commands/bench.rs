@@ -40,10 +40,16 @@ pub struct Args {
     /// nprobe values (values above the anchor count are skipped).
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128, 256, 512])]
     pub nprobe: Vec<usize>,
-    /// Candidate pool depths for configurations with a second stage (a refine tier, or the RaBitQ
-    /// codecs, whose fast 1-bit pass is rescored with the full code); 0 = 10·k.
-    #[arg(long, value_delimiter = ',', default_values_t = [0usize])]
+    /// Candidate pool depths for configurations with a second stage (a refine tier, or the
+    /// RaBitQ codecs and `pcaq`, whose fast pass is rescored with the full code); 0 = 10·k.
+    /// The first depth runs at every nprobe, the others at the nprobe values of
+    /// `--rerank-nprobe`: a pool smaller than 10·k pays where rescoring outweighs the scan of
+    /// a few lists, and on codes whose first stage already ranks well.
+    #[arg(long, value_delimiter = ',', default_values_t = [0usize, 50, 30])]
     pub rerank: Vec<usize>,
+    /// The nprobe values at which the depths after the first of `--rerank` are swept.
+    #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32])]
+    pub rerank_nprobe: Vec<usize>,
     /// Anchors (default: automatic).
     #[arg(long)]
     pub anchors: Option<usize>,
@@ -221,7 +227,19 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             vec![0]
         };
-        for &rerank in &reranks {
+        for (i, &rerank) in reranks.iter().enumerate() {
+            let nprobes: Vec<usize> = if i == 0 {
+                nprobes.clone()
+            } else {
+                nprobes
+                    .iter()
+                    .copied()
+                    .filter(|p| a.rerank_nprobe.contains(p))
+                    .collect()
+            };
+            if nprobes.is_empty() {
+                continue;
+            }
             let results = pool.install(|| {
                 sweep(
                     &index,
@@ -300,12 +318,15 @@ pub fn write_outputs(out: &Path, points: &[Point], title: &str) -> Result<()> {
         .map(|p| serde_json::to_string(p).unwrap() + "\n")
         .collect();
     write_atomic(&out.join("results.jsonl"), jsonl.as_bytes())?;
+    // One group (table row, plot series) per configuration and pool depth.
     let mut groups: BTreeMap<(String, String), Vec<&Point>> = BTreeMap::new();
     for p in points {
-        groups
-            .entry((p.system.clone(), p.config.clone()))
-            .or_default()
-            .push(p);
+        let label = if p.rerank == 0 {
+            p.config.clone()
+        } else {
+            format!("{} pool {}", p.config, p.rerank)
+        };
+        groups.entry((p.system.clone(), label)).or_default().push(p);
     }
     let mut md = format!("# Benchmark: {title}\n\nSearch threads: {}. Bytes per vector: VLC = index file / vectors; peers as their script reports.\n\n", points.first().map_or(1, |p| p.threads));
     md += "## Best recall@10 per configuration (nprobe <= 128)\n\n| system | config | bytes/vector | best recall@10 | QPS there |\n|---|---|---|---|---|\n";
