@@ -470,7 +470,7 @@ fn bench_sweeps_configs_with_anchor_precision_and_writes_outputs() {
             .collect();
         assert_eq!(p.len(), 2, "{config}: one point per nprobe");
         // The default's smaller pools (50, 30) run at the nprobe values of --rerank-nprobe
-        // (8, 16, 32) only: here at 16.
+        // (8 to 128) only: here at 16, not 4.
         let mut smaller: Vec<(u64, u64)> = points
             .iter()
             .filter(|p| p["config"] == config && p["rerank"] != 0)

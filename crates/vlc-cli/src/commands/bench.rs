@@ -43,12 +43,12 @@ pub struct Args {
     /// Candidate pool depths for configurations with a second stage (a refine tier, or the
     /// RaBitQ codecs and `pcaq`, whose fast pass is rescored with the full code); 0 = 10·k.
     /// The first depth runs at every nprobe, the others at the nprobe values of
-    /// `--rerank-nprobe`: a pool smaller than 10·k pays where rescoring outweighs the scan of
-    /// a few lists, and on codes whose first stage already ranks well.
+    /// `--rerank-nprobe`: a pool smaller than 10·k pays where rescoring weighs as much as the
+    /// scan of the lists, and on codes whose first stage already ranks well.
     #[arg(long, value_delimiter = ',', default_values_t = [0usize, 50, 30])]
     pub rerank: Vec<usize>,
     /// The nprobe values at which the depths after the first of `--rerank` are swept.
-    #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32])]
+    #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128])]
     pub rerank_nprobe: Vec<usize>,
     /// Anchors (default: automatic).
     #[arg(long)]
