@@ -27,6 +27,8 @@ print("| system | config | bytes/vector | best recall@10 (nprobe <= 128) | QPS t
 print("|---|---|---|---|---|")
 rows = []
 for (system, config), ps in groups.items():
+    if " pool " in config:
+        continue  # smaller pools: in the first table; this one lists each configuration once
     best = max((p for p in ps if p["nprobe"] <= 128), key=lambda p: (p["recall@10"], p["qps"]))
     rows.append((ps[0]["bytes_per_vector"], system, config, best))
 for b, system, config, best in sorted(rows):

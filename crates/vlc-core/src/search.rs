@@ -19,7 +19,8 @@ pub struct SearchParams {
     pub k: usize,
     /// Inverted lists to scan (1..=number of anchors).
     pub nprobe: usize,
-    /// Candidate pool reranked by the refine tier; 0 = automatic (10·k). Ignored without one.
+    /// Candidate pool rescored by the second stage (refine tier, or the full code after a fast
+    /// scan); 0 = automatic (10·k). Ignored without a second stage.
     pub rerank: usize,
 }
 
