@@ -214,6 +214,27 @@ pub(crate) fn term_bounds(weights: &[f32], scale: f32) -> [f32; 2] {
     ]
 }
 
+/// A bit-plane code's full estimate `query_anchor_dist + f1 + f2 · (constant + Σ_t terms_t)`:
+/// [`planes_estimate`] without a limit.
+#[inline(always)]
+pub(crate) fn planes_full(
+    terms: &[crate::simd::BitTerm],
+    constant: f32,
+    query_anchor_dist: f32,
+    factors: (f32, f32),
+) -> f32 {
+    planes_estimate(
+        terms,
+        &[],
+        constant,
+        query_anchor_dist,
+        factors,
+        f32::INFINITY,
+        f32::INFINITY,
+    )
+    .expect("without a limit nothing stops the sum")
+}
+
 /// A bit-plane code's estimate `query_anchor_dist + f1 + f2 · (constant + Σ_t terms_t)` (the
 /// terms most significant first), or `None` once the terms summed so far and the bounds of the
 /// rest (`remaining`, see [`QueryState::remaining`]) prove it above `limit`. `Some(..)` is

@@ -55,8 +55,8 @@
 
 use super::rabitq::{choose_levels, grid_factors, LevelScratch};
 use super::{
-    fill_remaining, planes_estimate, term_bounds, CodecKind, FactorFormat, ParamReader, QueryState,
-    ResidualCodec,
+    fill_remaining, planes_estimate, planes_full, term_bounds, CodecKind, FactorFormat,
+    ParamReader, QueryState, ResidualCodec,
 };
 use crate::error::{Result, VlcError};
 use crate::linalg::{dot, gemm_nt};
@@ -953,16 +953,12 @@ impl ResidualCodec for PcaRaBitQ {
         let mut terms = [BitTerm::EMPTY; 2 + MAX_DIM_BITS as usize];
         for (o, code) in out.iter_mut().zip(codes.chunks_exact(self.code_size)) {
             let n = self.terms(&state.table, code, &mut terms);
-            *o = planes_estimate(
+            *o = planes_full(
                 &terms[..n],
-                &[],
                 state.constant,
                 query_anchor_dist,
                 self.finest_factors(code),
-                f32::INFINITY,
-                f32::INFINITY,
-            )
-            .expect("no limit, no early stop");
+            );
         }
     }
 

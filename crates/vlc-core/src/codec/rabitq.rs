@@ -27,8 +27,8 @@
 //!   code in the same [`FactorFormat`] (format version 4 on; two `f32` in older files).
 
 use super::{
-    fill_remaining, planes_estimate, term_bounds, CodecKind, FactorFormat, ParamReader, QueryState,
-    ResidualCodec,
+    fill_remaining, planes_estimate, planes_full, term_bounds, CodecKind, FactorFormat,
+    ParamReader, QueryState, ResidualCodec,
 };
 use crate::error::Result;
 use crate::rotation::FastRotation;
@@ -497,16 +497,12 @@ impl ResidualCodec for RaBitQ {
         let mut terms = [BitTerm::EMPTY; MAX_BITS as usize];
         for (o, code) in out.iter_mut().zip(codes.chunks_exact(self.code_size)) {
             let n = self.terms(&state.table, code, &mut terms);
-            *o = planes_estimate(
+            *o = planes_full(
                 &terms[..n],
-                &[],
                 constant,
                 query_anchor_dist,
                 self.finest_factors(code),
-                f32::INFINITY,
-                f32::INFINITY,
-            )
-            .expect("no limit, no early stop");
+            );
         }
     }
 
