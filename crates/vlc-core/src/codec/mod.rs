@@ -190,8 +190,9 @@ pub(crate) fn fill_remaining(term_bounds: &[[f32; 2]], remaining: &mut Vec<[f32;
     }
 }
 
-/// The least and greatest `scale · Σ_{i in S} weights[i]` over every subset `S` (`scale > 0`).
-pub(crate) fn term_bounds(weights: &[f32], scale: f32) -> [f32; 2] {
+/// The least and greatest `Σ_{i in S} weights[i]` over every subset `S`: the sums of the
+/// negative and of the positive weights.
+pub(crate) fn term_bounds(weights: &[f32]) -> [f32; 2] {
     // Lane-wise, branch-free sums (signs of query weights are unpredictable), which the
     // compiler vectorises.
     const LANES: usize = 16;
@@ -208,10 +209,7 @@ pub(crate) fn term_bounds(weights: &[f32], scale: f32) -> [f32; 2] {
         *l += w.min(0.0);
         *g += w.max(0.0);
     }
-    [
-        scale * least.iter().sum::<f32>(),
-        scale * greatest.iter().sum::<f32>(),
-    ]
+    [least.iter().sum::<f32>(), greatest.iter().sum::<f32>()]
 }
 
 /// A bit-plane code's full estimate `query_anchor_dist + f1 + f2 · (constant + Σ_t terms_t)`:

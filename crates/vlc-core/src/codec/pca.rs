@@ -731,11 +731,11 @@ impl PcaRaBitQ {
         // extends a running sum).
         let planes = self.plane_dims.len();
         let mut bounds = [[0f32; 2]; 2 + MAX_DIM_BITS as usize];
-        bounds[0] = term_bounds(&sign[..self.active], 1.0);
-        bounds[1] = term_bounds(&second[..self.stage1_dims], 1.0);
+        bounds[0] = term_bounds(&sign[..self.active]);
+        bounds[1] = term_bounds(&second[..self.stage1_dims]);
         let (mut covered, mut least, mut greatest) = (0, 0f32, 0f32);
         for (j, &n) in self.plane_dims.iter().enumerate().rev() {
-            let [l, g] = term_bounds(&low[covered..n], 1.0);
+            let [l, g] = term_bounds(&low[covered..n]);
             (least, greatest, covered) = (least + l, greatest + g, n);
             let scale = (1u32 << j) as f32;
             bounds[1 + planes - j] = [scale * least, scale * greatest];

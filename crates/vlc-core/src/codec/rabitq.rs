@@ -260,7 +260,7 @@ impl RaBitQ {
         state.table.clear();
         state.table.extend(rq.iter().map(|v| 2.0 * inv_sqrt_d * v));
         state.table.resize(self.bytes() * 8, 0.0);
-        let [least, greatest] = term_bounds(&state.table, 1.0);
+        let [least, greatest] = term_bounds(&state.table);
         // Term t (most significant first) weighs the table by 2^(b−1−t).
         let mut bounds = [[0f32; 2]; MAX_BITS as usize];
         for (t, b) in bounds.iter_mut().enumerate().take(self.bits as usize) {
