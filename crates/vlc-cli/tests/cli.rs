@@ -511,3 +511,109 @@ fn bench_sweeps_configs_with_anchor_precision_and_writes_outputs() {
             );
     }
 }
+
+#[test]
+fn bench_meets_each_peer_at_its_footprint_and_build_fills_a_budget() {
+    let s = Set::new();
+    let peers = s.p("peers.jsonl");
+    let peer = |bytes: f64| {
+        format!(
+            r#"{{"system":"faiss","config":"peer{bytes}","nprobe":4,"bytes_per_vector":{bytes},"recall@1":0.5,"recall@10":0.5,"qps":1000.0,"threads":1}}"#
+        )
+    };
+    // Two points at one footprint, one at another, one above pcaq's largest size (DIM + 16).
+    let lines = [peer(30.04), peer(30.04), peer(36.0), peer(500.0)].join("\n");
+    std::fs::write(&peers, lines).unwrap();
+    let run = |out: &Path, extra: &[&str]| {
+        vlc()
+            .args(["bench", "--nprobe", "4", "--repeat", "1", "--rerank", "0"])
+            .args(["--configs", "pcaq1"])
+            .args(extra)
+            .arg("--peers")
+            .arg(&peers)
+            .arg("--base")
+            .arg(s.p("base.npy"))
+            .args(s.truth_args())
+            .arg("--out")
+            .arg(out)
+            .assert()
+            .success();
+        let text = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|p| p["system"] == "vlc")
+            .map(|p| {
+                (
+                    p["config"].as_str().unwrap().to_string(),
+                    p["bytes_per_vector"].as_f64().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let points = run(&s.p("matched"), &[]);
+    let configs: Vec<&str> = points.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(configs, ["pcaq1", "pcaq:30B", "pcaq:36B"]);
+    for (config, bytes) in &points[1..] {
+        let budget: f64 = config[5..config.len() - 1].parse().unwrap();
+        assert!(
+            *bytes <= budget && *bytes > budget - 2.0,
+            "{config}: {bytes} B/vector"
+        );
+    }
+    let points = run(&s.p("unmatched"), &["--match-peers", "false"]);
+    assert_eq!(points.len(), 1, "{points:?}");
+
+    // `vlc build --bytes-per-vector`: pcaq under the budget; refused with another codec, and
+    // below the smallest size, with the good index left in place.
+    let index = s.p("budget.vlc");
+    vlc()
+        .args([
+            "build",
+            "--backend",
+            "cpu",
+            "-q",
+            "--bytes-per-vector",
+            "33",
+        ])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(&index)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("pcaq"));
+    let size = std::fs::metadata(&index).unwrap().len();
+    assert!(size as f64 <= 33.0 * 2000.0, "{size} bytes");
+    for (args, why) in [
+        (&["--codec", "sq8"][..], "give --codec pcaq"),
+        (&["--codec", "pcaq2"][..], "give --codec pcaq"),
+        (
+            &["--bytes-per-vector", "2"][..],
+            "below the smallest pcaq index",
+        ),
+    ] {
+        let mut cmd = vlc();
+        cmd.args(["build", "--backend", "cpu", "-q"]);
+        if !args.contains(&"--bytes-per-vector") {
+            cmd.args(["--bytes-per-vector", "33"]);
+        }
+        cmd.args(args)
+            .arg(s.p("base.npy"))
+            .arg("-o")
+            .arg(&index)
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(why));
+        assert_eq!(std::fs::metadata(&index).unwrap().len(), size, "{args:?}");
+    }
+    for bad in ["pcaq:xB", "sq8:40B", "pcaq:-4B"] {
+        vlc()
+            .args(["bench", "--configs", bad, "--out"])
+            .arg(s.p("bad"))
+            .arg("--base")
+            .arg(s.p("base.npy"))
+            .args(s.truth_args())
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("pcaq:NB"));
+    }
+}

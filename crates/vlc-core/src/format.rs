@@ -163,11 +163,19 @@ fn encode_params(index: &Index) -> Encoded<'_> {
 pub(crate) fn layout(index: &Index) -> Layout {
     let encoded = encode_params(index);
     let secs = sections(index, &encoded);
-    let mut at = align((HEADER_SIZE + ENTRY_SIZE * secs.len()) as u64);
-    for (_, bytes) in &secs {
-        at = align(at + bytes.len() as u64);
+    Layout {
+        total: file_size_for(secs.iter().map(|(_, bytes)| bytes.len())),
     }
-    Layout { total: at }
+}
+
+/// Bytes of a file whose sections, in file order, have these lengths: the header and the
+/// section table, then each section at the next aligned offset, the file padded to alignment.
+pub(crate) fn file_size_for(section_lengths: impl ExactSizeIterator<Item = usize>) -> u64 {
+    let mut at = align((HEADER_SIZE + ENTRY_SIZE * section_lengths.len()) as u64);
+    for length in section_lengths {
+        at = align(at + length as u64);
+    }
+    at
 }
 
 /// Serialise `index` to bytes (header, table, sections).

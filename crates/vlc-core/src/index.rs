@@ -3,11 +3,12 @@
 
 use crate::anchor_store::{AnchorPrecision, StoredAnchors};
 use crate::backend::{group_by_anchor, Backend};
+use crate::codec::pca::PcaFit;
 use crate::codec::{Codec, CodecKind, CodecParams, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::fastscan::FastScan;
-use crate::format::Section;
-use crate::ids::Ids;
+use crate::format::{file_size_for, Section};
+use crate::ids::{packed_len, width_for, Ids};
 use crate::train::{train_anchors, IterationStats, TrainParams, TrainReport};
 use crate::vectors::{normalize_rows, validate_vectors};
 use rayon::prelude::*;
@@ -72,6 +73,11 @@ pub struct BuildParams {
     /// How the anchors are stored (default int8 with a scale per anchor). Vectors are
     /// assigned and encoded against the stored values, so this costs no code accuracy.
     pub anchor_precision: AnchorPrecision,
+    /// A footprint to fill, in bytes per vector of the whole file (ids, anchors, codec
+    /// parameters and codes; the refine tier too, when there is one): `pcaq` only, whose rate
+    /// (`codec_params.bits`) is then chosen as the largest that fits, after the anchors are
+    /// trained. `None` (the default): the rate is `codec_params.bits`.
+    pub bytes_per_vector: Option<f64>,
 }
 
 impl Default for BuildParams {
@@ -84,6 +90,7 @@ impl Default for BuildParams {
             codec_params: CodecParams::default(),
             codec_training_points: 65_536,
             anchor_precision: AnchorPrecision::default(),
+            bytes_per_vector: None,
         }
     }
 }
@@ -111,7 +118,48 @@ impl BuildParams {
         self.codec_params.seed = seed ^ 0x5eed;
         self
     }
+    /// Fill `bytes_per_vector` with a `pcaq` code (see [`BuildParams::bytes_per_vector`]).
+    pub fn with_bytes_per_vector(mut self, bytes_per_vector: f64) -> Self {
+        self.codec = CodecKind::PcaRaBitQ;
+        self.bytes_per_vector = Some(bytes_per_vector);
+        self
+    }
 }
+
+/// The largest rate of `pcaq`, in bits per dimension, whose index of `n` vectors fits
+/// `budget` bytes per vector by `file_size(bits)`: whole bytes of bit planes per code, from one
+/// to `dim` (8 bits per dimension, the most it stores; a larger budget is then not filled),
+/// found by bisection (the size grows with the rate).
+fn budget_rate(dim: usize, n: usize, budget: f64, file_size: impl Fn(f32) -> u64) -> Result<f32> {
+    let bits = |plane_bytes: usize| (plane_bytes * 8) as f32 / dim as f32;
+    let fits = |plane_bytes: usize| file_size(bits(plane_bytes)) as f64 <= budget * n as f64;
+    if !fits(1) {
+        return Err(VlcError::param(
+            "bytes_per_vector",
+            format!(
+                "{budget} bytes per vector is below the smallest pcaq index of these vectors \
+                 ({:.1} bytes per vector: ids, anchors, factors and one byte of bits); give a \
+                 larger budget, or use the anchor-only codec",
+                file_size(bits(1)) as f64 / n as f64
+            ),
+        ));
+    }
+    // `lo` fits; `hi` is the first size known not to (or one past the largest rate).
+    let (mut lo, mut hi) = (1usize, dim + 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(bits(lo))
+}
+
+/// Bytes left in the metadata section for what is known only after the rate of a byte budget
+/// is chosen: five f64 timings and the chosen rate (an f32), up to 24 characters each.
+const META_TIMING_SLACK: usize = 6 * 24;
 
 /// Progress events of a build, for bars and logs.
 #[derive(Clone, Debug)]
@@ -213,6 +261,23 @@ impl Index {
                 "must be at least 1",
             ));
         }
+        if let Some(budget) = params.bytes_per_vector {
+            if !(budget.is_finite() && budget > 0.0) {
+                return Err(VlcError::param(
+                    "bytes_per_vector",
+                    format!("must be a positive number of bytes, got {budget}"),
+                ));
+            }
+            if params.codec != CodecKind::PcaRaBitQ {
+                return Err(VlcError::param(
+                    "bytes_per_vector",
+                    format!(
+                        "a byte budget sets pcaq's rate; {} has a fixed size (see its code size)",
+                        params.codec
+                    ),
+                ));
+            }
+        }
         let normalized;
         let data = if params.metric == Metric::Cosine {
             normalized = normalize_rows(data, dim);
@@ -268,10 +333,22 @@ impl Index {
             .zip(sample.par_iter())
             .for_each(|(o, &i)| o.copy_from_slice(&data[i * dim..(i + 1) * dim]));
         let sample_assignment: Vec<u32> = sample.iter().map(|&i| assignment[i]).collect();
-        let mut make_codec = |kind: CodecKind, salt: u64| -> Result<(Codec, Vec<u8>)> {
+        let codec_params = |salt: u64| {
             let mut cp = params.codec_params.clone();
             cp.seed ^= salt;
-            let codec = Codec::train(kind, &cp, &sample_points, &anchors, &sample_assignment, dim)?;
+            cp
+        };
+        let train_codec = |kind: CodecKind, salt: u64| {
+            Codec::train(
+                kind,
+                &codec_params(salt),
+                &sample_points,
+                &anchors,
+                &sample_assignment,
+                dim,
+            )
+        };
+        let mut encode_codes = |codec: &Codec, salt: u64| -> Vec<u8> {
             let cs = codec.code_size();
             let mut codes = vec![0u8; n * cs];
             progress(&BuildEvent::Stage {
@@ -306,20 +383,65 @@ impl Index {
                     });
                 }
             }
-            Ok((codec, codes))
+            codes
         };
-        let (codec, codes) = make_codec(params.codec, 0)?;
-        let refine = match params.refine {
-            Some(kind) => {
-                let (c, codes) = make_codec(kind, 1)?;
-                Some((c, Section::Owned(codes)))
+        let refine_codec = params.refine.map(|kind| train_codec(kind, 1)).transpose()?;
+        // The parameters the index was built with, as its metadata records them: with a byte
+        // budget, the rate chosen for it.
+        let mut report_params = params.clone();
+        let codec = match params.bytes_per_vector {
+            None => train_codec(params.codec, 0)?,
+            Some(budget) => {
+                let fit = PcaFit::new(
+                    dim,
+                    codec_params(0).seed,
+                    &sample_points,
+                    &anchors,
+                    &sample_assignment,
+                )?;
+                // Every section but the codes and codec parameters has its size already.
+                let meta = serde_json::to_vec(&BuildReport {
+                    params: Some(params.clone()),
+                    train: train_report.clone(),
+                    final_energy: energy_sum / n as f64,
+                    ..BuildReport::default()
+                })
+                .map_or(0, |m| m.len())
+                    + META_TIMING_SLACK;
+                let ids = packed_len(n, width_for(n as u32 - 1)).expect("ids fit in memory") * 8;
+                let mut refine_sections = Vec::new();
+                if let Some(r) = &refine_codec {
+                    let mut refine_params = Vec::new();
+                    r.write_params(&mut refine_params);
+                    refine_sections = vec![refine_params.len(), n * r.code_size()];
+                }
+                let file_size = |bits: f32| {
+                    let (code_size, params_len) = fit.sizes(bits);
+                    let mut lengths = vec![
+                        stored_anchors.bytes.len(),
+                        (num_anchors + 1) * 8,
+                        ids,
+                        params_len,
+                        n * code_size,
+                        meta,
+                    ];
+                    lengths.extend(&refine_sections);
+                    file_size_for(lengths.into_iter())
+                };
+                let bits = budget_rate(dim, n, budget, file_size)?;
+                report_params.codec_params.bits = bits;
+                Codec::Pca(fit.codec(bits)?)
             }
-            None => None,
         };
+        let codes = encode_codes(&codec, 0);
+        let refine = refine_codec.map(|c| {
+            let codes = encode_codes(&c, 1);
+            (c, Section::Owned(codes))
+        });
         let encode_seconds = t_encode.elapsed().as_secs_f64();
 
         let report = BuildReport {
-            params: Some(params.clone()),
+            params: Some(report_params),
             train: train_report,
             final_energy: energy_sum / n as f64,
             train_seconds,

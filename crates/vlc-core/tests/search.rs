@@ -261,3 +261,95 @@ fn cosine_metric_normalises_and_finds_scaled_copies() {
     assert_eq!(hits[0].id, 42);
     assert!(hits[0].distance < 0.01);
 }
+
+#[test]
+fn a_byte_budget_builds_pcaq_that_fills_it_without_passing_it() {
+    // (n, dim, anchors, refine, budget in bytes per vector)
+    for (n, dim, anchors, refine, budget) in [
+        (3000, 64, 32, None, 20.0),
+        (3000, 64, 32, None, 33.3),
+        (2500, 200, 16, None, 61.0),
+        (2000, 37, 8, Some(CodecKind::Sq8), 70.0),
+        (1500, 96, 24, None, 1000.0),
+    ] {
+        let data = clustered(n, dim, 20, 0.5, dim as u64);
+        let mut params = BuildParams::default()
+            .with_num_anchors(anchors)
+            .with_refine(refine)
+            .with_bytes_per_vector(budget);
+        params.train.max_iterations = 5;
+        let (index, report) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+        assert_eq!(index.codec(), CodecKind::PcaRaBitQ);
+        let size = index.file_size() as f64;
+        let saved = vlc::format::to_bytes(&index);
+        assert_eq!(saved.len() as f64, size, "file_size is the saved size");
+        assert!(
+            size <= budget * n as f64,
+            "{n}x{dim} at {budget}: {} B/vector",
+            size / n as f64
+        );
+        let bits = report.params.as_ref().unwrap().codec_params.bits;
+        if bits < 8.0 {
+            // One more byte of bit planes per code (and up to 8 more rotation rows) would not
+            // have fitted: the budget is filled to within that step and the metadata's slack.
+            let step = n as f64 + 8.0 * (dim as f64 + 4.0) + 1024.0;
+            assert!(
+                budget * n as f64 - size < step,
+                "{n}x{dim} at {budget}: {} B/vector leaves more than a step",
+                size / n as f64
+            );
+        } else {
+            assert!(
+                size < budget * n as f64 / 2.0,
+                "only a large budget stops at 8 bits"
+            );
+        }
+        // The index searches, and reopens with the rate it was built at.
+        let back = Index::from_bytes(&saved).unwrap();
+        assert_eq!(back.code_size(), index.code_size());
+        let q = &data[..dim];
+        let hits = back
+            .search(
+                q,
+                &SearchParams {
+                    k: 1,
+                    nprobe: anchors,
+                    rerank: 0,
+                },
+            )
+            .unwrap();
+        assert_eq!(hits[0].id, 0, "{n}x{dim} at {budget}");
+    }
+}
+
+#[test]
+fn byte_budgets_that_cannot_hold_a_code_or_name_another_codec_are_errors() {
+    let dim = 32;
+    let data = clustered(1000, dim, 10, 0.5, 3);
+    let build = |params: &BuildParams| Index::build(&data, dim, params, &CpuBackend, &mut |_| {});
+    let base = BuildParams::default().with_num_anchors(16);
+    for bad in [0.0, -3.0, f64::NAN, f64::INFINITY] {
+        let err = build(&base.clone().with_bytes_per_vector(bad)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                VlcError::InvalidParameter {
+                    name: "bytes_per_vector",
+                    ..
+                }
+            ),
+            "{bad}: {err}"
+        );
+    }
+    // Ids alone take 10 bits per vector here, and the factors several bytes.
+    let err = build(&base.clone().with_bytes_per_vector(3.0)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("below the smallest pcaq index") && text.contains("bytes per vector"),
+        "{text}"
+    );
+    let mut sq8 = base.clone().with_bytes_per_vector(40.0);
+    sq8.codec = CodecKind::Sq8;
+    let err = build(&sq8).unwrap_err();
+    assert!(err.to_string().contains("fixed size"), "{err}");
+}

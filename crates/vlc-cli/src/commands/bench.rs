@@ -30,7 +30,8 @@ pub struct Args {
     /// int8), e.g. `pcaq0.125@int4`; `pcaqB` is the variance-allocated codec at B bits per
     /// dimension on average (e.g. pcaq3.2 or pcaq0.75; see `vlc build --help`). The default
     /// sweep's `pcaq0.125@int4` is its smallest code: at high dimensions and few vectors the
-    /// anchors are a large share of such a file, and int4 halves them.
+    /// anchors are a large share of such a file, and int4 halves them. `pcaq:NB` is pcaq at
+    /// the largest rate whose file fits N bytes per vector (see --match-peers).
     #[arg(
         long,
         value_delimiter = ',',
@@ -69,6 +70,11 @@ pub struct Args {
     /// JSON-lines files of peer points (e.g. from bench/faiss_bench.py).
     #[arg(long)]
     pub peers: Vec<PathBuf>,
+    /// Also build `pcaq` at each peer's footprint (`pcaq:NB`, `vlc build --bytes-per-vector
+    /// N`), for every distinct bytes per vector among the --peers points up to dim + 16 (about
+    /// pcaq's size at 8 bits per dimension), so that each peer meets VLC at its own size.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
+    pub match_peers: bool,
     /// Output directory.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -117,14 +123,18 @@ fn pick(
         .with_context(|| format!("{} has none of {names:?}", d.display()))
 }
 
-/// A benchmark configuration: primary codec (with `pcaq`'s bits when given), refine tier and
-/// anchor precision (`None`: the build default).
-type Config = (
-    CodecKind,
-    Option<f32>,
-    Option<CodecKind>,
-    Option<vlc::AnchorPrecision>,
-);
+/// A benchmark configuration.
+#[derive(Clone, Debug, PartialEq)]
+struct Config {
+    codec: CodecKind,
+    /// `pcaq`'s bits per dimension, when the spec gives them.
+    bits: Option<f32>,
+    /// The footprint `pcaq:NB` fills (`vlc build --bytes-per-vector N`).
+    bytes_per_vector: Option<f64>,
+    refine: Option<CodecKind>,
+    /// How anchors are stored (`None`: the build default).
+    precision: Option<vlc::AnchorPrecision>,
+}
 
 fn parse_config(spec: &str) -> Result<Config> {
     let (codecs, precision) = match spec.split_once('@') {
@@ -137,14 +147,64 @@ fn parse_config(spec: &str) -> Result<Config> {
         None => (spec, None),
     };
     let mut parts = codecs.split('+');
-    let (codec, bits) = vlc::codec::parse_codec_spec(parts.next().unwrap_or(""))
-        .with_context(|| format!("config `{spec}`"))?;
+    let primary = parts.next().unwrap_or("");
+    let (codec, bits, bytes_per_vector) = match primary.split_once(':') {
+        Some((name, footprint)) => {
+            let bytes = footprint
+                .strip_suffix(['B', 'b'])
+                .unwrap_or(footprint)
+                .parse::<f64>()
+                .ok()
+                .filter(|b| b.is_finite() && *b > 0.0);
+            match (name.eq_ignore_ascii_case("pcaq"), bytes) {
+                (true, Some(bytes)) => (CodecKind::PcaRaBitQ, None, Some(bytes)),
+                _ => bail!(
+                    "config `{spec}`: a footprint is written pcaq:NB, N the bytes per vector to fill (e.g. pcaq:64B)"
+                ),
+            }
+        }
+        None => {
+            let (codec, bits) = vlc::codec::parse_codec_spec(primary)
+                .with_context(|| format!("config `{spec}`"))?;
+            (codec, bits, None)
+        }
+    };
     let refine =
         parse_refine(parts.next().unwrap_or("none")).with_context(|| format!("config `{spec}`"))?;
     if parts.next().is_some() {
         bail!("config `{spec}`: expected codec, codec+refine, or either with @precision");
     }
-    Ok((codec, bits, refine, precision))
+    Ok(Config {
+        codec,
+        bits,
+        bytes_per_vector,
+        refine,
+        precision,
+    })
+}
+
+/// `pcaq` at each distinct footprint of `peers` up to `dim + 16` bytes per vector (about its
+/// size at 8 bits per dimension, the most it stores), named `pcaq:NB`; footprints are rounded
+/// down to a tenth of a byte.
+fn peer_footprints(peers: &[Point], dim: usize) -> Vec<String> {
+    let mut tenths: Vec<u64> = peers
+        .iter()
+        .map(|p| (p.bytes_per_vector * 10.0).floor())
+        .filter(|t| *t >= 10.0 && *t <= (dim as f64 + 16.0) * 10.0)
+        .map(|t| t as u64)
+        .collect();
+    tenths.sort_unstable();
+    tenths.dedup();
+    tenths
+        .into_iter()
+        .map(|t| {
+            if t % 10 == 0 {
+                format!("pcaq:{}B", t / 10)
+            } else {
+                format!("pcaq:{}.{}B", t / 10, t % 10)
+            }
+        })
+        .collect()
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -161,7 +221,22 @@ pub fn run(a: Args) -> Result<()> {
         &["groundtruth.npy", "groundtruth.ivecs"],
         "groundtruth",
     )?;
-    let configs: Vec<(String, Config)> = a
+    let mut peer_points: Vec<Point> = Vec::new();
+    for p in &a.peers {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            peer_points.push(
+                serde_json::from_str(line)
+                    .with_context(|| format!("{} line {}", p.display(), i + 1))?,
+            );
+        }
+    }
+    let mut configs: Vec<(String, Config)> = a
         .configs
         .iter()
         .map(|s| parse_config(s).map(|c| (s.clone(), c)))
@@ -171,6 +246,14 @@ pub fn run(a: Args) -> Result<()> {
     }
     let base = vlc::io::read_vectors(&base_path, None)
         .with_context(|| format!("reading {}", base_path.display()))?;
+    if a.match_peers {
+        for spec in peer_footprints(&peer_points, base.cols) {
+            let config = parse_config(&spec)?;
+            if !configs.iter().any(|(_, c)| *c == config) {
+                configs.push((spec, config));
+            }
+        }
+    }
     let queries = vlc::io::read_vectors(&query_path, Some(base.cols))
         .with_context(|| format!("reading {}", query_path.display()))?;
     let truth =
@@ -195,18 +278,21 @@ pub fn run(a: Args) -> Result<()> {
         a.search_threads,
         vlc::simd::kernels()
     );
-    for (name, (codec, bits, refine, precision)) in &configs {
+    for (name, config) in &configs {
         let mut params = BuildParams::default()
-            .with_codec(*codec)
-            .with_refine(*refine)
+            .with_codec(config.codec)
+            .with_refine(config.refine)
             .with_metric(a.metric)
             .with_seed(a.seed);
-        if let Some(bits) = bits {
-            params.codec_params.bits = *bits;
+        if let Some(bits) = config.bits {
+            params.codec_params.bits = bits;
+        }
+        if let Some(budget) = config.bytes_per_vector {
+            params = params.with_bytes_per_vector(budget);
         }
         params.train.num_anchors = a.anchors.unwrap_or(0);
-        if let Some(precision) = precision {
-            params.anchor_precision = *precision;
+        if let Some(precision) = config.precision {
+            params.anchor_precision = precision;
         }
         let t = Instant::now();
         let (index, _) = Index::build(&base.data, base.cols, &params, &CpuBackend, &mut |_| {})
@@ -270,20 +356,7 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
     }
-    for p in &a.peers {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        for (i, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            points.push(
-                serde_json::from_str(line)
-                    .with_context(|| format!("{} line {}", p.display(), i + 1))?,
-            );
-        }
-    }
+    points.extend(peer_points);
     write_outputs(
         &a.out,
         &points,

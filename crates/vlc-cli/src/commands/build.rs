@@ -26,9 +26,16 @@ pub struct Args {
     /// B·D/8 + 8 bytes, plus the rotation's rows of the coded axes (up to D x D bytes, int8 with a scale per row) per index.
     /// RaBitQ-family sizes are larger by 4 (rabitq1) or 8 for data far from the origin, whose
     /// factors are kept as f32. RaBitQ-family codes are scanned a bit or two at a time and
-    /// their candidates rescored with all bits.
-    #[arg(long, default_value = "sq8")]
-    pub codec: String,
+    /// their candidates rescored with all bits. [default: sq8; pcaq with --bytes-per-vector]
+    #[arg(long)]
+    pub codec: Option<String>,
+    /// Fill this footprint: bytes per vector of the whole index file (ids, anchors, codec
+    /// parameters, codes, and the --refine tier when there is one). Builds pcaq at the largest
+    /// rate that fits, chosen after the anchors are trained (at most 8 bits per dimension, so a
+    /// budget above that size is not filled). Fails, naming the smallest size possible, when
+    /// the budget cannot hold the ids, anchors and factors plus one byte of code per vector.
+    #[arg(long, value_name = "BYTES")]
+    pub bytes_per_vector: Option<f64>,
     /// Finer codec stored beside the primary one to rerank the candidate pool: none, sq4
     /// (D/2 + 4 bytes per vector), sq8 (D + 4), f16 (2·D + 4: each residual dimension as a
     /// half float, so the rerank is near exact and recall is what the probed lists hold) or
@@ -102,12 +109,26 @@ pub fn parse_refine(text: &str) -> Result<Option<CodecKind>> {
 
 pub fn run(a: Args) -> Result<()> {
     let refine = parse_refine(&a.refine)?;
-    let (codec, bits) = vlc::codec::parse_codec_spec(&a.codec)?;
+    let default_codec = if a.bytes_per_vector.is_some() {
+        "pcaq"
+    } else {
+        "sq8"
+    };
+    let (codec, bits) = vlc::codec::parse_codec_spec(a.codec.as_deref().unwrap_or(default_codec))?;
     let mut params = BuildParams::default()
         .with_codec(codec)
         .with_refine(refine)
         .with_metric(a.metric)
         .with_seed(a.seed);
+    if let Some(budget) = a.bytes_per_vector {
+        if codec != CodecKind::PcaRaBitQ || bits.is_some() {
+            bail!(
+                "--bytes-per-vector chooses pcaq's rate; give --codec pcaq (without bits) or no --codec, not `{}`",
+                a.codec.as_deref().unwrap_or_default()
+            );
+        }
+        params = params.with_bytes_per_vector(budget);
+    }
     params.train.num_anchors = a.anchors.unwrap_or(0);
     if a.anchors == Some(0) {
         bail!("--anchors must be at least 1");
@@ -178,8 +199,15 @@ pub fn run(a: Args) -> Result<()> {
             },
             report.final_energy
         );
+        let rate = index
+            .pcaq_widths()
+            .map(|w| {
+                let bits = w.iter().map(|&b| b as f64).sum::<f64>() / w.len() as f64;
+                format!(" at {bits:.3} bits per dimension")
+            })
+            .unwrap_or_default();
         println!(
-            "  codec          {}{}",
+            "  codec          {}{rate}{}",
             index.codec(),
             index
                 .refine_codec()

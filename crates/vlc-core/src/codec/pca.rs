@@ -387,23 +387,45 @@ fn random_orthogonal(n: usize, seed: u64) -> Vec<f32> {
     (0..n * n).map(|k| q[(k / n, k % n)] as f32).collect()
 }
 
-impl PcaRaBitQ {
-    /// Fit the basis and bit allocation to the residuals of `points` (m, dim) against their
-    /// `anchors` (num_anchors, dim) under `assignment` (m,).
-    pub(crate) fn train(
+/// Refuse a rate outside (0, [`MAX_DIM_BITS`]] bits per dimension.
+fn check_bits(bits: f32) -> Result<()> {
+    if bits > 0.0 && bits <= MAX_DIM_BITS as f32 {
+        Ok(())
+    } else {
+        Err(VlcError::param(
+            "bits",
+            format!(
+                "pcaq needs more than 0 and at most {MAX_DIM_BITS} bits per dimension, got {bits}"
+            ),
+        ))
+    }
+}
+
+/// What `pcaq` learns from the residuals before its rate is fixed: their principal axes and
+/// variances, how much near neighbours share each block of axes, and the factor format. One
+/// fit gives the codec at any rate ([`PcaFit::codec`]) and, cheaply, the size of its codes
+/// and parameters at any rate ([`PcaFit::sizes`]), which is how a byte budget picks the rate.
+pub(crate) struct PcaFit {
+    dim: usize,
+    seed: u64,
+    /// Eigenvector columns of the residual covariance. Layout: (dim, dim), column `a` is axis `a`.
+    eigenvectors: nalgebra::DMatrix<f64>,
+    /// Axis indices into `eigenvectors`, by falling variance. Layout: (dim,).
+    axes: Vec<usize>,
+    model: ErrorModel,
+    factors: FactorFormat,
+}
+
+impl PcaFit {
+    /// Fit to the residuals of `points` (m, dim) against their `anchors` (num_anchors, dim)
+    /// under `assignment` (m,).
+    pub(crate) fn new(
         dim: usize,
-        bits: f32,
         seed: u64,
         points: &[f32],
         anchors: &[f32],
         assignment: &[u32],
     ) -> Result<Self> {
-        if !(bits > 0.0 && bits <= MAX_DIM_BITS as f32) {
-            return Err(VlcError::param(
-                "bits",
-                format!("pcaq needs more than 0 and at most {MAX_DIM_BITS} bits per dimension, got {bits}"),
-            ));
-        }
         let m = assignment.len();
         if m == 0 {
             return Err(VlcError::param("input", "pcaq needs training vectors"));
@@ -449,9 +471,57 @@ impl PcaRaBitQ {
             .collect();
         let coherence = neighbour_coherence(points, anchors, assignment, dim, &basis);
         let factors = FactorFormat::fit(points, anchors, assignment, dim);
-        let bytes = ((bits as f64 * dim as f64 / 8.0).round() as usize).max(1);
-        let widths = ErrorModel::new(&variances, &coherence).widths(bytes, factors.bytes());
-        let dim_bits: Vec<u8> = (0..dim).map(|d| widths[d / 8]).collect();
+        Ok(PcaFit {
+            dim,
+            seed,
+            eigenvectors: eigen.eigenvectors,
+            axes,
+            model: ErrorModel::new(&variances, &coherence),
+            factors,
+        })
+    }
+
+    /// Bytes of bit planes per code at `bits` per dimension on average.
+    fn plane_bytes(&self, bits: f32) -> usize {
+        ((bits as f64 * self.dim as f64 / 8.0).round() as usize).max(1)
+    }
+
+    /// Bits of each rotated dimension at `bits` per dimension on average. Layout: (dim,).
+    fn dim_bits(&self, bits: f32) -> Vec<u8> {
+        let widths = self
+            .model
+            .widths(self.plane_bytes(bits), self.factors.bytes());
+        (0..self.dim).map(|d| widths[d / 8]).collect()
+    }
+
+    /// `(code_size, parameter bytes)` of the codec at `bits` per dimension on average, as
+    /// [`codec`](Self::codec) would make it, without building its rotation.
+    pub(crate) fn sizes(&self, bits: f32) -> (usize, usize) {
+        let dim_bits = self.dim_bits(bits);
+        let active = dim_bits.iter().filter(|&&b| b > 0).count();
+        let stored_rotation = StoredRotation::Int8 {
+            scales: vec![0.0; active],
+            levels: vec![0; active * self.dim],
+        };
+        let codec = PcaRaBitQ::from_parts(
+            self.dim,
+            bits,
+            dim_bits,
+            Vec::new(),
+            stored_rotation,
+            self.factors,
+            self.factors,
+        );
+        let mut params = Vec::new();
+        codec.write_params(&mut params);
+        (codec.code_size, params.len())
+    }
+
+    /// The codec at `bits` per dimension on average (more than 0, at most [`MAX_DIM_BITS`]).
+    pub(crate) fn codec(&self, bits: f32) -> Result<PcaRaBitQ> {
+        check_bits(bits)?;
+        let (dim, axes) = (self.dim, &self.axes);
+        let dim_bits = self.dim_bits(bits);
         let active = dim_bits.iter().filter(|&&b| b > 0).count();
         // Basis: the principal axes, mixed by a random rotation within each run of equal width;
         // axes without bits are not stored.
@@ -464,29 +534,45 @@ impl PcaRaBitQ {
                     .take_while(|&&b| b == dim_bits[start])
                     .count();
             let n = end - start;
-            let mix = random_orthogonal(n, seed ^ (start as u64).wrapping_mul(0x9e37_79b9));
+            let mix = random_orthogonal(n, self.seed ^ (start as u64).wrapping_mul(0x9e37_79b9));
             for a in 0..n {
                 let row = &mut rotation[(start + a) * dim..(start + a + 1) * dim];
                 for b in 0..n {
                     let weight = mix[a * n + b] as f64;
                     let axis = axes[start + b];
                     for (d, r) in row.iter_mut().enumerate() {
-                        *r += (weight * eigen.eigenvectors[(d, axis)]) as f32;
+                        *r += (weight * self.eigenvectors[(d, axis)]) as f32;
                     }
                 }
             }
             start = end;
         }
         let (stored_rotation, rotation) = StoredRotation::int8(&rotation, dim)?;
-        Ok(Self::from_parts(
+        Ok(PcaRaBitQ::from_parts(
             dim,
             bits,
             dim_bits,
             rotation,
             stored_rotation,
-            factors,
-            factors,
+            self.factors,
+            self.factors,
         ))
+    }
+}
+
+impl PcaRaBitQ {
+    /// Fit the basis and bit allocation to the residuals of `points` (m, dim) against their
+    /// `anchors` (num_anchors, dim) under `assignment` (m,).
+    pub(crate) fn train(
+        dim: usize,
+        bits: f32,
+        seed: u64,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+    ) -> Result<Self> {
+        check_bits(bits)?;
+        PcaFit::new(dim, seed, points, anchors, assignment)?.codec(bits)
     }
 
     /// Dimensions with at least one bit (a prefix of the rotated dimensions).
