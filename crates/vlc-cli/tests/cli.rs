@@ -521,10 +521,12 @@ fn bench_meets_each_peer_at_its_footprint_and_build_fills_a_budget() {
             r#"{{"system":"faiss","config":"peer{bytes}","nprobe":4,"bytes_per_vector":{bytes},"recall@1":0.5,"recall@10":0.5,"qps":1000.0,"threads":1}}"#
         )
     };
-    // Two points at one footprint, one at another, one above pcaq's largest size (DIM + 16).
-    let lines = [peer(30.04), peer(30.04), peer(36.0), peer(500.0)].join("\n");
+    // Two points at one footprint, one at another, one above pcaq's largest size (DIM + 16),
+    // and one below its smallest (skipped, with a note, not a failure).
+    let lines = [peer(30.04), peer(30.04), peer(36.0), peer(500.0), peer(2.0)].join("\n");
     std::fs::write(&peers, lines).unwrap();
     let run = |out: &Path, extra: &[&str]| {
+        let skipped = !extra.contains(&"false");
         vlc()
             .args(["bench", "--nprobe", "4", "--repeat", "1", "--rerank", "0"])
             .args(["--configs", "pcaq1"])
@@ -537,7 +539,14 @@ fn bench_meets_each_peer_at_its_footprint_and_build_fills_a_budget() {
             .arg("--out")
             .arg(out)
             .assert()
-            .success();
+            .success()
+            .stderr(if skipped {
+                predicate::str::contains("pcaq:2B")
+                    .and(predicate::str::contains("skipped"))
+                    .boxed()
+            } else {
+                predicate::str::contains("pcaq:2B").not().boxed()
+            });
         let text = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
         text.lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())

@@ -246,6 +246,9 @@ pub fn run(a: Args) -> Result<()> {
     }
     let base = vlc::io::read_vectors(&base_path, None)
         .with_context(|| format!("reading {}", base_path.display()))?;
+    // Configurations up to here were asked for; those added for the peers' footprints may not
+    // fit (a footprint below pcaq's smallest index of this data) and are then skipped.
+    let asked = configs.len();
     if a.match_peers {
         for spec in peer_footprints(&peer_points, base.cols) {
             let config = parse_config(&spec)?;
@@ -278,7 +281,7 @@ pub fn run(a: Args) -> Result<()> {
         a.search_threads,
         vlc::simd::kernels()
     );
-    for (name, config) in &configs {
+    for (number, (name, config)) in configs.iter().enumerate() {
         let mut params = BuildParams::default()
             .with_codec(config.codec)
             .with_refine(config.refine)
@@ -295,8 +298,19 @@ pub fn run(a: Args) -> Result<()> {
             params.anchor_precision = precision;
         }
         let t = Instant::now();
-        let (index, _) = Index::build(&base.data, base.cols, &params, &CpuBackend, &mut |_| {})
-            .with_context(|| format!("building {name}"))?;
+        let index = match Index::build(&base.data, base.cols, &params, &CpuBackend, &mut |_| {}) {
+            Ok((index, _)) => index,
+            Err(
+                e @ vlc::VlcError::InvalidParameter {
+                    name: "bytes_per_vector",
+                    ..
+                },
+            ) if number >= asked => {
+                eprintln!("  {name:<16} skipped (a peer's footprint): {e}");
+                continue;
+            }
+            Err(e) => return Err(e).with_context(|| format!("building {name}")),
+        };
         let build_seconds = t.elapsed().as_secs_f64();
         let bytes = index.file_size() as f64 / index.len() as f64;
         if a.keep_indexes {
