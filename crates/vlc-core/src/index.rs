@@ -415,6 +415,8 @@ impl Index {
                     r.write_params(&mut refine_params);
                     refine_sections = vec![refine_params.len(), n * r.code_size()];
                 }
+                // The sections `format::sections` writes (a new section there must be added
+                // here too: the budget test would see the file pass its budget).
                 let file_size = |bits: f32| {
                     let (code_size, params_len) = fit.sizes(bits);
                     let mut lengths = vec![
