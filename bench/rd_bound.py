@@ -3,7 +3,7 @@
 (anchor id + coded residual, the VLC/IVF design) can be compared with.
 
 Usage:
-  python3 bench/rd_bound.py DATASET_DIR [--anchors 1024] [--bytes 48,64,96,128,192]
+  python3 bench/rd_bound.py DATASET_DIR [--anchors 1024] [--bytes 48,64,96,128,192] [--vq-bits 8]
 
 The anchors are FAISS k-means centroids (`--anchors` of them). The residuals `r = x - c` are
 rotated into their principal axes, with variances `lam_i`. At a budget of `bits` per vector the
@@ -13,10 +13,16 @@ has distortion `D_i = min(theta, lam_i)` on axis `i`, reverse water-filling, wit
 blocks); a scalar quantiser is about 1.5 dB above it at high rates. Its reconstruction is
 simulated through the backward test channel, `r = r_hat + z` with `z_i ~ N(0, D_i)` independent
 of `r_hat`, i.e. `r_hat_i = s_i (r_i + n_i)`, `s_i = (lam_i - D_i) / lam_i`,
-`Var n_i = lam_i D_i / (lam_i - D_i)`. The inner product estimate is then rescaled by the
-per-vector factor `|r|^2 / <r_hat, r>`, as RaBitQ-class codes do (their error is orthogonal to
-`r`, which helps ranking), and every list is scored (no probing loss), so the recall printed is
-an upper estimate of what such a code gets at that many bits.
+`Var n_i = lam_i D_i / (lam_i - D_i)`, and every list is scored (no probing loss), so the recall
+printed is an upper estimate of what such a code gets at that many bits.
+
+Two estimators of `|q - x|^2` from the reconstruction, both with RaBitQ's per-vector factor
+`f = |r|^2 / <r_hat, r>` (exact when the query direction is `r`):
+- `recall@10` is VLC's (`pcaq`, `rabitq*`): `|q - c|^2 + |r|^2 - 2 f <q - c, r_hat>`, the
+  inner product taken with the query's offset from the list's anchor, so the estimate is exact
+  for a query at `x` itself;
+- `plain` is `|x|^2 - 2 <q, c> - 2 f <q, r_hat>` (what this script printed before session 24;
+  it is not VLC's estimator and puts the ceiling about 0.015 too low at 64 B on the dev set).
 
 Two budgets per byte line:
 - `all bytes`: every byte of the line is code (no ids, no anchors, no factors): a ceiling for
@@ -27,7 +33,10 @@ Two budgets per byte line:
 
 The source is not Gaussian; a quantiser that exploits its structure (more anchors, learned
 codebooks) can exceed this estimate, which `--anchors` lets one probe (the anchors' bytes are
-in `after overhead`).
+in `after overhead`). `--vq-bits B` adds, per line, a learned code at the same bits: the
+principal axes are cut into consecutive groups that each carry `B` bits of the water-filling
+rates, each group gets a k-means codebook of `2^B` entries (FAISS), and the same estimator
+scores it; its codebooks are not counted.
 """
 import argparse
 import math
@@ -42,6 +51,7 @@ ap.add_argument("--anchors", default="1024", help="anchor counts, comma separate
 ap.add_argument("--bytes", default="48,64,96,128,192", help="bytes/vector, comma separated")
 ap.add_argument("--queries", type=int, default=10_000, help="queries used (the first N)")
 ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--vq-bits", default="", help="bits per learned codebook group, comma separated")
 a = ap.parse_args()
 
 base = np.load(os.path.join(a.dataset, "base.npy")).astype(np.float32)
@@ -63,6 +73,65 @@ def recall(estimate_rows):
     return hits / (10 * len(queries))
 
 
+def score(recon, rotated, anchor_rot, q_rot, q_anchor, assign):
+    """Recall@10 with VLC's estimator and with the plain one, of a reconstruction `recon` of
+    the rotated residuals (rescaled here by the per-vector factor), and its relative
+    distortion."""
+    factor = (rotated * rotated).sum(1) / np.maximum((recon * rotated).sum(1), 1e-30)
+    recon = recon * factor[:, None]
+    # VLC: |q - c|^2 + |r|^2 - 2 f <q - c, r_hat>; |q|^2 is the same for every row, so the
+    # ranking is that of |c|^2 + |r|^2 + 2 <c, f r_hat> - 2 <q, c> - 2 <q, f r_hat>.
+    vlc_const = ((anchor_rot * anchor_rot).sum(1) + (rotated * rotated).sum(1)
+                 + 2 * (anchor_rot * recon).sum(1))
+
+    def rows(const):
+        for s in range(0, len(queries), 1000):
+            e = q_rot[s:s + 1000] @ recon.T
+            e += q_anchor[s:s + 1000][:, assign]
+            yield s, const[None, :] - 2 * e
+
+    energy = float((rotated.astype(np.float64) ** 2).sum(1).mean())
+    distortion = float(((recon - rotated) ** 2).sum(1).mean()) / energy
+    return recall(rows(vlc_const)), recall(rows(norms)), distortion
+
+
+def water_fill(lam, bits):
+    """Per-axis distortion of the reverse water-filling at `bits` in all."""
+    lo, hi = 1e-12, lam.max()
+    for _ in range(200):
+        theta = math.sqrt(lo * hi)
+        if 0.5 * np.log2(lam / np.minimum(theta, lam)).sum() > bits:
+            lo = theta
+        else:
+            hi = theta
+    return np.minimum(hi, lam)
+
+
+def learned(rotated, lam, bits, group_bits, seed):
+    """Reconstruction by k-means codebooks of 2^group_bits entries over consecutive groups of
+    principal axes that each carry group_bits bits of the water-filling rates."""
+    rate = 0.5 * np.log2(lam / water_fill(lam, bits))
+    groups = int(bits // group_bits)
+    cumulative = np.cumsum(rate)
+    coded = int((rate > 1e-9).sum())
+    bounds = [0]
+    for g in range(1, groups):
+        bounds.append(max(bounds[-1] + 1, int(np.searchsorted(cumulative, g * bits / groups))))
+    bounds.append(max(coded, bounds[-1] + 1))
+    recon = np.zeros_like(rotated)
+    for g in range(groups):
+        lo, hi = bounds[g], min(bounds[g + 1], rotated.shape[1])
+        if hi <= lo:
+            continue
+        part = np.ascontiguousarray(rotated[:, lo:hi])
+        km = faiss.Kmeans(hi - lo, 2 ** group_bits, niter=25, seed=seed + g, verbose=False)
+        km.train(part)
+        _, nearest = km.index.search(part, 1)
+        recon[:, lo:hi] = km.centroids[nearest[:, 0]]
+    return recon, min(bounds[-1], rotated.shape[1])
+
+
+vq_bits = [int(b) for b in a.vq_bits.split(",") if b]
 for num_anchors in [int(k) for k in a.anchors.split(",")]:
     km = faiss.Kmeans(dim, num_anchors, niter=20, seed=a.seed + 1, verbose=False)
     km.train(base)
@@ -74,6 +143,7 @@ for num_anchors in [int(k) for k in a.anchors.split(",")]:
     order = np.argsort(lam)[::-1]
     basis = basis[:, order].astype(np.float32)
     rotated = residual @ basis
+    anchor_rot = centroids[assign] @ basis
     lam = rotated.astype(np.float64).var(0)
     q_anchor = queries @ centroids.T
     q_rot = queries @ basis
@@ -81,38 +151,26 @@ for num_anchors in [int(k) for k in a.anchors.split(",")]:
     overhead = math.ceil(math.log2(n) / 8) + num_anchors * (dim / 2 + 4) / n + 4
     print(f"\nanchors {num_anchors}: residual energy {energy:.4f}; overhead counted "
           f"{overhead:.1f} B/vector (ids, int4 anchors, two f16 factors)")
-    print(f"{'bytes/vector':>12} {'budget':>15} {'code bits':>9} {'coded axes':>10} "
-          f"{'distortion':>10} {'recall@10':>9}")
+    print(f"{'bytes/vector':>12} {'budget':>15} {'code':>12} {'code bits':>9} {'coded axes':>10} "
+          f"{'distortion':>10} {'recall@10':>9} {'plain':>7}")
     rng = np.random.default_rng(a.seed)
     for line in [float(b) for b in a.bytes.split(",")]:
         for label, code_bytes in (("all bytes", line), ("after overhead", line - overhead)):
             bits = 8 * code_bytes
             if bits <= 0:
-                print(f"{line:>12.0f} {label:>15} {'-':>9}   the overhead alone exceeds the line")
+                print(f"{line:>12.0f} {label:>15} {'-':>12}   the overhead alone exceeds the line")
                 continue
-            lo, hi = 1e-12, lam.max()
-            for _ in range(200):
-                theta = math.sqrt(lo * hi)
-                d = np.minimum(theta, lam)
-                if 0.5 * np.log2(lam / d).sum() > bits:
-                    lo = theta
-                else:
-                    hi = theta
-            d = np.minimum(hi, lam)
+            d = water_fill(lam, bits)
             coded = lam > d
             scale = np.where(coded, (lam - d) / lam, 0.0).astype(np.float32)
             noise = np.where(coded, lam * d / np.maximum(lam - d, 1e-300), 0.0).astype(np.float32)
             recon = scale * (rotated + rng.standard_normal(rotated.shape, dtype=np.float32)
                              * np.sqrt(noise))
-            factor = (rotated * rotated).sum(1) / np.maximum((recon * rotated).sum(1), 1e-30)
-            recon *= factor[:, None]
-            distortion = float(((recon - rotated) ** 2).sum(1).mean()) / energy
-
-            def rows():
-                for s in range(0, len(queries), 1000):
-                    e = q_rot[s:s + 1000] @ recon.T
-                    e += q_anchor[s:s + 1000][:, assign]
-                    yield s, norms[None, :] - 2 * e
-
-            print(f"{line:>12.0f} {label:>15} {bits:>9.0f} {int(coded.sum()):>10} "
-                  f"{distortion:>10.4f} {recall(rows()):>9.4f}", flush=True)
+            vlc, plain, distortion = score(recon, rotated, anchor_rot, q_rot, q_anchor, assign)
+            print(f"{line:>12.0f} {label:>15} {'ideal':>12} {bits:>9.0f} {int(coded.sum()):>10} "
+                  f"{distortion:>10.4f} {vlc:>9.4f} {plain:>7.4f}", flush=True)
+            for group_bits in vq_bits:
+                recon, axes = learned(rotated, lam, bits, group_bits, a.seed + 7)
+                vlc, plain, distortion = score(recon, rotated, anchor_rot, q_rot, q_anchor, assign)
+                print(f"{line:>12.0f} {label:>15} {f'k-means {group_bits}b':>12} {bits:>9.0f} "
+                      f"{axes:>10} {distortion:>10.4f} {vlc:>9.4f} {plain:>7.4f}", flush=True)

@@ -10,6 +10,7 @@
 
 pub mod anchor_only;
 pub mod float;
+mod levels;
 pub mod pca;
 pub mod rabitq;
 pub mod scalar;

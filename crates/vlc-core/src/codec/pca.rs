@@ -53,7 +53,8 @@
 //! vectors this is a fixed cost worth saving: 1024 x 1024 rows are 35 bytes per vector of a
 //! 30,000-vector index as int8, 70 as f16.
 
-use super::rabitq::{choose_levels, grid_factors, LevelScratch};
+use super::levels::{choose_levels, LevelScratch};
+use super::rabitq::grid_factors;
 use super::{
     fill_remaining, planes_estimate, planes_full, term_bounds, CodecKind, FactorFormat,
     ParamReader, QueryState, ResidualCodec,

@@ -14,8 +14,9 @@
 //! same weights into nibble lookup tables ([`crate::fastscan`]).
 //!
 //! For `b = 1` (`w = ±½`) this is the classic 1-bit estimator. For `b > 1`, the grid `x` of
-//! magnitudes maximising `⟨x̄, o⟩` is found exactly by walking the critical scales at which a
-//! coordinate's level changes (extended RaBitQ). The top bit of `u` is the sign of `(P r)_i`,
+//! magnitudes maximising `⟨x̄, o⟩` is found exactly among the critical scales at which a
+//! coordinate's level changes (extended RaBitQ; searched by branch and bound, see
+//! [`super::levels`]). The top bit of `u` is the sign of `(P r)_i`,
 //! so every code starts with a complete 1-bit code and its own factors: search scans that part
 //! with the fast-scan kernel and rescores only its candidate pool with the full code.
 //!
@@ -26,6 +27,7 @@
 //! - for `b > 1`: planes of bits `0..b−1` of `u` (`nb` bytes each), then f1, f2 of the full
 //!   code in the same [`FactorFormat`] (format version 4 on; two `f32` in older files).
 
+use super::levels::{choose_levels, LevelScratch};
 use super::{
     fill_remaining, planes_estimate, planes_full, term_bounds, CodecKind, FactorFormat,
     ParamReader, QueryState, ResidualCodec,
@@ -79,93 +81,6 @@ struct EncodeScratch {
     /// Rotated residual. Layout: (dim,).
     rotated: Vec<f32>,
     levels: LevelScratch,
-}
-
-/// Scratch of [`choose_levels`], reused across vectors.
-#[derive(Default)]
-pub(crate) struct LevelScratch {
-    /// Dimensions by decreasing |v|, zeros left out.
-    order: Vec<u32>,
-    /// `1/|v|` in `order`. Layout: (nonzero dims,).
-    inverse: Vec<f32>,
-    /// Dimensions in the order their level rises while the scale grows.
-    events: Vec<u32>,
-    /// Per level k, the next position in `order` whose dimension can still reach k.
-    heads: Vec<usize>,
-    /// Pending events as (scale bits, level): the smallest scale first, ties by level.
-    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u32, u32)>>,
-    /// The chosen magnitude level of each dimension. Layout: (dim,).
-    pub(crate) levels: Vec<u8>,
-}
-
-/// Choose the magnitude levels of an extended code for the vector `v`: maximise
-/// `Σ (x_i + ½)|v_i| / √Σ (x_i + ½)²` over `x_i ∈ 0..=max_level(i)`, where `x_i` is the level
-/// of `|v_i|` at a common scale `t` (`x_i = min(⌊t |v_i|⌋, max_level(i))`). The objective
-/// changes only where some `t |v_i|` crosses an integer, so every such critical scale is visited
-/// in increasing order (a heap over levels) and the best prefix of level increments is kept.
-/// The result is in `scratch.levels`.
-pub(crate) fn choose_levels(
-    v: &[f32],
-    max_level: impl Fn(usize) -> u32,
-    top_level: u32,
-    scratch: &mut LevelScratch,
-) {
-    let dim = v.len();
-    scratch.order.clear();
-    scratch
-        .order
-        .extend((0..dim as u32).filter(|&i| v[i as usize] != 0.0));
-    scratch.order.sort_unstable_by(|&a, &b| {
-        v[b as usize]
-            .abs()
-            .total_cmp(&v[a as usize].abs())
-            .then(a.cmp(&b))
-    });
-    // Level k of dimension i is reached at t = k/|v_i|: for each k the dimensions arrive in
-    // `order`. Compared as squares: value² = num² / squares.
-    scratch.inverse.clear();
-    scratch
-        .inverse
-        .extend(scratch.order.iter().map(|&i| 1.0 / v[i as usize].abs()));
-    let n = scratch.order.len();
-    let order = &scratch.order;
-    let next = |k: u32, from: usize| (from..n).find(|&p| max_level(order[p] as usize) >= k);
-    scratch.heads.clear();
-    scratch.heads.resize(top_level as usize + 1, n);
-    scratch.heap.clear();
-    for k in 1..=top_level {
-        if let Some(p) = next(k, 0) {
-            scratch.heads[k as usize] = p;
-            // t > 0 and finite, so its bits order like its value.
-            let t = k as f32 * scratch.inverse[p];
-            scratch.heap.push(std::cmp::Reverse((t.to_bits(), k)));
-        }
-    }
-    let mut numerator: f64 = 0.5 * v.iter().map(|x| x.abs() as f64).sum::<f64>();
-    let mut squares: f64 = 0.25 * dim as f64;
-    let mut best = (numerator * numerator / squares, 0usize);
-    scratch.events.clear();
-    while let Some(std::cmp::Reverse((_, k))) = scratch.heap.pop() {
-        let p = scratch.heads[k as usize];
-        let d = order[p];
-        numerator += v[d as usize].abs() as f64;
-        squares += 2.0 * k as f64;
-        scratch.events.push(d);
-        let value = numerator * numerator / squares;
-        if value > best.0 {
-            best = (value, scratch.events.len());
-        }
-        if let Some(p) = next(k, p + 1) {
-            scratch.heads[k as usize] = p;
-            let t = k as f32 * scratch.inverse[p];
-            scratch.heap.push(std::cmp::Reverse((t.to_bits(), k)));
-        }
-    }
-    scratch.levels.clear();
-    scratch.levels.resize(dim, 0);
-    for &d in &scratch.events[..best.1] {
-        scratch.levels[d as usize] += 1;
-    }
 }
 
 /// `(f1, f2)` of the estimator for grid `w` (given by `grid(i)`), rotated residual `rr` and

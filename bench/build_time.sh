@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Build time (anchor training and encoding, on the CPU with every core) and recall@10 at nprobe
+# 32 and 128 (one thread) of some codecs on a dataset, for this checkout and, when BASE_REV is
+# given, for that commit too (built once in a git worktree under ${TMPDIR:-/tmp}, kept for reruns).
+# Usage: bash bench/build_time.sh DATASET_DIR "CODEC ..." [BASE_REV]
+# e.g.   bash bench/build_time.sh ../shared/data/debian-minilm "pcaq3 rabitq4 pcaq7.5" ec03b12
+set -euo pipefail
+data=${1:?usage: bench/build_time.sh DATASET_DIR "CODEC ..." [BASE_REV]}
+codecs=${2:?usage: bench/build_time.sh DATASET_DIR "CODEC ..." [BASE_REV]}
+base=${3:-}
+cd "$(dirname "$0")/.."
+cargo build --release -q -p vlc-cli
+binaries=("HEAD $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes'):$PWD/target/release/vlc")
+if [ -n "$base" ]; then
+  tree="${TMPDIR:-/tmp}/vlc-build-time-$(git rev-parse --short "$base")"
+  [ -d "$tree" ] || git worktree add -q --detach "$tree" "$base"
+  (cd "$tree" && cargo build --release -q -p vlc-cli)
+  binaries=("$base:$tree/target/release/vlc" "${binaries[@]}")
+fi
+q=$data/query.npy; [ -f "$q" ] || q=$data/queries.npy
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+echo "$(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+for codec in $codecs; do
+  for entry in "${binaries[@]}"; do
+    label=${entry%%:*}; vlc=${entry#*:}
+    echo "== $codec, $label: vlc build $data/base.npy --codec $codec --backend cpu; vlc eval --nprobe 32,128 --threads 1"
+    "$vlc" build "$data/base.npy" -o "$out/i.vlc" --codec "$codec" --backend cpu -q | grep -E "build time"
+    "$vlc" eval "$out/i.vlc" --queries "$q" --groundtruth "$data/groundtruth.npy" --nprobe 32,128 --threads 1 | tail -3
+  done
+done
