@@ -18,7 +18,8 @@
 //! whole interval ([`bound`]); an interval whose bound does not pass the best state seen so far
 //! is skipped. Intervals are halved (the state at the middle is itself a candidate) until they
 //! hold few events, which are then visited in order. Only the intervals near the best scale
-//! survive, so a vector costs a few dozen passes over its dimensions instead of one heap
+//! survive, so a vector costs one to two hundred passes over its dimensions (vectorised)
+//! instead of one heap
 //! operation per event.
 //!
 //! Events at the same scale are visited in the reference sweep's order (by level, then by
