@@ -19,8 +19,7 @@
 //! is skipped. Intervals are halved (the state at the middle is itself a candidate) until they
 //! hold few events, which are then visited in order. Only the intervals near the best scale
 //! survive, so a vector costs one to two hundred passes over its dimensions (vectorised)
-//! instead of one heap
-//! operation per event.
+//! instead of one heap operation per event.
 //!
 //! Events at the same scale are visited in the reference sweep's order (by level, then by
 //! falling `|v_i|`, then by dimension), and the first state with the largest value wins, so the
