@@ -73,10 +73,10 @@ def recall(estimate_rows):
     return hits / (10 * len(queries))
 
 
-def score(recon, rotated, anchor_rot, q_rot, q_anchor, assign):
+def score(recon, rotated, energy, anchor_rot, q_rot, q_anchor, assign):
     """Recall@10 with VLC's estimator and with the plain one, of a reconstruction `recon` of
-    the rotated residuals (rescaled here by the per-vector factor), and its relative
-    distortion."""
+    the rotated residuals (rescaled here by the per-vector factor), and its distortion
+    relative to the residuals' mean energy `energy`."""
     factor = (rotated * rotated).sum(1) / np.maximum((recon * rotated).sum(1), 1e-30)
     recon = recon * factor[:, None]
     # VLC: |q - c|^2 + |r|^2 - 2 f <q - c, r_hat>; |q|^2 is the same for every row, so the
@@ -90,7 +90,6 @@ def score(recon, rotated, anchor_rot, q_rot, q_anchor, assign):
             e += q_anchor[s:s + 1000][:, assign]
             yield s, const[None, :] - 2 * e
 
-    energy = float((rotated.astype(np.float64) ** 2).sum(1).mean())
     distortion = float(((recon - rotated) ** 2).sum(1).mean()) / energy
     return recall(rows(vlc_const)), recall(rows(norms)), distortion
 
@@ -166,11 +165,11 @@ for num_anchors in [int(k) for k in a.anchors.split(",")]:
             noise = np.where(coded, lam * d / np.maximum(lam - d, 1e-300), 0.0).astype(np.float32)
             recon = scale * (rotated + rng.standard_normal(rotated.shape, dtype=np.float32)
                              * np.sqrt(noise))
-            vlc, plain, distortion = score(recon, rotated, anchor_rot, q_rot, q_anchor, assign)
+            vlc, plain, distortion = score(recon, rotated, energy, anchor_rot, q_rot, q_anchor, assign)
             print(f"{line:>12.0f} {label:>15} {'ideal':>12} {bits:>9.0f} {int(coded.sum()):>10} "
                   f"{distortion:>10.4f} {vlc:>9.4f} {plain:>7.4f}", flush=True)
             for group_bits in vq_bits:
                 recon, axes = learned(rotated, lam, bits, group_bits, a.seed + 7)
-                vlc, plain, distortion = score(recon, rotated, anchor_rot, q_rot, q_anchor, assign)
+                vlc, plain, distortion = score(recon, rotated, energy, anchor_rot, q_rot, q_anchor, assign)
                 print(f"{line:>12.0f} {label:>15} {f'k-means {group_bits}b':>12} {bits:>9.0f} "
                       f"{axes:>10} {distortion:>10.4f} {vlc:>9.4f} {plain:>7.4f}", flush=True)

@@ -193,13 +193,21 @@ pub(crate) fn choose_levels(
             *l = level(t, m, c) as u8;
         }
     };
-    // The scale of the last event, where every level is at its cap.
-    let last = (0..dim)
+    // A scale past the last finite event, where every level is at its cap except those of
+    // |v_i| so small that their first event is at +∞ (`beyond`).
+    let (mut last, mut beyond) = (0f32, false);
+    for t in (0..dim)
         .filter(|&i| cap[i] > 0.0)
         .map(|i| (cap[i] + 1.0) / magnitude[i])
-        .filter(|t| t.is_finite())
-        .fold(0f32, f32::max);
+    {
+        if t.is_finite() {
+            last = last.max(t);
+        } else {
+            beyond = true;
+        }
+    }
     let zero = sums_at(0.0, magnitude, cap, base);
+    let end = sums_at(last, magnitude, cap, base);
     // The best state's value and the key of its last event (None: every level 0, the first
     // state). A new best replaces an equal one only if it comes earlier.
     let mut best: (f64, Option<EventKey>) = (zero.value(), None);
@@ -207,8 +215,8 @@ pub(crate) fn choose_levels(
         value > best.0 || (value == best.0 && best.1.is_some_and(|b| key < b))
     };
     let whole = |t: f32| (t.to_bits(), u32::MAX, u32::MAX, u32::MAX);
-    for t in [last, f32::INFINITY] {
-        let sums = sums_at(t, magnitude, cap, base);
+    let infinite = beyond.then(|| (f32::INFINITY, sums_at(f32::INFINITY, magnitude, cap, base)));
+    for (t, sums) in [(last, end)].into_iter().chain(infinite) {
         if t > 0.0 && better(sums.value(), whole(t), &best) {
             best = (sums.value(), Some(whole(t)));
             set_levels(t, levels);
@@ -220,7 +228,7 @@ pub(crate) fn choose_levels(
             start: 0.0,
             end: last,
             start_sums: zero,
-            end_sums: sums_at(last, magnitude, cap, base),
+            end_sums: end,
         });
     }
     while let Some(Interval {
