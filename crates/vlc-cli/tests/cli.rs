@@ -411,15 +411,15 @@ fn pcaq_builds_at_the_bits_asked_and_rejects_bad_bits() {
         .assert()
         .success()
         .stdout(predicate::str::contains("\"codec\": \"pcaq\""));
-    // 24 dims at 2.5 bits: round(2.5 · 24 / 8) = 8 bytes of bit planes, and two pairs of f16
-    // factors (first stage, full code); anchors stored as int8 by default.
+    // 24 dims at 2.5 bits: round(2.5 · 24 / 8) = 8 bytes of bit planes, and two pairs of
+    // 8-bit factors (first stage, full code); anchors stored as int8 by default.
     vlc()
         .arg("info")
         .arg(s.p("p.vlc"))
         .assert()
         .success()
         .stdout(
-            predicate::str::contains("pcaq (16 bytes/vector)")
+            predicate::str::contains("pcaq (12 bytes/vector)")
                 .and(predicate::str::contains("stored as int8")),
         );
     for bad in ["pcaq0", "pcaq9", "pcaqz"] {
@@ -521,9 +521,10 @@ fn bench_meets_each_peer_at_its_footprint_and_build_fills_a_budget() {
             r#"{{"system":"faiss","config":"peer{bytes}","nprobe":4,"bytes_per_vector":{bytes},"recall@1":0.5,"recall@10":0.5,"qps":1000.0,"threads":1}}"#
         )
     };
-    // Two points at one footprint, one at another, one above pcaq's largest size (DIM + 16),
-    // and one below its smallest (skipped, with a note, not a failure).
-    let lines = [peer(30.04), peer(30.04), peer(36.0), peer(500.0), peer(2.0)].join("\n");
+    // Two points at one footprint, one at another, one above pcaq's largest size (8 bits per
+    // dimension: about DIM + 9 bytes here), and one below its smallest (skipped, with a note,
+    // not a failure).
+    let lines = [peer(30.04), peer(30.04), peer(32.0), peer(500.0), peer(2.0)].join("\n");
     std::fs::write(&peers, lines).unwrap();
     let run = |out: &Path, extra: &[&str]| {
         let skipped = !extra.contains(&"false");
@@ -561,7 +562,7 @@ fn bench_meets_each_peer_at_its_footprint_and_build_fills_a_budget() {
     };
     let points = run(&s.p("matched"), &[]);
     let configs: Vec<&str> = points.iter().map(|(c, _)| c.as_str()).collect();
-    assert_eq!(configs, ["pcaq1", "pcaq:30B", "pcaq:36B"]);
+    assert_eq!(configs, ["pcaq1", "pcaq:30B", "pcaq:32B"]);
     for (config, bytes) in &points[1..] {
         let budget: f64 = config[5..config.len() - 1].parse().unwrap();
         assert!(

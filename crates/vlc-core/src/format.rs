@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "VLCINDEX"
-//!      8     4  format version (u32) = 5 (versions 1 to 4 are read too)
+//!      8     4  format version (u32) = 6 (versions 1 to 5 are read too)
 //!     12     4  header size (u32) = 64
 //!     16     4  dim (u32)
 //!     20     4  num_anchors (u32)
@@ -38,6 +38,12 @@
 //! rows are stored (0 = f16 as before, 1 = int8 with an f32 scale per row, orthonormalised when
 //! read: half the bytes).
 //!
+//! Version 6 changed the per-vector factors of the RaBitQ-family codes (`rabitq1`-`4`,
+//! `pcaq`): each stage's two factors are stored as 8- or 16-bit integers over a range fitted to
+//! the training sample (factor format tags 2 and 3 in the codec parameters, with the ranges;
+//! see [`crate::codec::FactorFormat`]), 2 or 4 bytes a stage instead of f16's 4: 2 to 4 bytes
+//! less per vector. Older files keep their f16 or f32 factors.
+//!
 //! Every size read from a file is checked against the file length with checked arithmetic
 //! before anything is allocated or indexed.
 
@@ -53,7 +59,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"VLCINDEX";
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 pub const HEADER_SIZE: usize = 64;
 const ENTRY_SIZE: usize = 32;
 const MAX_SECTIONS: usize = 16;

@@ -432,7 +432,7 @@ impl Index {
                 };
                 let bits = budget_rate(dim, n, budget, file_size)?;
                 report_params.codec_params.bits = bits;
-                Codec::Pca(fit.codec(bits)?)
+                Codec::Pca(fit.codec(bits, &sample_points, &anchors, &sample_assignment)?)
             }
         };
         let codes = encode_codes(&codec, 0);
@@ -533,6 +533,16 @@ impl Index {
             crate::codec::Codec::Pca(p) => Some(p.dim_bits()),
             _ => None,
         }
+    }
+    /// How the primary code's per-vector factors are stored: the first stage's and, for
+    /// two-stage codes, the full code's; `None` for codecs without such factors.
+    pub fn factor_formats(
+        &self,
+    ) -> Option<(
+        crate::codec::FactorFormat,
+        Option<crate::codec::FactorFormat>,
+    )> {
+        self.codec.factor_formats()
     }
     /// Bytes of one refine code, when the index has a refine tier.
     pub fn refine_code_size(&self) -> Option<usize> {

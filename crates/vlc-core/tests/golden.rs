@@ -3,8 +3,9 @@
 //! written by format version 1, `v2-*.vlc` by version 2 (int8 anchors, f16 first-stage RaBitQ
 //! factors, `pcaq`, the `f16` codec), `v3-*.vlc` by version 3 (bit-packed ids, int4
 //! anchors) and `v4-*.vlc` by version 4 (f16 full-code factors of the multi-bit RaBitQ codes
-//! and `pcaq`, `pcaq` allocated from zero bits) and `v5-*.vlc` by version 5 (`pcaq`'s rotation
-//! as int8 rows, orthonormalised when read), with the search results they gave recorded beside
+//! and `pcaq`, `pcaq` allocated from zero bits), `v5-*.vlc` by version 5 (`pcaq`'s rotation
+//! as int8 rows, orthonormalised when read) and `v6-*.vlc` by version 6 (8- and 16-bit
+//! factors: `v6-pcaq6` holds both widths), with the search results they gave recorded beside
 //! them (`.expected.json`).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes

@@ -60,6 +60,13 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(widths) = index.pcaq_widths() {
         println!("  bits        {}", describe_widths(widths));
     }
+    match index.factor_formats() {
+        Some((first, Some(full))) => {
+            println!("  factors     {first} (first stage), {full} (full code), per vector")
+        }
+        Some((first, None)) => println!("  factors     {first}, per vector"),
+        None => {}
+    }
     if let (Some(r), Some(size)) = (info.refine, index.refine_code_size()) {
         println!("  refine      {r} ({size} bytes/vector)");
     }

@@ -9,6 +9,7 @@
 //! per vector, so a query needs only `⟨r̂, q⟩`, computed from tables built once per query.
 
 pub mod anchor_only;
+mod factors;
 pub mod float;
 mod levels;
 pub mod pca;
@@ -17,10 +18,10 @@ pub mod scalar;
 
 use crate::error::{Result, VlcError};
 pub use anchor_only::AnchorOnly;
+pub use factors::{FactorFormat, FactorRange, ResidualSpread};
 pub use float::{FloatResidual, FloatWidth};
 pub use pca::PcaRaBitQ;
 pub use rabitq::RaBitQ;
-use rayon::prelude::*;
 pub use scalar::ScalarQuantizer;
 
 /// Which codec; the byte value is part of the file format and never changes meaning.
@@ -417,11 +418,13 @@ impl Codec {
                 )?)
             }
             CodecKind::RaBitQ1 | CodecKind::RaBitQ2 | CodecKind::RaBitQ3 | CodecKind::RaBitQ4 => {
-                Codec::RaBitQ(RaBitQ::new(
+                Codec::RaBitQ(RaBitQ::train(
                     dim,
                     kind.rabitq_bits().unwrap(),
                     params.seed,
-                    FactorFormat::fit(points, anchors, assignment, dim),
+                    points,
+                    anchors,
+                    assignment,
                 ))
             }
             CodecKind::PcaRaBitQ => Codec::Pca(PcaRaBitQ::train(
@@ -482,6 +485,16 @@ impl Codec {
     /// For codecs searched in two stages (the RaBitQ family): the bytes of bit planes at the
     /// start of each code that the fast scan reads, and the format of the two factors that
     /// follow them.
+    /// How the per-vector factors are stored: the first stage's, and the full code's for
+    /// two-stage codes; `None` for codecs without such factors.
+    pub fn factor_formats(&self) -> Option<(FactorFormat, Option<FactorFormat>)> {
+        match self {
+            Codec::RaBitQ(r) => Some((r.factors(), (r.bits() > 1).then(|| r.full_factors()))),
+            Codec::Pca(p) => Some((p.factors(), p.two_stage().then(|| p.full_factors()))),
+            _ => None,
+        }
+    }
+
     pub fn fast_scan_bytes(&self) -> Option<(usize, FactorFormat)> {
         match self {
             Codec::RaBitQ(r) => Some((r.dim().div_ceil(8), r.factors())),
@@ -678,120 +691,4 @@ pub(crate) fn put_f32s(out: &mut Vec<u8>, values: &[f32]) {
 #[inline]
 pub(crate) fn read_f32(bytes: &[u8], at: usize) -> f32 {
     f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
-}
-
-/// How a code stores the two factors `(f1, f2)` of its first (fast-scan) stage.
-///
-/// `F16` keeps `f1 / f1_scale` and `f2 / f2_scale` as IEEE half floats (4 bytes instead of 8),
-/// the scales being powers of two near the training sample's mean `‖r‖²` and `‖r‖`, so the
-/// stored values sit near 1, far from f16's limits. Its relative rounding (2⁻¹¹) is far below
-/// the first stage's own estimation error. The factors hold a cross term with the anchor of
-/// size about `‖r‖ ‖c‖ / √D`; when anchors are much longer than residuals (data far from the
-/// origin) that term dominates and its rounding would not be negligible, so
-/// [`FactorFormat::fit`] keeps `F32` there.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum FactorFormat {
-    F32,
-    F16 { f1_scale: f32, f2_scale: f32 },
-}
-
-/// Anchors up to this multiple of the mean residual norm keep f16 factors.
-const F16_FACTOR_MAX_ANCHOR_RATIO: f64 = 16.0;
-
-impl FactorFormat {
-    /// Bytes of the two factors in a code.
-    pub fn bytes(self) -> usize {
-        match self {
-            FactorFormat::F32 => 8,
-            FactorFormat::F16 { .. } => 4,
-        }
-    }
-
-    /// The format for residuals `points − anchors[assignment]` of a training sample:
-    /// `points` (m, dim), `anchors` (num_anchors, dim), `assignment` (m,).
-    pub fn fit(points: &[f32], anchors: &[f32], assignment: &[u32], dim: usize) -> Self {
-        let m = assignment.len();
-        if m == 0 || dim == 0 {
-            return FactorFormat::F32;
-        }
-        let (r_sq, r, c) = (0..m)
-            .into_par_iter()
-            .map(|i| {
-                let a = assignment[i] as usize;
-                let c = &anchors[a * dim..(a + 1) * dim];
-                let d = crate::linalg::l2_sq(&points[i * dim..(i + 1) * dim], c) as f64;
-                (d, d.sqrt(), (crate::linalg::dot(c, c) as f64).sqrt())
-            })
-            .reduce(|| (0.0, 0.0, 0.0), |x, y| (x.0 + y.0, x.1 + y.1, x.2 + y.2));
-        let (r_sq, r, c) = (r_sq / m as f64, r / m as f64, c / m as f64);
-        let pow2 = |v: f64| (2f64).powi(v.log2().round().clamp(-100.0, 100.0) as i32) as f32;
-        if r.is_nan() || r <= 0.0 || !r_sq.is_finite() || c > F16_FACTOR_MAX_ANCHOR_RATIO * r {
-            return FactorFormat::F32;
-        }
-        FactorFormat::F16 {
-            f1_scale: pow2(r_sq),
-            f2_scale: pow2(r),
-        }
-    }
-
-    /// Write `(f1, f2)` at the start of `out` (f16 values saturate at ±65504 times the scale).
-    #[inline]
-    pub fn write(self, out: &mut [u8], f1: f32, f2: f32) {
-        match self {
-            FactorFormat::F32 => {
-                out[..4].copy_from_slice(&f1.to_le_bytes());
-                out[4..8].copy_from_slice(&f2.to_le_bytes());
-            }
-            FactorFormat::F16 { f1_scale, f2_scale } => {
-                let h = |v: f32| half::f16::from_f32((v).clamp(-65504.0, 65504.0)).to_le_bytes();
-                out[..2].copy_from_slice(&h(f1 / f1_scale));
-                out[2..4].copy_from_slice(&h(f2 / f2_scale));
-            }
-        }
-    }
-
-    /// The factors stored at the start of `code`.
-    #[inline]
-    pub fn read(self, code: &[u8]) -> (f32, f32) {
-        match self {
-            FactorFormat::F32 => (read_f32(code, 0), read_f32(code, 4)),
-            FactorFormat::F16 { f1_scale, f2_scale } => (
-                half::f16::from_le_bytes([code[0], code[1]]).to_f32() * f1_scale,
-                half::f16::from_le_bytes([code[2], code[3]]).to_f32() * f2_scale,
-            ),
-        }
-    }
-
-    /// Serialise: one tag byte (0 = f32, 1 = f16), then the two scales for f16.
-    pub(crate) fn write_params(self, out: &mut Vec<u8>) {
-        match self {
-            FactorFormat::F32 => out.push(0),
-            FactorFormat::F16 { f1_scale, f2_scale } => {
-                out.push(1);
-                put_f32s(out, &[f1_scale, f2_scale]);
-            }
-        }
-    }
-
-    /// Read what [`write_params`](Self::write_params) wrote; parameters written before this
-    /// field existed (nothing left to read) mean f32.
-    pub(crate) fn read_params(r: &mut ParamReader) -> Result<Self> {
-        if r.remaining() == 0 {
-            return Ok(FactorFormat::F32);
-        }
-        match r.bytes(1)?[0] {
-            0 => Ok(FactorFormat::F32),
-            1 => {
-                let s = r.f32s(2)?;
-                if s.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
-                    return Err(r.corrupt("factor scales must be positive and finite"));
-                }
-                Ok(FactorFormat::F16 {
-                    f1_scale: s[0],
-                    f2_scale: s[1],
-                })
-            }
-            t => Err(r.corrupt(&format!("unknown factor format {t}"))),
-        }
-    }
 }

@@ -35,11 +35,13 @@
 //! Code layout, `nb = ⌈active/8⌉`, dimension `d` at byte `d/8`, bit `d%8` of each plane:
 //! - first stage: the sign plane (top bit of `u`, `nb` bytes), the second-highest bit of
 //!   dimensions `0..stage1_dims` (`⌈stage1_dims/8⌉` bytes), f1 and f2 of the coarse grid in
-//!   the codec's [`FactorFormat`] (two scaled `f16`, or two `f32`);
+//!   the codec's [`FactorFormat`] (8 or 16 bits each from format version 6, as fine as the
+//!   stage's error needs, see [`ResidualSpread::factor_bits`]; two scaled `f16` before; two `f32` for data
+//!   far from the origin);
 //! - the remaining bits of `u`, low bit first: plane `j` holds bit `j` of the first
 //!   `plane_dims[j]` dimensions (a prefix, as the remaining widths are non-increasing), then
-//!   f1 and f2 of the full code, stored like the first stage's (two `f32` in files before
-//!   format version 4).
+//!   f1 and f2 of the full code in its own [`FactorFormat`] (8 or 16 bits each from format
+//!   version 6; like the first stage's in versions 4 and 5; two `f32` before).
 //!
 //! Files before format version 4 hold the earlier allocation (one bit on every axis above one
 //! bit per dimension on average, one bit on a prefix below); their widths are stored, so they
@@ -53,6 +55,7 @@
 //! vectors this is a fixed cost worth saving: 1024 x 1024 rows are 35 bytes per vector of a
 //! 30,000-vector index as int8, 70 as f16.
 
+use super::factors::{fit_formats, ResidualSpread};
 use super::levels::{choose_levels, LevelScratch};
 use super::rabitq::grid_factors;
 use super::{
@@ -156,7 +159,7 @@ struct EncodeScratch {
 /// Relative error variance of the unbiased inner-product estimate from a `b`-bit uniform grid
 /// of a Gaussian coordinate, `mse / (1 − mse)` with `mse` the optimal uniform quantiser's
 /// relative mean squared error at `b` bits (Max, 1960), for `b` in `1..=8`.
-const GRID_ERROR: [f64; MAX_DIM_BITS as usize] = {
+pub(crate) const GRID_ERROR: [f64; MAX_DIM_BITS as usize] = {
     const MSE: [f64; 8] = [
         0.3634, 0.1188, 0.03744, 0.01154, 0.00349, 0.00104, 0.000303, 0.0000866,
     ];
@@ -203,6 +206,27 @@ impl ErrorModel {
                 0 => 1.0 + self.coherence[block],
                 b => GRID_ERROR[b as usize - 1],
             }
+    }
+
+    /// The estimate's relative error over all axes for per-dimension widths `dim_bits`
+    /// (dim,): each block's variance times its grid error ([`GRID_ERROR`]), or times 1 where
+    /// uncoded (its part of the inner product is not estimated), over the total variance.
+    fn relative_error(&self, dim_bits: &[u8]) -> f64 {
+        let (mut error, mut total) = (0.0, 0.0);
+        for (d, &w) in dim_bits.iter().enumerate() {
+            let v = self.variance[d / 8];
+            total += v;
+            error += v * if w == 0 {
+                1.0
+            } else {
+                GRID_ERROR[w as usize - 1]
+            };
+        }
+        if total > 0.0 {
+            error / total
+        } else {
+            1.0
+        }
     }
 
     fn total(&self, widths: &[u8]) -> f64 {
@@ -414,7 +438,8 @@ pub(crate) struct PcaFit {
     /// Axis indices into `eigenvectors`, by falling variance. Layout: (dim,).
     axes: Vec<usize>,
     model: ErrorModel,
-    factors: FactorFormat,
+    /// The training residuals' spread, which with the code's error sets the factors' width.
+    spread: ResidualSpread,
 }
 
 impl PcaFit {
@@ -471,14 +496,14 @@ impl PcaFit {
             .map(|(a, d)| eigen.eigenvectors[(d, a)] as f32)
             .collect();
         let coherence = neighbour_coherence(points, anchors, assignment, dim, &basis);
-        let factors = FactorFormat::fit(points, anchors, assignment, dim);
+        let spread = ResidualSpread::measure(points, anchors, assignment, dim);
         Ok(PcaFit {
             dim,
             seed,
             eigenvectors: eigen.eigenvectors,
             axes,
             model: ErrorModel::new(&variances, &coherence),
-            factors,
+            spread,
         })
     }
 
@@ -487,18 +512,48 @@ impl PcaFit {
         ((bits as f64 * self.dim as f64 / 8.0).round() as usize).max(1)
     }
 
-    /// Bits of each rotated dimension at `bits` per dimension on average. Layout: (dim,).
-    fn dim_bits(&self, bits: f32) -> Vec<u8> {
-        let widths = self
-            .model
-            .widths(self.plane_bytes(bits), self.factors.bytes());
-        (0..self.dim).map(|d| widths[d / 8]).collect()
+    /// Bits of each rotated dimension (layout: (dim,)) at `bits` per dimension on average,
+    /// and the factor formats of the first stage and the full code, their ranges not yet
+    /// fitted. Compact factors take 8 or 16 bits each by the modelled error of the stage they
+    /// belong to ([`ResidualSpread::factor_bits`]); the full code's width is settled first
+    /// (with 8 bits, unless the code it allocates then needs 16), as its bytes enter the
+    /// allocation.
+    fn layout(&self, bits: f32) -> (Vec<u8>, FactorFormat, FactorFormat) {
+        let allocate = |full_factor_bytes: usize| -> Vec<u8> {
+            let widths = self.model.widths(self.plane_bytes(bits), full_factor_bytes);
+            (0..self.dim).map(|d| widths[d / 8]).collect()
+        };
+        if !self.spread.compact {
+            return (allocate(8), FactorFormat::F32, FactorFormat::F32);
+        }
+        let width = |dim_bits: &[u8]| {
+            self.spread
+                .factor_bits(self.model.relative_error(dim_bits), self.dim)
+        };
+        let mut dim_bits = allocate(2);
+        let mut full = width(&dim_bits);
+        if full == 16 {
+            dim_bits = allocate(4);
+            full = width(&dim_bits);
+        }
+        // The first stage: one bit on every active dimension, two on a prefix.
+        let active = dim_bits.iter().filter(|&&b| b > 0).count();
+        let stage1_dims = stage1_prefix(&dim_bits[..active]);
+        let stage1: Vec<u8> = (0..self.dim)
+            .map(|d| dim_bits[d].min(1 + u8::from(d < stage1_dims)))
+            .collect();
+        let first = width(&stage1);
+        (
+            dim_bits,
+            FactorFormat::unfitted(first),
+            FactorFormat::unfitted(full),
+        )
     }
 
     /// `(code_size, parameter bytes)` of the codec at `bits` per dimension on average, as
     /// [`codec`](Self::codec) would make it, without building its rotation.
     pub(crate) fn sizes(&self, bits: f32) -> (usize, usize) {
-        let dim_bits = self.dim_bits(bits);
+        let (dim_bits, factors, full_factors) = self.layout(bits);
         let active = dim_bits.iter().filter(|&&b| b > 0).count();
         let stored_rotation = StoredRotation::Int8 {
             scales: vec![0.0; active],
@@ -510,19 +565,27 @@ impl PcaFit {
             dim_bits,
             Vec::new(),
             stored_rotation,
-            self.factors,
-            self.factors,
+            factors,
+            full_factors,
         );
         let mut params = Vec::new();
         codec.write_params(&mut params);
         (codec.code_size, params.len())
     }
 
-    /// The codec at `bits` per dimension on average (more than 0, at most [`MAX_DIM_BITS`]).
-    pub(crate) fn codec(&self, bits: f32) -> Result<PcaRaBitQ> {
+    /// The codec at `bits` per dimension on average (more than 0, at most [`MAX_DIM_BITS`]),
+    /// its 8-bit factor ranges (if any) fitted to the training sample `points` (m, dim) under
+    /// `assignment` (m,) against `anchors` (num_anchors, dim), the one [`new`](Self::new) saw.
+    pub(crate) fn codec(
+        &self,
+        bits: f32,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+    ) -> Result<PcaRaBitQ> {
         check_bits(bits)?;
         let (dim, axes) = (self.dim, &self.axes);
-        let dim_bits = self.dim_bits(bits);
+        let (dim_bits, factors, full_factors) = self.layout(bits);
         let active = dim_bits.iter().filter(|&&b| b > 0).count();
         // Basis: the principal axes, mixed by a random rotation within each run of equal width;
         // axes without bits are not stored.
@@ -549,14 +612,37 @@ impl PcaFit {
             start = end;
         }
         let (stored_rotation, rotation) = StoredRotation::int8(&rotation, dim)?;
+        let (factors, full_factors) = if factors == FactorFormat::F32 {
+            (factors, full_factors)
+        } else {
+            let wide = PcaRaBitQ::from_parts(
+                dim,
+                bits,
+                dim_bits.clone(),
+                rotation.clone(),
+                stored_rotation.clone(),
+                FactorFormat::F32,
+                FactorFormat::F32,
+            );
+            let full = (!wide.single_stage()).then(|| wide.code_size - 8);
+            let width = |f: FactorFormat| 4 * f.bytes() as u32;
+            fit_formats(
+                &wide,
+                (wide.stage1_bytes(), full),
+                (width(factors), width(full_factors)),
+                points,
+                anchors,
+                assignment,
+            )
+        };
         Ok(PcaRaBitQ::from_parts(
             dim,
             bits,
             dim_bits,
             rotation,
             stored_rotation,
-            self.factors,
-            self.factors,
+            factors,
+            full_factors,
         ))
     }
 }
@@ -573,7 +659,8 @@ impl PcaRaBitQ {
         assignment: &[u32],
     ) -> Result<Self> {
         check_bits(bits)?;
-        PcaFit::new(dim, seed, points, anchors, assignment)?.codec(bits)
+        PcaFit::new(dim, seed, points, anchors, assignment)?
+            .codec(bits, points, anchors, assignment)
     }
 
     /// Dimensions with at least one bit (a prefix of the rotated dimensions).
@@ -708,6 +795,17 @@ impl PcaRaBitQ {
     /// How the first stage's factors are stored.
     pub fn factors(&self) -> FactorFormat {
         self.factors
+    }
+
+    /// How the full code's factors are stored (two-stage codes).
+    pub fn full_factors(&self) -> FactorFormat {
+        self.full_factors
+    }
+
+    /// Whether the code has two stages (some dimension has more than one bit), each with its
+    /// own factors.
+    pub fn two_stage(&self) -> bool {
+        !self.single_stage()
     }
 
     /// Bytes of the first stage's bit planes (sign plane, then the second-bit plane).
@@ -910,7 +1008,7 @@ impl PcaRaBitQ {
             let step = (1u32 << shift) as f32;
             (units[i] >> shift) as f32 * step + (step - 1.0) * 0.5 - self.centre(i)
         };
-        let (f1, f2) = grid_factors(rr, pc, outside, coarse);
+        let (f1, f2) = grid_factors(rr, pc, outside, coarse, self.factors);
         self.factors.write(&mut code[at..], f1, f2);
         at += self.factors.bytes();
         if self.single_stage() {
@@ -922,7 +1020,8 @@ impl PcaRaBitQ {
             }
             at += n.div_ceil(8);
         }
-        let (f1, f2) = grid_factors(rr, pc, outside, |i| units[i] as f32 - self.centre(i));
+        let full_grid = |i: usize| units[i] as f32 - self.centre(i);
+        let (f1, f2) = grid_factors(rr, pc, outside, full_grid, self.full_factors);
         self.full_factors.write(&mut code[at..], f1, f2);
     }
 

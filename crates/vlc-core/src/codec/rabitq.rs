@@ -22,12 +22,16 @@
 //!
 //! Code layout, `nb = ⌈D/8⌉`, dimension `d` at byte `d/8`, bit `d%8` of each plane:
 //! - sign plane (`nb` bytes), then f1, f2 of the 1-bit code in the codec's
-//!   [`FactorFormat`] (two `f16` with a scale each, or two `f32` in older files and for data
-//!   far from the origin);
+//!   [`FactorFormat`] (8 or 16 bits each from format version 6, as fine as the code's error
+//!   needs, see [`ResidualSpread::factor_bits`]; two scaled `f16` in versions 2 to 5; two `f32` in version
+//!   1 and for data far from the origin);
 //! - for `b > 1`: planes of bits `0..b−1` of `u` (`nb` bytes each), then f1, f2 of the full
-//!   code in the same [`FactorFormat`] (format version 4 on; two `f32` in older files).
+//!   code in its own [`FactorFormat`] (8 or 16 bits each from format version 6; like the first
+//!   stage's in versions 4 and 5; two `f32` before).
 
+use super::factors::{fit_formats, ResidualSpread};
 use super::levels::{choose_levels, LevelScratch};
+use super::pca::GRID_ERROR;
 use super::{
     fill_remaining, planes_estimate, planes_full, term_bounds, CodecKind, FactorFormat,
     ParamReader, QueryState, ResidualCodec,
@@ -84,14 +88,20 @@ struct EncodeScratch {
 }
 
 /// `(f1, f2)` of the estimator for grid `w` (given by `grid(i)`), rotated residual `rr` and
-/// rotated anchor `pc` (see the module docs); zeros when `⟨w, P r⟩ ≤ 0`.
-/// `outside` is the squared norm of the residual outside the coded dimensions (0 when every
-/// dimension is coded): it adds to `‖r‖²` in f1 and is otherwise not estimated.
+/// rotated anchor `pc` (see the module docs), as `format` will store them; zeros when
+/// `⟨w, P r⟩ ≤ 0`. `outside` is the squared norm of the residual outside the coded dimensions
+/// (0 when every dimension is coded): it adds to `‖r‖²` in f1 and is otherwise not estimated.
+///
+/// f1's cross term with the anchor, `2‖r‖² ⟨w, P c⟩ / ⟨w, P r⟩ = −(2/√D) f2 ⟨w, P c⟩`, is
+/// taken with f2 as stored ([`FactorFormat::stored`]), so the estimate is exactly
+/// `‖q − c − r̂‖² − ‖r̂‖² + ‖r‖²` for the residual `r̂ = (−f2/√D) Pᵀ w` the code decodes to,
+/// whatever f2's rounding, up to f1's own.
 pub(crate) fn grid_factors(
     rr: &[f32],
     pc: &[f32],
     outside: f32,
     grid: impl Fn(usize) -> f32,
+    format: FactorFormat,
 ) -> (f32, f32) {
     let (mut norm_sq, mut w_r, mut w_c) = (0f32, 0f32, 0f32);
     for d in 0..rr.len() {
@@ -102,10 +112,8 @@ pub(crate) fn grid_factors(
     }
     if w_r > 0.0 {
         let sqrt_d = (rr.len() as f32).sqrt();
-        (
-            norm_sq + outside + 2.0 * norm_sq * w_c / w_r,
-            -norm_sq * sqrt_d / w_r,
-        )
+        let f2 = format.stored(-norm_sq * sqrt_d / w_r);
+        (norm_sq + outside - 2.0 * f2 * w_c / sqrt_d, f2)
     } else {
         (norm_sq + outside, 0.0)
     }
@@ -115,6 +123,36 @@ impl RaBitQ {
     /// A codec whose full-code factors are stored like the 1-bit stage's.
     pub(crate) fn new(dim: usize, bits: u32, seed: u64, factors: FactorFormat) -> Self {
         Self::with_full_factors(dim, bits, seed, factors, factors)
+    }
+
+    /// The codec for the training sample `points` (m, dim) under `assignment` (m,) against
+    /// `anchors` (num_anchors, dim): factors of 8 or 16 bits each
+    /// ([`ResidualSpread::factor_bits`] at each stage's grid error), fitted to the sample's,
+    /// where the data allow compact factors; else f32.
+    pub(crate) fn train(
+        dim: usize,
+        bits: u32,
+        seed: u64,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+    ) -> Self {
+        let wide = Self::new(dim, bits, seed, FactorFormat::F32);
+        let spread = ResidualSpread::measure(points, anchors, assignment, dim);
+        if !spread.compact {
+            return wide;
+        }
+        let width = |b: u32| spread.factor_bits(GRID_ERROR[b as usize - 1], dim);
+        let full = (bits > 1).then(|| wide.ex_offset() + (bits as usize - 1) * wide.bytes());
+        let (factors, full_factors) = fit_formats(
+            &wide,
+            (wide.bytes(), full),
+            (width(1), width(bits)),
+            points,
+            anchors,
+            assignment,
+        );
+        Self::with_full_factors(dim, bits, seed, factors, full_factors)
     }
 
     fn with_full_factors(
@@ -277,8 +315,9 @@ impl RaBitQ {
         let inv_sqrt_d = 1.0 / (dim as f32).sqrt();
         xbar_pc *= inv_sqrt_d;
         let (f1, f2) = if abs_sum > 0.0 {
-            // ⟨x̄, o⟩ = Σ|rr| / (√D ‖r‖), so f2 = −2‖r‖/⟨x̄,o⟩ = −2‖r‖²√D / Σ|rr|.
-            let f2 = -2.0 * norm_sq / (abs_sum * inv_sqrt_d);
+            // ⟨x̄, o⟩ = Σ|rr| / (√D ‖r‖), so f2 = −2‖r‖/⟨x̄,o⟩ = −2‖r‖²√D / Σ|rr|; f1's
+            // cross term takes f2 as stored (see `grid_factors`).
+            let f2 = self.factors.stored(-2.0 * norm_sq / (abs_sum * inv_sqrt_d));
             (norm_sq - f2 * xbar_pc, f2)
         } else {
             (0.0, 0.0)
@@ -315,7 +354,7 @@ impl RaBitQ {
                 -w
             }
         };
-        let (f1, f2) = grid_factors(rr, pc, 0.0, grid);
+        let (f1, f2) = grid_factors(rr, pc, 0.0, grid, self.full_factors);
         let at = ex + (self.bits as usize - 1) * nb;
         self.full_factors.write(&mut code[at..], f1, f2);
     }
