@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build time (anchor training and encoding, on the CPU with every core) and recall@10 at nprobe
-# 32 and 128 (one thread) of some codecs on a dataset, for this checkout and, when BASE_REV is
+# Build time (anchor training and encoding, on the CPU with every core), file size and recall@10
+# at nprobe 32 and 128 (one thread) of some codecs on a dataset, for this checkout and, when BASE_REV is
 # given, for that commit too (built once in a git worktree under ${TMPDIR:-/tmp}, kept for reruns).
 # Usage: bash bench/build_time.sh DATASET_DIR "CODEC ..." [BASE_REV]
 # e.g.   bash bench/build_time.sh ../shared/data/debian-minilm "pcaq3 rabitq4 pcaq7.5" ec03b12
@@ -24,7 +24,7 @@ for codec in $codecs; do
   for entry in "${binaries[@]}"; do
     label=${entry%%:*}; vlc=${entry#*:}
     echo "== $codec, $label: vlc build $data/base.npy --codec $codec --backend cpu; vlc eval --nprobe 32,128 --threads 1"
-    "$vlc" build "$data/base.npy" -o "$out/i.vlc" --codec "$codec" --backend cpu -q | grep -E "build time"
+    "$vlc" build "$data/base.npy" -o "$out/i.vlc" --codec "$codec" --backend cpu -q | grep -E "file|build time"
     "$vlc" eval "$out/i.vlc" --queries "$q" --groundtruth "$data/groundtruth.npy" --nprobe 32,128 --threads 1 | tail -3
   done
 done
