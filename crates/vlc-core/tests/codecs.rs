@@ -782,3 +782,70 @@ fn estimate_below_is_scan_or_a_proven_miss() {
         }
     }
 }
+
+/// Vectors far outside the range of the training sample (residuals 10 to 40 times the usual
+/// one) store their factors as tail codes rather than clamped ones, so their estimates stay
+/// far where they are far: none enters the estimated top 10 of a query at an ordinary vector
+/// (a clamped f1 would pull them in), and searched for with themselves, each lone one ranks
+/// first among every code and an outlying pair takes the first two places.
+#[test]
+fn vectors_unlike_the_sample_take_tail_codes_and_still_rank_first() {
+    let dim = 32;
+    let f = fixture(dim);
+    let mut rng = vlc::Rng::new(5);
+    let mut data = f.data.clone();
+    let base = f.assignment.len();
+    for scale in [10.0f32, 20.0, 40.0] {
+        let row: Vec<f32> = f.data[..dim]
+            .iter()
+            .map(|v| v + scale * rng.normal() as f32)
+            .collect();
+        data.extend(row);
+    }
+    let far: Vec<f32> = (0..dim).map(|_| 15.0 * rng.normal() as f32).collect();
+    for _ in 0..2 {
+        let row: Vec<f32> = far.iter().map(|v| v + 0.05 * rng.normal() as f32).collect();
+        data.extend(row);
+    }
+    let g = fixture_from(dim, data, f.anchors.clone());
+    for kind in [
+        CodecKind::RaBitQ1,
+        CodecKind::RaBitQ2,
+        CodecKind::RaBitQ4,
+        CodecKind::PcaRaBitQ,
+    ] {
+        // Trained on the fixture alone: the outliers are not in its sample.
+        let codec = train(&f, kind);
+        let codes = encode(&g, &codec);
+        let (at, format) = codec.fast_scan_bytes().unwrap();
+        assert!(matches!(format, FactorFormat::U8 { .. }), "{kind}");
+        let cs = codec.code_size();
+        for q in 0..50 {
+            let est = estimates(&g, &codec, &codes, &g.data[q * dim..(q + 1) * dim]);
+            let mut order: Vec<usize> = (0..est.len()).collect();
+            order.sort_by(|&a, &b| est[a].total_cmp(&est[b]));
+            assert!(
+                order[..10].iter().all(|&i| i < base),
+                "{kind} query {q}: {:?}",
+                &order[..10]
+            );
+        }
+        for i in base..base + 5 {
+            let f1_code = codes[i * cs + at];
+            assert!(
+                !(16..=239).contains(&f1_code),
+                "{kind} row {i}: f1 code {f1_code}"
+            );
+            let est = estimates(&g, &codec, &codes, &g.data[i * dim..(i + 1) * dim]);
+            let mut order: Vec<usize> = (0..est.len()).collect();
+            order.sort_by(|&a, &b| est[a].total_cmp(&est[b]));
+            if i < base + 3 {
+                assert_eq!(order[0], i, "{kind} row {i}: {:?}", &order[..3]);
+            } else {
+                let mut top = [order[0], order[1]];
+                top.sort_unstable();
+                assert_eq!(top, [base + 3, base + 4], "{kind} row {i}");
+            }
+        }
+    }
+}

@@ -36,8 +36,8 @@
 //! - first stage: the sign plane (top bit of `u`, `nb` bytes), the second-highest bit of
 //!   dimensions `0..stage1_dims` (`⌈stage1_dims/8⌉` bytes), f1 and f2 of the coarse grid in
 //!   the codec's [`FactorFormat`] (8 or 16 bits each from format version 6, as fine as the
-//!   stage's error needs, see [`ResidualSpread::factor_bits`]; two scaled `f16` before; two `f32` for data
-//!   far from the origin);
+//!   stage's error needs, see [`ResidualSpread::factor_bits`]; two scaled `f16` before; two
+//!   `f32` for data far from the origin);
 //! - the remaining bits of `u`, low bit first: plane `j` holds bit `j` of the first
 //!   `plane_dims[j]` dimensions (a prefix, as the remaining widths are non-increasing), then
 //!   f1 and f2 of the full code in its own [`FactorFormat`] (8 or 16 bits each from format
@@ -574,7 +574,7 @@ impl PcaFit {
     }
 
     /// The codec at `bits` per dimension on average (more than 0, at most [`MAX_DIM_BITS`]),
-    /// its 8-bit factor ranges (if any) fitted to the training sample `points` (m, dim) under
+    /// its 8- or 16-bit factor ranges (if any) fitted to the training sample `points` (m, dim) under
     /// `assignment` (m,) against `anchors` (num_anchors, dim), the one [`new`](Self::new) saw.
     pub(crate) fn codec(
         &self,
@@ -625,7 +625,10 @@ impl PcaFit {
                 FactorFormat::F32,
             );
             let full = (!wide.single_stage()).then(|| wide.code_size - 8);
-            let width = |f: FactorFormat| 4 * f.bytes() as u32;
+            let width = |f: FactorFormat| match f {
+                FactorFormat::U16 { .. } => 16,
+                _ => 8,
+            };
             fit_formats(
                 &wide,
                 (wide.stage1_bytes(), full),

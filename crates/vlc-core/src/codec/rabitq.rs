@@ -23,8 +23,8 @@
 //! Code layout, `nb = ⌈D/8⌉`, dimension `d` at byte `d/8`, bit `d%8` of each plane:
 //! - sign plane (`nb` bytes), then f1, f2 of the 1-bit code in the codec's
 //!   [`FactorFormat`] (8 or 16 bits each from format version 6, as fine as the code's error
-//!   needs, see [`ResidualSpread::factor_bits`]; two scaled `f16` in versions 2 to 5; two `f32` in version
-//!   1 and for data far from the origin);
+//!   needs, see [`ResidualSpread::factor_bits`]; two scaled `f16` in versions 2 to 5; two
+//!   `f32` in version 1 and for data far from the origin);
 //! - for `b > 1`: planes of bits `0..b−1` of `u` (`nb` bytes each), then f1, f2 of the full
 //!   code in its own [`FactorFormat`] (8 or 16 bits each from format version 6; like the first
 //!   stage's in versions 4 and 5; two `f32` before).
@@ -88,8 +88,8 @@ struct EncodeScratch {
 }
 
 /// `(f1, f2)` of the estimator for grid `w` (given by `grid(i)`), rotated residual `rr` and
-/// rotated anchor `pc` (see the module docs), as `format` will store them; zeros when
-/// `⟨w, P r⟩ ≤ 0`. `outside` is the squared norm of the residual outside the coded dimensions
+/// rotated anchor `pc` (see the module docs), as `format` will store them; f2 is 0 (as stored)
+/// when `⟨w, P r⟩ ≤ 0`. `outside` is the squared norm of the residual outside the coded dimensions
 /// (0 when every dimension is coded): it adds to `‖r‖²` in f1 and is otherwise not estimated.
 ///
 /// f1's cross term with the anchor, `2‖r‖² ⟨w, P c⟩ / ⟨w, P r⟩ = −(2/√D) f2 ⟨w, P c⟩`, is
@@ -110,13 +110,13 @@ pub(crate) fn grid_factors(
         w_r += w * rr[d];
         w_c += w * pc[d];
     }
-    if w_r > 0.0 {
-        let sqrt_d = (rr.len() as f32).sqrt();
-        let f2 = format.stored(-norm_sq * sqrt_d / w_r);
-        (norm_sq + outside - 2.0 * f2 * w_c / sqrt_d, f2)
+    let sqrt_d = (rr.len() as f32).sqrt();
+    let f2 = format.stored(if w_r > 0.0 {
+        -norm_sq * sqrt_d / w_r
     } else {
-        (norm_sq + outside, 0.0)
-    }
+        0.0
+    });
+    (norm_sq + outside - 2.0 * f2 * w_c / sqrt_d, f2)
 }
 
 impl RaBitQ {
@@ -314,14 +314,14 @@ impl RaBitQ {
         }
         let inv_sqrt_d = 1.0 / (dim as f32).sqrt();
         xbar_pc *= inv_sqrt_d;
-        let (f1, f2) = if abs_sum > 0.0 {
-            // ⟨x̄, o⟩ = Σ|rr| / (√D ‖r‖), so f2 = −2‖r‖/⟨x̄,o⟩ = −2‖r‖²√D / Σ|rr|; f1's
-            // cross term takes f2 as stored (see `grid_factors`).
-            let f2 = self.factors.stored(-2.0 * norm_sq / (abs_sum * inv_sqrt_d));
-            (norm_sq - f2 * xbar_pc, f2)
+        // ⟨x̄, o⟩ = Σ|rr| / (√D ‖r‖), so f2 = −2‖r‖/⟨x̄,o⟩ = −2‖r‖²√D / Σ|rr| (0 for a zero
+        // residual); f1's cross term takes f2 as stored (see `grid_factors`).
+        let f2 = self.factors.stored(if abs_sum > 0.0 {
+            -2.0 * norm_sq / (abs_sum * inv_sqrt_d)
         } else {
-            (0.0, 0.0)
-        };
+            0.0
+        });
+        let f1 = norm_sq - f2 * xbar_pc;
         self.factors.write(&mut code[nb..], f1, f2);
         if self.bits == 1 {
             return;
