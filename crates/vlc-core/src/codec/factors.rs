@@ -192,19 +192,23 @@ impl ResidualSpread {
             return empty;
         }
         // (Σ‖r‖², Σ‖r‖, Σ‖c‖, min ‖r‖², max ‖r‖²)
-        let (r_sq, r, c, least, most) = (0..m)
+        // Per row in parallel, summed in row order: the same sums (and so the same widths)
+        // whatever the thread count.
+        let rows: Vec<(f64, f64)> = (0..m)
             .into_par_iter()
             .map(|i| {
                 let a = assignment[i] as usize;
                 let c = &anchors[a * dim..(a + 1) * dim];
                 let d = crate::linalg::l2_sq(&points[i * dim..(i + 1) * dim], c) as f64;
-                let c = (crate::linalg::dot(c, c) as f64).sqrt();
-                (d, d.sqrt(), c, d, d)
+                (d, (crate::linalg::dot(c, c) as f64).sqrt())
             })
-            .reduce(
-                || (0.0, 0.0, 0.0, f64::INFINITY, 0.0),
-                |x, y| (x.0 + y.0, x.1 + y.1, x.2 + y.2, x.3.min(y.3), x.4.max(y.4)),
-            );
+            .collect();
+        let (r_sq, r, c, least, most) = rows.iter().fold(
+            (0.0, 0.0, 0.0, f64::INFINITY, 0.0f64),
+            |(s, n, c, lo, hi), &(d, anchor)| {
+                (s + d, n + d.sqrt(), c + anchor, lo.min(d), hi.max(d))
+            },
+        );
         let (mean_sq, mean, c) = (r_sq / m as f64, r / m as f64, c / m as f64);
         if !(mean.is_finite() && mean > 0.0 && mean_sq.is_finite()) {
             return empty;
