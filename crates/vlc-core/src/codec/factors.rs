@@ -404,8 +404,8 @@ impl std::fmt::Display for FactorFormat {
     }
 }
 
-/// The formats of a code's first stage and full code at `bits` (8 or 16 each) per factor,
-/// fitted to the factors that `wide` (the same codec with [`FactorFormat::F32`] factors,
+/// `formats` (of the first stage and the full code, 8- or 16-bit, not yet fitted) with their
+/// ranges fitted to the factors that `wide` (the same codec with [`FactorFormat::F32`] factors,
 /// otherwise laid out alike) writes for up to 4,096 evenly spaced rows of a training sample:
 /// `points` (m, dim) under `assignment` (m,) against `anchors` (num_anchors, dim). `at` holds
 /// the byte offsets of the first stage's factors and of the full code's (`None` for a
@@ -413,7 +413,7 @@ impl std::fmt::Display for FactorFormat {
 pub(crate) fn fit_formats<C: ResidualCodec>(
     wide: &C,
     at: (usize, Option<usize>),
-    bits: (u32, u32),
+    formats: (FactorFormat, FactorFormat),
     points: &[f32],
     anchors: &[f32],
     assignment: &[u32],
@@ -429,15 +429,20 @@ pub(crate) fn fit_formats<C: ResidualCodec>(
     let cs = wide.code_size();
     let mut codes = vec![0u8; rows.len() * cs];
     wide.encode(&sample, anchors, &sample_assignment, &mut codes);
-    let fit = |offset: usize, bits: u32| {
+    let fit = |offset: usize, format: FactorFormat| {
         let pairs: Vec<(f32, f32)> = codes
             .chunks_exact(cs)
             .map(|c| FactorFormat::F32.read(&c[offset..]))
             .collect();
+        let bits = if matches!(format, FactorFormat::U16 { .. }) {
+            16
+        } else {
+            8
+        };
         FactorFormat::fitted(bits, &pairs)
     };
-    let first = fit(at.0, bits.0);
-    (first, at.1.map_or(first, |offset| fit(offset, bits.1)))
+    let first = fit(at.0, formats.0);
+    (first, at.1.map_or(first, |offset| fit(offset, formats.1)))
 }
 
 #[cfg(test)]

@@ -624,15 +624,11 @@ impl PcaFit {
                 FactorFormat::F32,
                 FactorFormat::F32,
             );
-            let full = (!wide.single_stage()).then(|| wide.code_size - 8);
-            let width = |f: FactorFormat| match f {
-                FactorFormat::U16 { .. } => 16,
-                _ => 8,
-            };
+            let full = (!wide.single_stage()).then(|| wide.full_factors_offset());
             fit_formats(
                 &wide,
                 (wide.stage1_bytes(), full),
-                (width(factors), width(full_factors)),
+                (factors, full_factors),
                 points,
                 anchors,
                 assignment,
@@ -689,9 +685,13 @@ impl PcaRaBitQ {
         if self.single_stage() {
             self.factors.read(&code[self.stage1_bytes()..])
         } else {
-            self.full_factors
-                .read(&code[self.code_size - self.full_factors.bytes()..])
+            self.full_factors.read(&code[self.full_factors_offset()..])
         }
+    }
+
+    /// Offset of the full code's factors (the code's last bytes) in a two-stage code.
+    fn full_factors_offset(&self) -> usize {
+        self.code_size - self.full_factors.bytes()
     }
 
     fn from_parts(

@@ -142,12 +142,13 @@ impl RaBitQ {
         if !spread.compact {
             return wide;
         }
-        let width = |b: u32| spread.factor_bits(GRID_ERROR[b as usize - 1], dim);
-        let full = (bits > 1).then(|| wide.ex_offset() + (bits as usize - 1) * wide.bytes());
+        let format =
+            |b: u32| FactorFormat::unfitted(spread.factor_bits(GRID_ERROR[b as usize - 1], dim));
+        let full = (bits > 1).then(|| wide.full_factors_offset());
         let (factors, full_factors) = fit_formats(
             &wide,
             (wide.bytes(), full),
-            (width(1), width(bits)),
+            (format(1), format(bits)),
             points,
             anchors,
             assignment,
@@ -287,14 +288,18 @@ impl RaBitQ {
         if self.bits == 1 {
             self.factors.read(&code[nb..])
         } else {
-            let at = self.ex_offset() + (self.bits as usize - 1) * nb;
-            self.full_factors.read(&code[at..])
+            self.full_factors.read(&code[self.full_factors_offset()..])
         }
     }
 
     /// Offset of the extended part (low planes, then its factors) in a code.
     fn ex_offset(&self) -> usize {
         self.bytes() + self.factors.bytes()
+    }
+
+    /// Offset of the full code's factors (after the low planes) in a code of `b > 1` bits.
+    fn full_factors_offset(&self) -> usize {
+        self.ex_offset() + (self.bits as usize - 1) * self.bytes()
     }
 
     fn encode_one(&self, pc: &[f32], scratch: &mut EncodeScratch, code: &mut [u8]) {
@@ -355,8 +360,8 @@ impl RaBitQ {
             }
         };
         let (f1, f2) = grid_factors(rr, pc, 0.0, grid, self.full_factors);
-        let at = ex + (self.bits as usize - 1) * nb;
-        self.full_factors.write(&mut code[at..], f1, f2);
+        self.full_factors
+            .write(&mut code[self.full_factors_offset()..], f1, f2);
     }
 }
 
