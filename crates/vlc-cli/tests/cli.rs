@@ -318,6 +318,22 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("nprobe 0"));
+    vlc()
+        .arg("eval")
+        .arg(s.p("good.vlc"))
+        .args(s.truth_args())
+        .args(["--probe-margin=-1"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--probe-margin -1"));
+    vlc()
+        .arg("search")
+        .arg(s.p("good.vlc"))
+        .arg(s.p("queries.npy"))
+        .args(["--probe-margin", "nan"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("probe_margin"));
     // Unreadable paths, foreign and truncated index files.
     vlc()
         .arg("build")
@@ -529,8 +545,8 @@ fn bench_meets_each_peer_at_its_footprint_and_build_fills_a_budget() {
     let run = |out: &Path, extra: &[&str]| {
         let skipped = !extra.contains(&"false");
         vlc()
-            .args(["bench", "--nprobe", "4", "--repeat", "1", "--rerank", "0"])
-            .args(["--configs", "pcaq1"])
+            .args(["bench", "--nprobe", "2,4", "--repeat", "1", "--rerank", "0"])
+            .args(["--configs", "pcaq1", "--probe-margin", "0.5"])
             .args(extra)
             .arg("--peers")
             .arg(&peers)
@@ -549,9 +565,25 @@ fn bench_meets_each_peer_at_its_footprint_and_build_fills_a_budget() {
                 predicate::str::contains("pcaq:2B").not().boxed()
             });
         let text = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
-        text.lines()
+        let vlc_points: Vec<serde_json::Value> = text
+            .lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
             .filter(|p| p["system"] == "vlc")
+            .collect();
+        // Each configuration: nprobe 2 and 4 fixed, then margin 0.5 capped at nprobe 4.
+        for p in vlc_points.iter().filter(|p| p["probe_margin"].is_number()) {
+            assert_eq!(p["probe_margin"].as_f64(), Some(0.5), "{p}");
+            assert_eq!(p["nprobe"].as_u64(), Some(4), "{p}");
+            assert!(p["config"].as_str().unwrap().ends_with(" m0.5"), "{p}");
+        }
+        let fixed: Vec<&serde_json::Value> = vlc_points
+            .iter()
+            .filter(|p| !p["probe_margin"].is_number())
+            .collect();
+        assert_eq!(fixed.len(), 2 * (vlc_points.len() - fixed.len()), "{text}");
+        fixed
+            .into_iter()
+            .filter(|p| p["nprobe"] == 4)
             .map(|p| {
                 (
                     p["config"].as_str().unwrap().to_string(),

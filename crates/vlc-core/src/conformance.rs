@@ -606,8 +606,21 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
             refine.map(|r| format!("+{r}")).unwrap_or_default(),
             if jacobian { " jacobian" } else { "" }
         );
-        for (k, nprobe, rerank) in [(10, 8, 0), (1, 1, 0), (25, anchors, 60)] {
-            let p = SearchParams { k, nprobe, rerank };
+        // The last two probe adaptively: a margin of 0 scans the nearest lists until they
+        // hold k vectors; 0.5 adds the lists whose anchors are nearly as near.
+        for (k, nprobe, rerank, probe_margin) in [
+            (10, 8, 0, None),
+            (1, 1, 0, None),
+            (25, anchors, 60, None),
+            (10, anchors, 0, Some(0.0)),
+            (10, 32, 0, Some(0.5)),
+        ] {
+            let p = SearchParams {
+                k,
+                nprobe,
+                rerank,
+                probe_margin,
+            };
             let cpu = index.search_batch(&queries, &p, &CpuBackend).unwrap();
             let dev = device(&queries, &p).unwrap();
             assert_eq!(dev.ids.len(), cpu.ids.len(), "{label}");
@@ -639,13 +652,16 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
                     assert_eq!(*i < 0, *d == f32::INFINITY, "{label}: padding");
                 }
             }
-            eprintln!("{label} k {k} nprobe {nprobe}: overlap {overlap:.4}");
+            eprintln!(
+                "{label} k {k} nprobe {nprobe} margin {probe_margin:?}: overlap {overlap:.4}"
+            );
         }
     }
 }
 
 /// A device search refuses what the CPU search refuses: k = 0 or above the vector count,
-/// nprobe = 0 or above the anchor count, queries of the wrong dim, NaN.
+/// nprobe = 0 or above the anchor count, a negative or non-finite probe margin, queries of
+/// the wrong dim, NaN.
 pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
     use crate::{BuildParams, CodecKind, Index, SearchParams};
     let dim = 16;
@@ -662,11 +678,19 @@ pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
             &SearchParams {
                 k,
                 nprobe,
-                rerank: 0,
+                ..SearchParams::default()
             },
         )
         .unwrap_err();
         assert!(matches!(e, crate::VlcError::InvalidParameter { .. }), "{e}");
+    }
+    for margin in [-0.5, f32::NAN, f32::INFINITY] {
+        let p = SearchParams {
+            probe_margin: Some(margin),
+            ..SearchParams::default()
+        };
+        let e = device(q, &p).unwrap_err();
+        assert!(e.to_string().contains("probe_margin"), "{e}");
     }
     let e = device(&q[..dim - 1], &SearchParams::default()).unwrap_err();
     assert!(e.to_string().contains("dim"), "{e}");
@@ -675,7 +699,7 @@ pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
     let p = SearchParams {
         k: 5,
         nprobe: 4,
-        rerank: 0,
+        ..SearchParams::default()
     };
     assert!(device(&nan, &p).is_err());
 }

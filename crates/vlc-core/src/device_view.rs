@@ -71,6 +71,9 @@ pub struct DeviceView<'a> {
     /// Whether a second stage rescores the scan's candidate pool (see
     /// [`Index::has_second_stage`]); sizes the pool through [`crate::SearchParams::pool_size`].
     pub has_second_stage: bool,
+    /// The index's energy ([`Index::energy`]), the scale of
+    /// [`crate::SearchParams::probe_margin`].
+    pub energy: f32,
 }
 
 /// Whether device kernels score `codec` (the others map to [`StageCodec::Unsupported`]).
@@ -172,6 +175,7 @@ impl Index {
                 .as_ref()
                 .map(|(c, codes)| device_stage(c, codes)),
             has_second_stage: self.has_second_stage(),
+            energy: self.energy(),
         }
     }
 }

@@ -235,7 +235,7 @@ impl Index {
     /// let data: Vec<f32> = (0..2000 * dim).map(|_| rng.normal() as f32).collect();
     /// let params = BuildParams::default().with_codec(CodecKind::Sq8).with_num_anchors(32);
     /// let (index, _report) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {})?;
-    /// let hits = index.search(&data[5 * dim..6 * dim], &SearchParams { k: 3, nprobe: 8, rerank: 0 })?;
+    /// let hits = index.search(&data[5 * dim..6 * dim], &SearchParams { k: 3, nprobe: 8, rerank: 0, probe_margin: None })?;
     /// assert_eq!(hits[0].id, 5);
     /// # Ok::<(), vlc::VlcError>(())
     /// ```
@@ -515,6 +515,17 @@ impl Index {
     }
     pub fn num_anchors(&self) -> usize {
         self.anchor_norms.len()
+    }
+    /// The index's energy: the mean squared distance of its vectors to their anchors, as the
+    /// build measured it (between unit vectors for the cosine metric). It sets the scale of
+    /// [`crate::SearchParams::probe_margin`].
+    pub fn energy(&self) -> f32 {
+        let e = self.report.final_energy as f32;
+        if e.is_finite() {
+            e.max(0.0)
+        } else {
+            0.0
+        }
     }
     pub fn codec(&self) -> CodecKind {
         self.codec.kind()

@@ -21,7 +21,7 @@
 //! let path = dir.path().join("demo.vlc");
 //! index.save(&path)?;
 //! let mapped = Index::view(&path)?; // zero-copy
-//! let hits = mapped.search(&data[..dim], &SearchParams { k: 5, nprobe: 8, rerank: 50 })?;
+//! let hits = mapped.search(&data[..dim], &SearchParams { k: 5, nprobe: 8, rerank: 50, probe_margin: None })?;
 //! assert_eq!(hits[0].id, 0);
 //! assert!(report.train.iterations >= 1);
 //! # Ok::<(), vlc::VlcError>(())

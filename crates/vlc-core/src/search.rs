@@ -13,15 +13,23 @@ use rayon::prelude::*;
 use std::cmp::Ordering;
 
 /// Search knobs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SearchParams {
     /// Neighbours to return (1..=number of vectors).
     pub k: usize,
-    /// Inverted lists to scan (1..=number of anchors).
+    /// Inverted lists to scan (1..=number of anchors); with `probe_margin`, the most to scan.
     pub nprobe: usize,
     /// Candidate pool rescored by the second stage (refine tier, or the full code after a fast
     /// scan); 0 = automatic (10·k). Ignored without a second stage.
     pub rerank: usize,
+    /// Adaptive probing: of the `nprobe` nearest lists, skip those whose anchor is farther
+    /// from the query (squared distance) than the nearest anchor by more than
+    /// `probe_margin` times the index's energy (the mean squared distance of its vectors to
+    /// their anchors, [`Index::energy`]), once the lists already taken hold at least k
+    /// vectors. A query near one cluster then scans one or two lists, a query between
+    /// clusters all the nearby ones. `None` scans all `nprobe` lists. Must be finite and ≥ 0.
+    #[serde(default)]
+    pub probe_margin: Option<f32>,
 }
 
 impl Default for SearchParams {
@@ -30,6 +38,7 @@ impl Default for SearchParams {
             k: 10,
             nprobe: 16,
             rerank: 0,
+            probe_margin: None,
         }
     }
 }
@@ -47,6 +56,14 @@ impl SearchParams {
                 ),
             ));
         }
+        if let Some(m) = self.probe_margin {
+            if !m.is_finite() || m < 0.0 {
+                return Err(VlcError::param(
+                    "probe_margin",
+                    format!("must be a finite number >= 0, got {m}"),
+                ));
+            }
+        }
         if self.nprobe == 0 || self.nprobe > num_anchors {
             return Err(VlcError::param(
                 "nprobe",
@@ -57,6 +74,36 @@ impl SearchParams {
             ));
         }
         Ok(())
+    }
+
+    /// How many of the nearest lists a query scans. `probes`: the `nprobe` nearest anchors'
+    /// squared distances, nearest first; `list_len(j)`: the size of the j-th of those lists;
+    /// `energy`: the index's mean squared vector-to-anchor distance. Without a margin, all of
+    /// them; with one, the first list j ≥ 1 whose distance exceeds the nearest by more than
+    /// `probe_margin · energy` while the lists before it hold at least k vectors ends the scan
+    /// (both conditions only grow with j, so the lists scanned are always a prefix). The GPU
+    /// search kernels apply the same rule.
+    pub fn lists_to_scan(
+        &self,
+        probes: &[f32],
+        energy: f32,
+        mut list_len: impl FnMut(usize) -> usize,
+    ) -> usize {
+        let Some(margin) = self.probe_margin else {
+            return probes.len();
+        };
+        let Some(&nearest) = probes.first() else {
+            return 0;
+        };
+        let limit = nearest + margin * energy;
+        let mut held = 0usize;
+        for (j, &d) in probes.iter().enumerate() {
+            if j > 0 && d > limit && held >= self.k {
+                return j;
+            }
+            held += list_len(j);
+        }
+        probes.len()
     }
 
     /// Candidates kept for the second stage (refine tier, or the full RaBitQ code after a
@@ -188,11 +235,12 @@ impl Index {
         let mut scratch = Scratch::default();
         let q = self.prepare(query);
         self.rank_anchors_one(&q, params.nprobe, &mut scratch);
-        let probes: Vec<(u32, f32)> = scratch
+        let mut probes: Vec<(u32, f32)> = scratch
             .order
             .iter()
             .map(|&k| (key_id(k), key_dist(k)))
             .collect();
+        probes.truncate(self.lists_to_scan(&probes, params));
         Ok(self.search_prepared(&q, None, &probes, params, &mut scratch))
     }
 
@@ -230,7 +278,7 @@ impl Index {
                 .enumerate()
                 .for_each_init(Scratch::default, |scratch, (i, (ids, dists))| {
                     let q = &prepared[i * dim..(i + 1) * dim];
-                    let probes: Vec<(u32, f32)> = (0..params.nprobe)
+                    let mut probes: Vec<(u32, f32)> = (0..params.nprobe)
                         .map(|j| {
                             (
                                 near.ids[i * params.nprobe + j],
@@ -238,6 +286,7 @@ impl Index {
                             )
                         })
                         .collect();
+                    probes.truncate(self.lists_to_scan(&probes, params));
                     let rq = rotated.as_ref().map(|(r, w)| &r[i * w..(i + 1) * w]);
                     for (slot, n) in self
                         .search_prepared(q, rq, &probes, params, scratch)
@@ -250,6 +299,19 @@ impl Index {
                 });
         }
         Ok(SearchResults { k, ids, distances })
+    }
+
+    /// The prefix of `probes` (anchor, squared distance), nearest first, that a query scans:
+    /// see [`SearchParams::lists_to_scan`].
+    fn lists_to_scan(&self, probes: &[(u32, f32)], params: &SearchParams) -> usize {
+        if params.probe_margin.is_none() {
+            return probes.len();
+        }
+        let dists: Vec<f32> = probes.iter().map(|p| p.1).collect();
+        params.lists_to_scan(&dists, self.energy(), |j| {
+            let a = probes[j].0 as usize;
+            (self.list_offsets[a + 1] - self.list_offsets[a]) as usize
+        })
     }
 
     fn prepare(&self, query: &[f32]) -> Vec<f32> {

@@ -39,6 +39,7 @@ fn load_and_view_round_trip_every_codec() {
                 k: 5,
                 nprobe: 3,
                 rerank: 20,
+                probe_margin: None,
             };
             let want = index.search_batch(&queries, &params, &CpuBackend).unwrap();
             for reopened in [Index::load(&path).unwrap(), Index::view(&path).unwrap()] {
@@ -135,6 +136,7 @@ fn every_anchor_precision_round_trips_with_the_same_answers() {
         k: 5,
         nprobe: 3,
         rerank: 20,
+        probe_margin: None,
     };
     let mut sizes = Vec::new();
     for precision in [

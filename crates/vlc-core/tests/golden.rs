@@ -95,6 +95,7 @@ const PARAMS: SearchParams = SearchParams {
     k: 5,
     nprobe: 3,
     rerank: 20,
+    probe_margin: None,
 };
 
 #[test]

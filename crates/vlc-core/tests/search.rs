@@ -45,6 +45,7 @@ fn recall_on_clustered_data_per_codec() {
                     k: 10,
                     nprobe: 16,
                     rerank: 100,
+                    probe_margin: None,
                 },
                 &CpuBackend,
             )
@@ -86,6 +87,7 @@ fn more_probes_never_lower_sq8_recall_much_and_full_probe_is_near_exact() {
                     k: 10,
                     nprobe,
                     rerank: 0,
+                    probe_margin: None,
                 },
                 &CpuBackend,
             )
@@ -111,6 +113,7 @@ fn batch_matches_single_query_search() {
         k: 7,
         nprobe: 4,
         rerank: 30,
+        probe_margin: None,
     };
     let batch = index.search_batch(&queries, &sp, &CpuBackend).unwrap();
     for q in 0..30 {
@@ -138,7 +141,8 @@ fn invalid_search_parameters_and_queries_are_errors() {
         err(SearchParams {
             k: 0,
             nprobe: 1,
-            rerank: 0
+            rerank: 0,
+            probe_margin: None,
         }),
         VlcError::InvalidParameter { name: "k", .. }
     ));
@@ -146,7 +150,8 @@ fn invalid_search_parameters_and_queries_are_errors() {
         err(SearchParams {
             k: 201,
             nprobe: 1,
-            rerank: 0
+            rerank: 0,
+            probe_margin: None,
         }),
         VlcError::InvalidParameter { name: "k", .. }
     ));
@@ -154,7 +159,8 @@ fn invalid_search_parameters_and_queries_are_errors() {
         err(SearchParams {
             k: 1,
             nprobe: 0,
-            rerank: 0
+            rerank: 0,
+            probe_margin: None,
         }),
         VlcError::InvalidParameter { name: "nprobe", .. }
     ));
@@ -162,7 +168,8 @@ fn invalid_search_parameters_and_queries_are_errors() {
         err(SearchParams {
             k: 1,
             nprobe: 9,
-            rerank: 0
+            rerank: 0,
+            probe_margin: None,
         }),
         VlcError::InvalidParameter { name: "nprobe", .. }
     ));
@@ -170,6 +177,7 @@ fn invalid_search_parameters_and_queries_are_errors() {
         k: 3,
         nprobe: 2,
         rerank: 0,
+        probe_margin: None,
     };
     assert!(matches!(
         index.search(&[1.0; 7], &ok),
@@ -191,6 +199,7 @@ fn invalid_search_parameters_and_queries_are_errors() {
                 k: 200,
                 nprobe: 1,
                 rerank: 0,
+                probe_margin: None,
             },
             &CpuBackend,
         )
@@ -255,6 +264,7 @@ fn cosine_metric_normalises_and_finds_scaled_copies() {
                 k: 1,
                 nprobe: 4,
                 rerank: 0,
+                probe_margin: None,
             },
         )
         .unwrap();
@@ -315,6 +325,7 @@ fn a_byte_budget_builds_pcaq_that_fills_it_without_passing_it() {
                     k: 1,
                     nprobe: anchors,
                     rerank: 0,
+                    probe_margin: None,
                 },
             )
             .unwrap();
@@ -352,4 +363,131 @@ fn byte_budgets_that_cannot_hold_a_code_or_name_another_codec_are_errors() {
     sq8.codec = CodecKind::Sq8;
     let err = build(&sq8).unwrap_err();
     assert!(err.to_string().contains("fixed size"), "{err}");
+}
+
+#[test]
+fn lists_to_scan_stops_past_the_margin_once_k_vectors_are_held() {
+    // Squared anchor distances, nearest first; every list holds 4 vectors; energy 1.
+    let dists = [1.0, 1.2, 1.5, 3.0, 3.1];
+    let params = |k, probe_margin| SearchParams {
+        k,
+        nprobe: 5,
+        rerank: 0,
+        probe_margin,
+    };
+    let scan = |p: SearchParams, energy: f32| p.lists_to_scan(&dists, energy, |_| 4);
+    assert_eq!(scan(params(10, None), 1.0), 5, "no margin: every probe");
+    // Limit 1.0 + 0.6: the lists at 1.0, 1.2 and 1.5 (12 vectors >= k).
+    assert_eq!(scan(params(10, Some(0.6)), 1.0), 3);
+    // The margin scales with the energy: 0.6 x 4 = 2.4 takes in 3.0 and 3.1.
+    assert_eq!(scan(params(10, Some(0.6)), 4.0), 5);
+    // k = 14: three lists hold 12 < 14, so the fourth is scanned despite the margin.
+    assert_eq!(scan(params(14, Some(0.6)), 1.0), 4);
+    assert_eq!(scan(params(30, Some(0.0)), 1.0), 5, "fewer than k in all");
+    // Margin 0: the nearest list, then only as many as k needs.
+    assert_eq!(scan(params(4, Some(0.0)), 1.0), 1);
+    assert_eq!(scan(params(5, Some(0.0)), 1.0), 2);
+    assert_eq!(scan(params(5, Some(0.0)), 1.0), 2);
+    assert_eq!(params(5, Some(0.5)).lists_to_scan(&[], 1.0, |_| 4), 0);
+    // Bad margins are refused by the index.
+    let dim = 8;
+    let data = clustered(300, dim, 4, 0.5, 1);
+    let (index, _) = Index::build(
+        &data,
+        dim,
+        &BuildParams::default().with_num_anchors(8),
+        &CpuBackend,
+        &mut |_| {},
+    )
+    .unwrap();
+    for m in [-1.0, f32::NAN, f32::INFINITY] {
+        let e = index.search(&data[..dim], &params(5, Some(m))).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                VlcError::InvalidParameter {
+                    name: "probe_margin",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn adaptive_probing_scans_few_lists_near_a_cluster_and_keeps_recall() {
+    let dim = 32;
+    let data = clustered(6000, dim, 40, 0.4, 31);
+    let queries = queries_near(&data, dim, 200, 0.2, 32);
+    let gt = truth(&data, &queries, dim, 10);
+    let num_anchors = 64;
+    let params = BuildParams::default()
+        .with_codec(CodecKind::RaBitQ1)
+        .with_refine(Some(CodecKind::Sq8))
+        .with_num_anchors(num_anchors);
+    let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    assert!(index.energy() > 0.0);
+    let fixed = SearchParams {
+        k: 10,
+        nprobe: num_anchors,
+        rerank: 0,
+        probe_margin: None,
+    };
+    let adaptive = SearchParams {
+        probe_margin: Some(1.0),
+        ..fixed
+    };
+    let all = index.search_batch(&queries, &fixed, &CpuBackend).unwrap();
+    let some = index
+        .search_batch(&queries, &adaptive, &CpuBackend)
+        .unwrap();
+    let (r_all, r_some) = (
+        recall_at(&all.ids, 10, &gt, 10, 10),
+        recall_at(&some.ids, 10, &gt, 10, 10),
+    );
+    assert!(
+        r_some >= r_all - 0.01,
+        "adaptive {r_some} vs every list {r_all}"
+    );
+    // How many lists each query scanned, from the public rule and the anchors; each query's
+    // adaptive result is the fixed search of exactly that many nearest lists.
+    let sizes = index.list_sizes();
+    let anchors = index.anchors();
+    let mut scanned_total = 0;
+    for (qi, q) in queries.chunks(dim).enumerate() {
+        let mut near: Vec<(f32, usize)> = anchors
+            .chunks(dim)
+            .enumerate()
+            .map(|(a, c)| (q.iter().zip(c).map(|(x, y)| (x - y) * (x - y)).sum(), a))
+            .collect();
+        near.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        let dists: Vec<f32> = near.iter().map(|n| n.0).collect();
+        let n = adaptive.lists_to_scan(&dists, index.energy(), |j| sizes[near[j].1]);
+        scanned_total += n;
+        let single = index
+            .search(
+                q,
+                &SearchParams {
+                    nprobe: n,
+                    probe_margin: None,
+                    ..fixed
+                },
+            )
+            .unwrap();
+        let same = single
+            .iter()
+            .filter(|h| some.ids[qi * 10..qi * 10 + 10].contains(&(h.id as i64)))
+            .count();
+        assert!(
+            same >= 9,
+            "query {qi}: {same} of 10 as a fixed search of {n} lists"
+        );
+    }
+    let mean = scanned_total as f64 / 200.0;
+    eprintln!("margin 1: recall {r_some:.4} (every list {r_all:.4}), {mean:.1} lists per query");
+    assert!(
+        mean < num_anchors as f64 / 4.0,
+        "queries near clusters should scan few lists, scanned {mean:.1} on average"
+    );
 }

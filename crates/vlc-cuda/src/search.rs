@@ -56,6 +56,8 @@ struct SearchArgs {
     bits2: i32,
     code_size2: i32,
     per_anchor2: i32,
+    /// Adaptive probing: `probe_margin · energy`, or +∞ for a fixed nprobe.
+    probe_margin: f32,
 }
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct (u64 device pointers and
@@ -100,6 +102,8 @@ pub struct CudaIndex<'b> {
     num_vectors: usize,
     num_anchors: usize,
     has_second_stage: bool,
+    /// The index's energy, the scale of `SearchParams::probe_margin`.
+    energy: f32,
     /// Layout: (num_anchors, dim), row-major.
     anchors: CudaSlice<f32>,
     /// Layout: (num_anchors,).
@@ -218,6 +222,7 @@ impl<'b> CudaIndex<'b> {
             num_vectors: view.num_vectors,
             num_anchors: view.anchor_norms.len(),
             has_second_stage: view.has_second_stage,
+            energy: view.energy,
             anchors: backend.upload(view.anchors)?,
             anchor_norms: backend.upload(view.anchor_norms)?,
             list_offsets: backend.upload(view.list_offsets)?,
@@ -239,6 +244,9 @@ impl<'b> CudaIndex<'b> {
         let b = self.backend;
         let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);
         let pool_size = params.pool_size(self.has_second_stage);
+        let probe_margin = params
+            .probe_margin
+            .map_or(f32::INFINITY, |m| m * self.energy);
         let nq = queries.len() / dim;
         // Pool slots: the larger of the two selections plus one round of the block.
         let cap = (pool_size.max(nprobe) + BLOCK).next_power_of_two();
@@ -380,6 +388,7 @@ impl<'b> CudaIndex<'b> {
                     bits2: second.map_or(0, |st| st.bits),
                     code_size2: second.map_or(0, |st| st.code_size as i32),
                     per_anchor2: second.is_some_and(|st| st.per_anchor) as i32,
+                    probe_margin,
                 };
                 let cfg = LaunchConfig {
                     grid_dim: (rows as u32, 1, 1),

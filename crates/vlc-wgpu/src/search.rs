@@ -38,6 +38,8 @@ pub struct WgpuIndex<'b> {
     num_vectors: usize,
     num_anchors: usize,
     has_second_stage: bool,
+    /// The index's energy, the scale of `SearchParams::probe_margin`.
+    energy: f32,
     padded_dim: usize,
     /// Layout: (num_anchors, dim), row-major.
     anchors: wgpu::Buffer,
@@ -112,6 +114,7 @@ impl<'b> WgpuIndex<'b> {
             num_vectors: view.num_vectors,
             num_anchors,
             has_second_stage: view.has_second_stage,
+            energy: view.energy,
             padded_dim,
             anchors: backend.storage("anchors", view.anchors)?,
             floats: backend.storage("search floats", &floats)?,
@@ -196,6 +199,13 @@ impl<'b> WgpuIndex<'b> {
                     second.off_step,
                     stride as u32,
                     (self.num_anchors + 1) as u32,
+                    params.probe_margin.is_some() as u32,
+                    params
+                        .probe_margin
+                        .map_or(0.0, |m| m * self.energy)
+                        .to_bits(),
+                    0,
+                    0,
                 ];
                 let uniform = b.uniform(&words);
                 let pipeline = b.search_pipeline();

@@ -51,6 +51,11 @@ pub struct Args {
     /// The nprobe values at which the depths after the first of `--rerank` are swept.
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128])]
     pub rerank_nprobe: Vec<usize>,
+    /// Adaptive-probing margins (`vlc search --probe-margin`), each measured with the largest
+    /// nprobe of the sweep as the cap and the last pool depth of --rerank; their points are
+    /// named `CONFIG m<MARGIN>`. Empty (`--probe-margin ''`) for fixed probing only.
+    #[arg(long, value_delimiter = ',', default_values_t = [1.0f32, 1.5])]
+    pub probe_margin: Vec<f32>,
     /// Anchors (default: automatic).
     #[arg(long)]
     pub anchors: Option<usize>,
@@ -91,6 +96,9 @@ pub struct Point {
     pub nprobe: usize,
     #[serde(default)]
     pub rerank: usize,
+    /// The adaptive-probing margin (`nprobe` is then the cap), when one was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_margin: Option<f32>,
     pub bytes_per_vector: f64,
     #[serde(rename = "recall@1")]
     pub recall_1: f64,
@@ -327,8 +335,16 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             vec![0]
         };
-        for (i, &rerank) in reranks.iter().enumerate() {
-            let nprobes: Vec<usize> = if i == 0 {
+        // Fixed probing at every depth, then the adaptive margins at the last depth with the
+        // sweep's largest nprobe as the cap.
+        let mut runs: Vec<(usize, Option<f32>)> = reranks.iter().map(|&r| (r, None)).collect();
+        if let (Some(&rerank), Some(_)) = (reranks.last(), nprobes.last()) {
+            runs.extend(a.probe_margin.iter().map(|&m| (rerank, Some(m))));
+        }
+        for (i, &(rerank, margin)) in runs.iter().enumerate() {
+            let nprobes: Vec<usize> = if margin.is_some() {
+                vec![*nprobes.last().expect("checked above")]
+            } else if i == 0 {
                 nprobes.clone()
             } else {
                 nprobes
@@ -348,17 +364,23 @@ pub fn run(a: Args) -> Result<()> {
                     &truth.data,
                     truth.cols,
                     &nprobes,
+                    &[margin],
                     rerank,
                     a.repeat,
                 )
             })?;
+            let config = match margin {
+                Some(m) => format!("{name} m{m}"),
+                None => name.clone(),
+            };
             for r in results {
-                eprintln!("  {name:<16} nprobe {:>4} rerank {:>4}: recall@10 {:.4}  {:>8.0} QPS  {bytes:.1} B/vector", r.nprobe, rerank, r.recall_10, r.qps);
+                eprintln!("  {config:<16} nprobe {:>4} rerank {:>4}: recall@10 {:.4}  {:>8.0} QPS  {bytes:.1} B/vector", r.nprobe, rerank, r.recall_10, r.qps);
                 points.push(Point {
                     system: "vlc".into(),
-                    config: name.clone(),
+                    config: config.clone(),
                     nprobe: r.nprobe,
                     rerank,
+                    probe_margin: margin,
                     bytes_per_vector: bytes,
                     recall_1: r.recall_1,
                     recall_10: r.recall_10,

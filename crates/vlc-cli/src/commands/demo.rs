@@ -81,6 +81,7 @@ pub fn run(a: Args) -> Result<()> {
         &truth,
         100,
         &nprobes,
+        &[None],
         0,
         1,
     )?;
@@ -94,7 +95,7 @@ pub fn run(a: Args) -> Result<()> {
             &SearchParams {
                 k: 5,
                 nprobe: 8.min(index.num_anchors()),
-                rerank: 0,
+                ..SearchParams::default()
             },
         )?;
         let source = query_texts[row]["source"].as_u64().unwrap_or(u64::MAX);

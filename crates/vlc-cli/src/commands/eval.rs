@@ -30,6 +30,12 @@ pub struct Args {
     /// where the first stage ranks poorly.
     #[arg(long, default_value_t = 0)]
     pub rerank: usize,
+    /// Adaptive probing, comma separated margins (each measured at every --nprobe, which then
+    /// caps the lists scanned): skip a list whose anchor is farther than the nearest anchor by
+    /// more than MARGIN times the index's energy (mean squared vector-to-anchor distance, see
+    /// `vlc info`), once the lists taken hold k vectors. Try 0.5 to 2; larger = more recall.
+    #[arg(long, value_delimiter = ',')]
+    pub probe_margin: Vec<f32>,
     /// Timed passes per nprobe; the fastest is reported (a shared machine's noise only ever
     /// slows a pass down).
     #[arg(long, default_value_t = 1)]
@@ -51,6 +57,9 @@ pub struct Args {
 pub struct EvalPoint {
     pub nprobe: usize,
     pub rerank: usize,
+    /// The adaptive-probing margin, when one was set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_margin: Option<f32>,
     #[serde(rename = "recall@1")]
     pub recall_1: f64,
     #[serde(rename = "recall@10")]
@@ -61,7 +70,8 @@ pub struct EvalPoint {
     pub ms_per_query: f64,
 }
 
-/// Search `queries` at every nprobe and score against `truth` (num_queries, truth_cols).
+/// Search `queries` at every nprobe (for each probe margin of `margins`; `[None]` for fixed
+/// probing) and score against `truth` (num_queries, truth_cols).
 #[allow(clippy::too_many_arguments)] // one call site per command; a struct would only rename them
 pub fn sweep(
     index: &Index,
@@ -70,14 +80,23 @@ pub fn sweep(
     truth: &[i64],
     truth_cols: usize,
     nprobes: &[usize],
+    margins: &[Option<f32>],
     rerank: usize,
     repeat: usize,
 ) -> Result<Vec<EvalPoint>> {
     let nq = queries.len() / index.dim();
     let mut points = Vec::new();
-    for &nprobe in nprobes {
+    for (&probe_margin, &nprobe) in margins
+        .iter()
+        .flat_map(|m| nprobes.iter().map(move |n| (m, n)))
+    {
         let k = 10.min(index.len()).min(truth_cols);
-        let params = SearchParams { k, nprobe, rerank };
+        let params = SearchParams {
+            k,
+            nprobe,
+            rerank,
+            probe_margin,
+        };
         let mut secs = f64::INFINITY;
         let mut res = None;
         for _ in 0..repeat.max(1) {
@@ -89,11 +108,7 @@ pub fn sweep(
         }
         let res = res.expect("at least one pass");
         let recall_100 = if truth_cols >= 100 && index.len() >= 100 {
-            let p = SearchParams {
-                k: 100,
-                nprobe,
-                rerank,
-            };
+            let p = SearchParams { k: 100, ..params };
             let r = search(queries, &p)?;
             Some(recall_at(&r.ids, 100, truth, truth_cols, 100))
         } else {
@@ -102,6 +117,7 @@ pub fn sweep(
         points.push(EvalPoint {
             nprobe,
             rerank,
+            probe_margin,
             recall_1: recall_at(&res.ids, k, truth, truth_cols, 1),
             recall_10: recall_at(&res.ids, k, truth, truth_cols, k),
             recall_100,
@@ -113,14 +129,27 @@ pub fn sweep(
 }
 
 pub fn print_table(points: &[EvalPoint]) {
+    let margins = points.iter().any(|p| p.probe_margin.is_some());
+    let margin = |p: &EvalPoint| match (margins, p.probe_margin) {
+        (false, _) => String::new(),
+        (true, None) => format!("{:>7}", "-"),
+        (true, Some(m)) => format!("{m:>7}"),
+    };
     println!(
-        "{:>7} {:>9} {:>10} {:>11} {:>10} {:>9}",
-        "nprobe", "recall@1", "recall@10", "recall@100", "QPS", "us/query"
+        "{}{:>7} {:>9} {:>10} {:>11} {:>10} {:>9}",
+        if margins { " margin" } else { "" },
+        "nprobe",
+        "recall@1",
+        "recall@10",
+        "recall@100",
+        "QPS",
+        "us/query"
     );
     for p in points {
         let r100 = p.recall_100.map_or("-".to_string(), |r| format!("{r:.4}"));
         println!(
-            "{:>7} {:>9.4} {:>10.4} {:>11} {:>10.0} {:>9.2}",
+            "{}{:>7} {:>9.4} {:>10.4} {:>11} {:>10.0} {:>9.2}",
+            margin(p),
             p.nprobe,
             p.recall_1,
             p.recall_10,
@@ -149,6 +178,9 @@ pub fn run(a: Args) -> Result<()> {
             truth.cols
         );
     }
+    if let Some(bad) = a.probe_margin.iter().find(|m| !m.is_finite() || **m < 0.0) {
+        bail!("--probe-margin {bad} is out of range: margins are finite numbers >= 0");
+    }
     if let Some(&bad) = a
         .nprobe
         .iter()
@@ -160,6 +192,11 @@ pub fn run(a: Args) -> Result<()> {
             index.num_anchors()
         );
     }
+    let margins: Vec<Option<f32>> = if a.probe_margin.is_empty() {
+        vec![None]
+    } else {
+        a.probe_margin.iter().map(|&m| Some(m)).collect()
+    };
     let points = with_search(a.backend, &index, |search| {
         sweep(
             &index,
@@ -168,6 +205,7 @@ pub fn run(a: Args) -> Result<()> {
             &truth.data,
             truth.cols,
             &a.nprobe,
+            &margins,
             a.rerank,
             a.repeat,
         )

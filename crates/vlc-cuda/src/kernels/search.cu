@@ -39,6 +39,7 @@ struct SearchArgs {
     int nprobe, pool_size, k, cap;
     int kind1, bits1, code_size1, per_anchor1;
     int kind2, bits2, code_size2, per_anchor2;
+    float probe_margin;           // adaptive probing: margin x energy, +inf for fixed nprobe
 };
 
 __device__ __forceinline__ u64 order_key(float d, u32 id) {
@@ -194,6 +195,7 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     __shared__ int count;
     __shared__ float threshold;
     __shared__ float constant;
+    __shared__ int scanned;
 
     // 1. The nprobe nearest anchors.
     if (tid == 0) {
@@ -254,15 +256,27 @@ extern "C" __global__ void search_queries(SearchArgs a) {
             for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
             if (tid == 0) constant = -s / sqrtf((float)a.dim);
         }
+        __syncwarp();  // every lane's prefix sums are visible to lane 0
         if (tid == 0) {
             count = 0;
             threshold = infinity();
+            // Adaptive probing (SearchParams::lists_to_scan): the first list past the margin
+            // whose predecessors hold k vectors ends the scan.
+            int eff = a.nprobe;
+            const float limit = probe_dist[0] + a.probe_margin;
+            for (int j = 1; j < a.nprobe; ++j) {
+                if (probe_dist[j] > limit && prefix[j] >= (u32)a.k) {
+                    eff = j;
+                    break;
+                }
+            }
+            scanned = eff;
         }
     }
     __syncthreads();
 
     // 2. Scan the probed lists as one flat range; each thread walks its probe cursor forward.
-    const u32 total = prefix[a.nprobe];
+    const u32 total = prefix[scanned];
     const float c_q = rabitq ? constant : 0.f;
     int p = 0;
     for (u32 base = 0; base < total; base += bd) {

@@ -47,6 +47,11 @@ struct Params {
     stride: u32,
     // Offset of the caller ids in `lists` (after the num_anchors + 1 list offsets).
     off_ids: u32,
+    // Adaptive probing (SearchParams::lists_to_scan): 1 when on, with margin x energy (finite).
+    adaptive: u32,
+    probe_margin: f32,
+    pad0: u32,
+    pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -380,7 +385,19 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         for (var i = 0u; i < p.nprobe; i = i + 1u) {
             scratch[prefix + i + 1u] = scratch[prefix + i + 1u] + scratch[prefix + i];
         }
-        total_plain = scratch[prefix + p.nprobe];
+        // Adaptive probing: the first list past the margin whose predecessors hold k vectors
+        // ends the scan.
+        var scanned = p.nprobe;
+        if (p.adaptive != 0u) {
+            let limit = bitcast<f32>(scratch[probe_dist]) + p.probe_margin;
+            for (var j = 1u; j < p.nprobe; j = j + 1u) {
+                if (bitcast<f32>(scratch[probe_dist + j]) > limit && scratch[prefix + j] >= p.k) {
+                    scanned = j;
+                    break;
+                }
+            }
+        }
+        total_plain = scratch[prefix + scanned];
     }
     storageBarrier();
     reset_pool(tid);
