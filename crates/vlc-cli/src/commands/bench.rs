@@ -52,8 +52,8 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128])]
     pub rerank_nprobe: Vec<usize>,
     /// Adaptive-probing margins (`vlc search --probe-margin`), each measured with the largest
-    /// nprobe of the sweep as the cap and the last pool depth of --rerank; their points are
-    /// named `CONFIG m<MARGIN>`. Empty (`--probe-margin ''`) for fixed probing only.
+    /// nprobe of the sweep as the cap, at the first and the last pool depth of --rerank;
+    /// their points are named `CONFIG m<MARGIN>`.
     #[arg(long, value_delimiter = ',', default_values_t = [1.0f32, 1.5])]
     pub probe_margin: Vec<f32>,
     /// Anchors (default: automatic).
@@ -335,11 +335,15 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             vec![0]
         };
-        // Fixed probing at every depth, then the adaptive margins at the last depth with the
-        // sweep's largest nprobe as the cap.
+        // Fixed probing at every depth, then the adaptive margins at the first depth (for
+        // recall) and the last (for speed), with the sweep's largest nprobe as the cap.
         let mut runs: Vec<(usize, Option<f32>)> = reranks.iter().map(|&r| (r, None)).collect();
-        if let (Some(&rerank), Some(_)) = (reranks.last(), nprobes.last()) {
-            runs.extend(a.probe_margin.iter().map(|&m| (rerank, Some(m))));
+        let mut margin_depths: Vec<usize> = reranks.first().into_iter().copied().collect();
+        margin_depths.extend(reranks.last().filter(|&&r| Some(&r) != reranks.first()));
+        if !nprobes.is_empty() {
+            for &rerank in &margin_depths {
+                runs.extend(a.probe_margin.iter().map(|&m| (rerank, Some(m))));
+            }
         }
         for (i, &(rerank, margin)) in runs.iter().enumerate() {
             let nprobes: Vec<usize> = if margin.is_some() {
