@@ -141,6 +141,17 @@ pub struct SearchResults {
     pub distances: Vec<f32>,
 }
 
+/// Anchors ranked first for an adaptive search (all `nprobe` for a fixed one): the queries
+/// whose margin reaches past them are ranked again for all `nprobe`.
+const FIRST_ADAPTIVE_PROBES: usize = 32;
+
+fn first_probes(params: &SearchParams) -> usize {
+    match params.probe_margin {
+        Some(_) => params.nprobe.min(FIRST_ADAPTIVE_PROBES),
+        None => params.nprobe,
+    }
+}
+
 /// A pool entry. `key` packs the distance (as order-preserving bits) above the list position,
 /// so one integer compare orders candidates by (distance, position): selection and sorting
 /// touch no floats and ties resolve deterministically.
@@ -234,13 +245,20 @@ impl Index {
         validate_vectors(query, self.dim, "query")?;
         let mut scratch = Scratch::default();
         let q = self.prepare(query);
-        self.rank_anchors_one(&q, params.nprobe, &mut scratch);
-        let mut probes: Vec<(u32, f32)> = scratch
-            .order
-            .iter()
-            .map(|&k| (key_id(k), key_dist(k)))
-            .collect();
-        probes.truncate(self.lists_to_scan(&probes, params));
+        let first = first_probes(params);
+        self.rank_anchors_one(&q, first, &mut scratch);
+        let keys_to_probes = |order: &[u64]| -> Vec<(u32, f32)> {
+            order.iter().map(|&k| (key_id(k), key_dist(k))).collect()
+        };
+        let mut probes = keys_to_probes(&scratch.order);
+        let mut n = self.lists_to_scan(&probes, params);
+        if n == first && first < params.nprobe {
+            // The margin reaches past the first lists: select all nprobe.
+            smallest_keys(&scratch.anchor_dists, params.nprobe, &mut scratch.order);
+            probes = keys_to_probes(&scratch.order);
+            n = self.lists_to_scan(&probes, params);
+        }
+        probes.truncate(n);
         Ok(self.search_prepared(&q, None, &probes, params, &mut scratch))
     }
 
@@ -266,7 +284,7 @@ impl Index {
             } else {
                 block.to_vec()
             };
-            let near = backend.nearest_anchors(&prepared, &self.anchors, dim, params.nprobe)?;
+            let probes = self.block_probes(&prepared, params, backend)?;
             // Codecs with a dense rotation rotate the whole block as one GEMM.
             let rotated = self.codec.rotate_queries(&prepared);
             let m = block.len() / dim;
@@ -278,18 +296,10 @@ impl Index {
                 .enumerate()
                 .for_each_init(Scratch::default, |scratch, (i, (ids, dists))| {
                     let q = &prepared[i * dim..(i + 1) * dim];
-                    let mut probes: Vec<(u32, f32)> = (0..params.nprobe)
-                        .map(|j| {
-                            (
-                                near.ids[i * params.nprobe + j],
-                                near.dists[i * params.nprobe + j],
-                            )
-                        })
-                        .collect();
-                    probes.truncate(self.lists_to_scan(&probes, params));
+                    let probes = &probes[i];
                     let rq = rotated.as_ref().map(|(r, w)| &r[i * w..(i + 1) * w]);
                     for (slot, n) in self
-                        .search_prepared(q, rq, &probes, params, scratch)
+                        .search_prepared(q, rq, probes, params, scratch)
                         .into_iter()
                         .enumerate()
                     {
@@ -299,6 +309,53 @@ impl Index {
                 });
         }
         Ok(SearchResults { k, ids, distances })
+    }
+
+    /// The lists each query of a block (num_queries, dim) scans: (anchor, squared distance),
+    /// nearest first. With a probe margin the anchors are ranked for the first
+    /// [`first_probes`] lists only, and again for all nprobe for the queries whose margin
+    /// reaches past those: selecting and sorting hundreds of anchors per query costs as much
+    /// as scanning a few short lists.
+    fn block_probes(
+        &self,
+        prepared: &[f32],
+        params: &SearchParams,
+        backend: &dyn Backend,
+    ) -> Result<Vec<Vec<(u32, f32)>>> {
+        let dim = self.dim;
+        let rows = |near: &crate::backend::Nearest, i: usize| -> Vec<(u32, f32)> {
+            let m = near.per_point;
+            (0..m)
+                .map(|j| (near.ids[i * m + j], near.dists[i * m + j]))
+                .collect()
+        };
+        let first = first_probes(params);
+        let near = backend.nearest_anchors(prepared, &self.anchors, dim, first)?;
+        let mut again = Vec::new();
+        let mut probes: Vec<Vec<(u32, f32)>> = (0..prepared.len() / dim)
+            .map(|i| {
+                let mut row = rows(&near, i);
+                let n = self.lists_to_scan(&row, params);
+                if n == first && first < params.nprobe {
+                    again.push(i);
+                }
+                row.truncate(n);
+                row
+            })
+            .collect();
+        if !again.is_empty() {
+            let points: Vec<f32> = again
+                .iter()
+                .flat_map(|&i| prepared[i * dim..(i + 1) * dim].iter().copied())
+                .collect();
+            let near = backend.nearest_anchors(&points, &self.anchors, dim, params.nprobe)?;
+            for (r, &i) in again.iter().enumerate() {
+                let mut row = rows(&near, r);
+                row.truncate(self.lists_to_scan(&row, params));
+                probes[i] = row;
+            }
+        }
+        Ok(probes)
     }
 
     /// The prefix of `probes` (anchor, squared distance), nearest first, that a query scans:
