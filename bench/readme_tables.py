@@ -9,18 +9,32 @@ from collections import defaultdict
 
 points = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 groups = defaultdict(list)
+# Adaptive-probing points (`vlc bench --probe-margin`, named `CONFIG mM`): extra columns of
+# their configuration's row at the same pool depth.
+adaptive = {}
 for p in points:
     # One row per configuration and pool depth (rerank 0 is the default pool, 10·k).
-    label = p["config"] if not p.get("rerank") else f'{p["config"]} pool {p["rerank"]}'
-    groups[(p["system"], label)].append(p)
-nprobes = sorted({p["nprobe"] for p in points if p["system"] == "vlc"})
-print("| VLC config | bytes/vector | " + " | ".join(f"nprobe {n}" for n in nprobes) + " |")
-print("|---|---|" + "---|" * len(nprobes))
+    config = p["config"]
+    if p.get("probe_margin") is not None:
+        config = config.rsplit(" m", 1)[0]
+    label = config if not p.get("rerank") else f'{config} pool {p["rerank"]}'
+    if p.get("probe_margin") is not None:
+        adaptive[(p["system"], label, p["probe_margin"])] = p
+    else:
+        groups[(p["system"], label)].append(p)
+nprobes = sorted({p["nprobe"] for p in points if p["system"] == "vlc" and p.get("probe_margin") is None})
+margins = sorted({m for (_, _, m) in adaptive})
+caps = sorted({p["nprobe"] for p in adaptive.values()})
+cap = f" (nprobe <= {caps[0]})" if len(caps) == 1 else ""
+print("| VLC config | bytes/vector | " + " | ".join(f"nprobe {n}" for n in nprobes)
+      + "".join(f" | margin {m:g}{cap}" for m in margins) + " |")
+print("|---|---|" + "---|" * (len(nprobes) + len(margins)))
+cell = lambda p: f"{p['recall@10']:.3f} @ {p['qps']:,.0f}" if p else "-"
 for (system, config), ps in sorted(groups.items(), key=lambda g: g[1][0]["bytes_per_vector"]):
     if system != "vlc":
         continue
     by = {p["nprobe"]: p for p in ps}
-    cells = [f"{by[n]['recall@10']:.3f} @ {by[n]['qps']:,.0f}" if n in by else "-" for n in nprobes]
+    cells = [cell(by.get(n)) for n in nprobes] + [cell(adaptive.get((system, config, m))) for m in margins]
     print(f"| {config} | {ps[0]['bytes_per_vector']:.1f} | " + " | ".join(cells) + " |")
 print()
 print("| system | config | bytes/vector | best recall@10 (nprobe <= 128) | QPS there |")
