@@ -87,23 +87,35 @@ impl SearchParams {
         &self,
         probes: &[f32],
         energy: f32,
+        list_len: impl FnMut(usize) -> usize,
+    ) -> usize {
+        self.prefix_to_scan(probes.len(), |j| probes[j], energy, list_len)
+    }
+
+    /// [`Self::lists_to_scan`] over `num_probes` probes whose j-th squared distance is
+    /// `dist(j)`, so that callers holding (anchor, distance) pairs need no copy.
+    fn prefix_to_scan(
+        &self,
+        num_probes: usize,
+        dist: impl Fn(usize) -> f32,
+        energy: f32,
         mut list_len: impl FnMut(usize) -> usize,
     ) -> usize {
         let Some(margin) = self.probe_margin else {
-            return probes.len();
+            return num_probes;
         };
-        let Some(&nearest) = probes.first() else {
+        if num_probes == 0 {
             return 0;
-        };
-        let limit = nearest + margin * energy;
+        }
+        let limit = dist(0) + margin * energy;
         let mut held = 0usize;
-        for (j, &d) in probes.iter().enumerate() {
-            if j > 0 && d > limit && held >= self.k {
+        for j in 0..num_probes {
+            if j > 0 && dist(j) > limit && held >= self.k {
                 return j;
             }
             held += list_len(j);
         }
-        probes.len()
+        num_probes
     }
 
     /// Candidates kept for the second stage (refine tier, or the full RaBitQ code after a
@@ -361,14 +373,15 @@ impl Index {
     /// The prefix of `probes` (anchor, squared distance), nearest first, that a query scans:
     /// see [`SearchParams::lists_to_scan`].
     fn lists_to_scan(&self, probes: &[(u32, f32)], params: &SearchParams) -> usize {
-        if params.probe_margin.is_none() {
-            return probes.len();
-        }
-        let dists: Vec<f32> = probes.iter().map(|p| p.1).collect();
-        params.lists_to_scan(&dists, self.energy(), |j| {
-            let a = probes[j].0 as usize;
-            (self.list_offsets[a + 1] - self.list_offsets[a]) as usize
-        })
+        params.prefix_to_scan(
+            probes.len(),
+            |j| probes[j].1,
+            self.energy(),
+            |j| {
+                let a = probes[j].0 as usize;
+                (self.list_offsets[a + 1] - self.list_offsets[a]) as usize
+            },
+        )
     }
 
     fn prepare(&self, query: &[f32]) -> Vec<f32> {
