@@ -23,6 +23,7 @@ const TILE_ROWS: usize = 16;
 /// Longest rows ranked on tiles: 127 · 127 · 131,072 < 2³¹, so no int32 sum overflows.
 pub const MAX_DIM: usize = 131_072;
 /// Weight of the second query piece: `X₂` counts 1/254 of a unit of `X₁`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read only by the x86-64 kernel
 const LOW_WEIGHT: f32 = 254.0;
 
 /// Relative rounding of the split query's products, in the terms of
@@ -164,6 +165,7 @@ fn fill_levels(v: &[f32], scale: f32, q: impl Iterator<Item = i8>, levels: &mut 
 }
 
 /// Anchors in 8-bit (or 4-bit) form laid out in AMX tiles for [`dots`].
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // tiles are read only on x86-64
 pub struct PackedAnchors {
     rows: usize,
     /// Rows rounded up to 32 (two tiles of 16).

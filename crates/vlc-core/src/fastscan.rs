@@ -2,8 +2,8 @@
 //! the sign plane plus a second-bit plane of `pcaq`): 32 vectors per block, code bytes
 //! transposed so that one 32-byte load holds the same code byte (8 bits = two 4-bit groups) of
 //! 32 vectors. A query's weights per bit are summed into a table per 4-bit group, quantised to
-//! `u8`, so a block is scored with two byte shuffles per code byte (AVX2 `pshufb`) and 16-bit
-//! accumulation.
+//! `u8`, so a block is scored with two byte shuffles per code byte (AVX2 `pshufb`, NEON `tbl`)
+//! and 16-bit accumulation.
 //!
 //! The quantised estimate only selects candidates: search rescores the candidate pool with the
 //! exact f32 estimator (or the refine tier), so this approximation does not reach the results.
@@ -161,6 +161,11 @@ pub fn group_tables(weights: &[f32], inv_delta: f32, lut: &mut [u8]) -> f32 {
         // SAFETY: AVX2 was detected at run time; the lengths were checked above.
         return unsafe { group_tables_avx2(weights, inv_delta, lut) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if level() == SimdLevel::Neon {
+        // SAFETY: NEON was detected at run time; the lengths were checked above.
+        return unsafe { group_tables_neon(weights, inv_delta, lut) };
+    }
     group_tables_scalar(weights, inv_delta, lut)
 }
 
@@ -266,6 +271,12 @@ pub fn block_dists(
         unsafe { block_dists_avx2(codes, lut, f1, f2, affine, out) };
         return;
     }
+    #[cfg(target_arch = "aarch64")]
+    if level() == SimdLevel::Neon {
+        // SAFETY: NEON was detected at run time; the slices hold 32 values (asserted).
+        unsafe { block_dists_neon(codes, lut, f1, f2, affine, out) };
+        return;
+    }
     block_dists_scalar(codes, lut, f1, f2, affine, out);
 }
 
@@ -293,6 +304,12 @@ pub fn block_sums(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
     if level() == SimdLevel::Avx2 {
         // SAFETY: AVX2 was detected at run time.
         unsafe { block_sums_avx2(codes, lut, out) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level() == SimdLevel::Neon {
+        // SAFETY: NEON was detected at run time.
+        unsafe { block_sums_neon(codes, lut, out) };
         return;
     }
     block_sums_scalar(codes, lut, out);
@@ -410,6 +427,151 @@ unsafe fn block_dists_avx2(
             let g2 = _mm256_loadu_ps(f2.as_ptr().add(c * 8));
             let d = _mm256_add_ps(_mm256_add_ps(base, g1), _mm256_mul_ps(g2, ip));
             _mm256_storeu_ps(out.as_mut_ptr().add(c * 8), d);
+        }
+    }
+}
+
+/// [`group_tables`] with NEON: a group's 16 entries as four vectors, entries 0..4 by masked
+/// adds of w0 and w1 in that order, then + w2 (4..8), + w3 (8..12) and + w2 + w3 (12..16), so
+/// every sum is the scalar one; quantised like the scalar (`vminnm` ignores a NaN as `min`
+/// does, and the float-to-integer conversion truncates and saturates like `as`).
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn group_tables_neon(weights: &[f32], inv_delta: f32, lut: &mut [u8]) -> f32 {
+    use std::arch::aarch64::*;
+    // SAFETY: the array holds four u32.
+    let lane = unsafe { vld1q_u32([0u32, 1, 2, 3].as_ptr()) };
+    let select = [
+        vtstq_u32(lane, vdupq_n_u32(1)),
+        vtstq_u32(lane, vdupq_n_u32(2)),
+    ];
+    let masked = |x: f32, sel: uint32x4_t| {
+        vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(vdupq_n_f32(x)), sel))
+    };
+    let (inv, half, cap) = (vdupq_n_f32(inv_delta), vdupq_n_f32(0.5), vdupq_n_f32(127.0));
+    let mut bias = 0f32;
+    for (w, lut) in weights.chunks_exact(4).zip(lut.chunks_exact_mut(16)) {
+        let q0 = vaddq_f32(
+            vaddq_f32(vdupq_n_f32(0.0), masked(w[0], select[0])),
+            masked(w[1], select[1]),
+        );
+        let q1 = vaddq_f32(q0, vdupq_n_f32(w[2]));
+        let quarters = [
+            q0,
+            q1,
+            vaddq_f32(q0, vdupq_n_f32(w[3])),
+            vaddq_f32(q1, vdupq_n_f32(w[3])),
+        ];
+        let mut t = [0f32; 16];
+        for (k, q) in quarters.iter().enumerate() {
+            // SAFETY: t holds 16 floats; 4k + 4 <= 16.
+            unsafe { vst1q_f32(t.as_mut_ptr().add(4 * k), *q) };
+        }
+        let negative = (0..4).filter(|&i| w[i] < 0.0).fold(0, |m, i| m | 1 << i);
+        let min = t[negative];
+        bias += min;
+        let m = vdupq_n_f32(min);
+        let quantise = |v| {
+            let x = vaddq_f32(vmulq_f32(vsubq_f32(v, m), inv), half);
+            vcvtq_u32_f32(vminnmq_f32(x, cap))
+        };
+        let narrow = |a, b| vmovn_u16(vcombine_u16(vmovn_u32(quantise(a)), vmovn_u32(quantise(b))));
+        let bytes = vcombine_u8(
+            narrow(quarters[0], quarters[1]),
+            narrow(quarters[2], quarters[3]),
+        );
+        // SAFETY: lut holds 16 bytes for this group.
+        unsafe { vst1q_u8(lut.as_mut_ptr(), bytes) };
+    }
+    bias
+}
+
+/// The 32 slot sums of a block as eight vectors of four, in slot order: a `tbl` lookup per
+/// nibble, byte sums widened into 16-bit lanes, flushed to 32 bits every [`PAIRS_PER_FLUSH`].
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn block_sums_neon_lanes(codes: &[u8], lut: &[u8]) -> [std::arch::aarch64::uint32x4_t; 8] {
+    use std::arch::aarch64::*;
+    let pairs = codes.len() / BLOCK;
+    assert!(lut.len() >= pairs * 32);
+    let mask = vdupq_n_u8(0x0f);
+    let mut total = [vdupq_n_u32(0); 8];
+    let mut start = 0;
+    while start < pairs {
+        let end = (start + PAIRS_PER_FLUSH).min(pairs);
+        let zero = vdupq_n_u16(0);
+        let (mut s0, mut s1, mut s2, mut s3) = (zero, zero, zero, zero);
+        for p in start..end {
+            // SAFETY: p < pairs, so codes[p*32..p*32+32] and lut[p*32..p*32+32] are in bounds
+            // (checked by the assert and by `pairs = codes.len() / 32`).
+            let (v0, v1, tlo, thi) = unsafe {
+                (
+                    vld1q_u8(codes.as_ptr().add(p * BLOCK)),
+                    vld1q_u8(codes.as_ptr().add(p * BLOCK + 16)),
+                    vld1q_u8(lut.as_ptr().add(p * 32)),
+                    vld1q_u8(lut.as_ptr().add(p * 32 + 16)),
+                )
+            };
+            let look = |v| {
+                vaddq_u8(
+                    vqtbl1q_u8(tlo, vandq_u8(v, mask)),
+                    vqtbl1q_u8(thi, vshrq_n_u8::<4>(v)),
+                )
+            };
+            let (r0, r1) = (look(v0), look(v1));
+            s0 = vaddw_u8(s0, vget_low_u8(r0));
+            s1 = vaddw_high_u8(s1, r0);
+            s2 = vaddw_u8(s2, vget_low_u8(r1));
+            s3 = vaddw_high_u8(s3, r1);
+        }
+        for (c, s) in [s0, s1, s2, s3].into_iter().enumerate() {
+            total[2 * c] = vaddw_u16(total[2 * c], vget_low_u16(s));
+            total[2 * c + 1] = vaddw_high_u16(total[2 * c + 1], s);
+        }
+        start = end;
+    }
+    total
+}
+
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn block_sums_neon(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
+    use std::arch::aarch64::*;
+    // SAFETY: NEON is enabled for this function; the helper checks the lengths.
+    let lanes = unsafe { block_sums_neon_lanes(codes, lut) };
+    for (c, l) in lanes.iter().enumerate() {
+        // SAFETY: out holds 32 u32; c·4 + 4 <= 32.
+        unsafe { vst1q_u32(out.as_mut_ptr().add(c * 4), *l) };
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn block_dists_neon(
+    codes: &[u8],
+    lut: &[u8],
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    use std::arch::aarch64::*;
+    // SAFETY: NEON is enabled for this function; the helper checks the lengths.
+    let lanes = unsafe { block_sums_neon_lanes(codes, lut) };
+    let (a, b, base) = (
+        vdupq_n_f32(affine.a),
+        vdupq_n_f32(affine.b),
+        vdupq_n_f32(affine.base),
+    );
+    for (c, l) in lanes.iter().enumerate() {
+        // SAFETY: the caller guarantees 32 values in f1, f2 and out; c·4 + 4 <= 32.
+        unsafe {
+            // Unfused multiply and add, as the scalar reference computes them.
+            let ip = vaddq_f32(vmulq_f32(a, vcvtq_f32_s32(vreinterpretq_s32_u32(*l))), b);
+            let g1 = vld1q_f32(f1.as_ptr().add(c * 4));
+            let g2 = vld1q_f32(f2.as_ptr().add(c * 4));
+            let d = vaddq_f32(vaddq_f32(base, g1), vmulq_f32(g2, ip));
+            vst1q_f32(out.as_mut_ptr().add(c * 4), d);
         }
     }
 }

@@ -11,6 +11,8 @@ pub enum SimdLevel {
     Scalar,
     /// x86-64 with AVX2, FMA and F16C (every AVX2 CPU in practice has all three).
     Avx2,
+    /// 64-bit ARM with Advanced SIMD (NEON): every aarch64 CPU, Jetson boards included.
+    Neon,
 }
 
 static LEVEL: LazyLock<SimdLevel> = LazyLock::new(detect);
@@ -26,6 +28,12 @@ fn detect() -> SimdLevel {
             && is_x86_feature_detected!("f16c")
         {
             return SimdLevel::Avx2;
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            return SimdLevel::Neon;
         }
     }
     SimdLevel::Scalar
@@ -53,12 +61,13 @@ pub fn has_avx512() -> bool {
     *AVX512
 }
 
-/// The CPU kernels this process uses, for logs and benchmark records: `scalar`, or `avx2`
-/// followed by `avx512` and `amx-int8` where those are detected and enabled.
+/// The CPU kernels this process uses, for logs and benchmark records: `scalar`, `neon`, or
+/// `avx2` followed by `avx512` and `amx-int8` where those are detected and enabled.
 pub fn kernels() -> String {
     let mut parts = vec![match level() {
         SimdLevel::Scalar => "scalar",
         SimdLevel::Avx2 => "avx2",
+        SimdLevel::Neon => "neon",
     }];
     if has_avx512() {
         parts.push("avx512");
@@ -76,6 +85,11 @@ pub fn dot_u8(weights: &[f32], codes: &[u8]) -> f32 {
     if level() == SimdLevel::Avx2 {
         // SAFETY: AVX2 and FMA were detected at run time.
         return unsafe { dot_u8_avx2(weights, codes) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level() == SimdLevel::Neon {
+        // SAFETY: NEON was detected at run time.
+        return unsafe { dot_u8_neon(weights, codes) };
     }
     dot_u8_scalar(weights, codes)
 }
@@ -119,6 +133,11 @@ pub fn dot_f16(weights: &[f32], halves: &[u8]) -> f32 {
     if level() == SimdLevel::Avx2 {
         // SAFETY: AVX2, FMA and F16C were detected at run time; the length was checked above.
         return unsafe { dot_f16_avx2(weights, halves) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level() == SimdLevel::Neon {
+        // SAFETY: NEON was detected at run time; the length was checked above.
+        return unsafe { dot_f16_neon(weights, halves) };
     }
     dot_f16_scalar(weights, halves)
 }
@@ -210,6 +229,11 @@ pub fn dot_f32_bytes(weights: &[f32], bytes: &[u8]) -> f32 {
         // SAFETY: AVX2 and FMA were detected at run time; the length was checked above.
         return unsafe { dot_f32_bytes_avx2(weights, bytes) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if level() == SimdLevel::Neon {
+        // SAFETY: NEON was detected at run time; the length was checked above.
+        return unsafe { dot_f32_bytes_neon(weights, bytes) };
+    }
     dot_f32_bytes_scalar(weights, bytes)
 }
 
@@ -253,6 +277,11 @@ pub fn bit_sum(weights: &[f32], bits: &[u8]) -> f32 {
     if level() == SimdLevel::Avx2 {
         // SAFETY: AVX2 was detected at run time; the length was checked above.
         return unsafe { bit_sum_avx2(weights, bits) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level() == SimdLevel::Neon {
+        // SAFETY: NEON was detected at run time; the length was checked above.
+        return unsafe { bit_sum_neon(weights, bits) };
     }
     bit_sum_scalar(weights, bits)
 }
@@ -393,7 +422,8 @@ pub fn weighted_bit_sums_checked(
     weighted_bit_sums_scalar_checked(terms, check_from, go_on)
 }
 
-/// Scalar reference of [`weighted_bit_sums`] (and the AVX2 level's path, through [`bit_sum`]).
+/// Scalar reference of [`weighted_bit_sums`] (and the AVX2 and NEON levels' path, through
+/// [`bit_sum`]).
 pub fn weighted_bit_sums_scalar(terms: &[BitTerm]) -> f32 {
     weighted_bit_sums_scalar_checked(terms, terms.len(), |_, _| true)
         .expect("no check runs, so nothing stops the sum")
@@ -443,6 +473,11 @@ pub fn below_mask(values: &[f32], limit: f32) -> u32 {
         // SAFETY: AVX2 was detected at run time and values holds at least 32 floats.
         return unsafe { below_mask32_avx2(values, limit) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if level() == SimdLevel::Neon && values.len() >= 32 {
+        // SAFETY: NEON was detected at run time and values holds at least 32 floats.
+        return unsafe { below_mask32_neon(values, limit) };
+    }
     below_mask_scalar(values, limit)
 }
 
@@ -466,6 +501,172 @@ unsafe fn below_mask32_avx2(values: &[f32], limit: f32) -> u32 {
         let v = unsafe { _mm256_loadu_ps(values.as_ptr().add(c * 8)) };
         let m = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(v, l)) as u32;
         mask |= m << (c * 8);
+    }
+    mask
+}
+
+// ---- NEON (aarch64) variants. NEON is part of every aarch64 target, so these compile on any
+// 64-bit ARM build and run where `detect` finds it (always, in practice).
+
+/// [`dot_u8`] with NEON: 16 codes per step, widened to f32 in four vectors of four.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn dot_u8_neon(weights: &[f32], codes: &[u8]) -> f32 {
+    use std::arch::aarch64::*;
+    let n = weights.len().min(codes.len());
+    // SAFETY: `dot16_neon` asks only for i + 16 <= n, so the 16-byte code load is in bounds.
+    let simd = unsafe {
+        dot16_neon(&weights[..n], |i| {
+            let v = vld1q_u8(codes.as_ptr().add(i));
+            let (lo, hi) = (vmovl_u8(vget_low_u8(v)), vmovl_high_u8(v));
+            [
+                vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))),
+                vcvtq_f32_u32(vmovl_high_u16(lo)),
+                vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))),
+                vcvtq_f32_u32(vmovl_high_u16(hi)),
+            ]
+        })
+    };
+    let tail = n / 16 * 16;
+    simd + dot_u8_scalar(&weights[tail..n], &codes[tail..n])
+}
+
+/// [`dot_f16`] with NEON. Stable Rust has no f16 vector conversion on aarch64, so halves are
+/// widened with integer operations, exactly: the magnitude bits shifted into an f32's place
+/// and multiplied by 2^112 give every finite half (subnormals included) exactly; infinities
+/// and NaNs get the all-ones exponent; the sign is copied.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn dot_f16_neon(weights: &[f32], halves: &[u8]) -> f32 {
+    use std::arch::aarch64::*;
+    let scale = vdupq_n_f32(f32::from_bits(0x7780_0000)); // 2^112
+    let widen = |h: uint32x4_t| -> float32x4_t {
+        let magnitude = vshlq_n_u32::<13>(vandq_u32(h, vdupq_n_u32(0x7fff)));
+        let finite = vmulq_f32(vreinterpretq_f32_u32(magnitude), scale);
+        // Half exponent all ones (inf, NaN): the f32 exponent all ones, the mantissa kept.
+        let special = vceqq_u32(vandq_u32(h, vdupq_n_u32(0x7c00)), vdupq_n_u32(0x7c00));
+        let special_bits = vorrq_u32(magnitude, vdupq_n_u32(0x7f80_0000));
+        let bits = vbslq_u32(special, special_bits, vreinterpretq_u32_f32(finite));
+        let sign = vshlq_n_u32::<16>(vandq_u32(h, vdupq_n_u32(0x8000)));
+        vreinterpretq_f32_u32(vorrq_u32(bits, sign))
+    };
+    let chunks = weights.len() / 16;
+    // SAFETY: `dot16_neon` asks only for i + 16 <= weights.len(), and halves holds
+    // 2 · weights.len() bytes, so both 16-byte loads at 2i and 2i + 16 are in bounds.
+    let simd = unsafe {
+        dot16_neon(weights, |i| {
+            let a = vreinterpretq_u16_u8(vld1q_u8(halves.as_ptr().add(2 * i)));
+            let b = vreinterpretq_u16_u8(vld1q_u8(halves.as_ptr().add(2 * i + 16)));
+            [
+                widen(vmovl_u16(vget_low_u16(a))),
+                widen(vmovl_high_u16(a)),
+                widen(vmovl_u16(vget_low_u16(b))),
+                widen(vmovl_high_u16(b)),
+            ]
+        })
+    };
+    simd + dot_f16_scalar(&weights[chunks * 16..], &halves[chunks * 32..])
+}
+
+/// [`dot_f32_bytes`] with NEON (byte loads, so any alignment of `bytes` is fine).
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn dot_f32_bytes_neon(weights: &[f32], bytes: &[u8]) -> f32 {
+    use std::arch::aarch64::*;
+    let chunks = weights.len() / 16;
+    // SAFETY: `dot16_neon` asks only for i + 16 <= weights.len(), and bytes holds
+    // 4 · weights.len() bytes, so the four 16-byte loads from byte 4i end at 4i + 64.
+    let simd = unsafe {
+        dot16_neon(weights, |i| {
+            let at = |k: usize| vreinterpretq_f32_u8(vld1q_u8(bytes.as_ptr().add(4 * i + 16 * k)));
+            [at(0), at(1), at(2), at(3)]
+        })
+    };
+    simd + dot_f32_bytes_scalar(&weights[chunks * 16..], &bytes[chunks * 64..])
+}
+
+/// Σ weights[i] · v[i] over the first 16·⌊n/16⌋ weights, `load(i)` giving values i..i + 16 as
+/// four vectors; the caller adds the tail. Inlined into the NEON kernels.
+///
+/// # Safety
+/// `load(i)` must be safe to call for every multiple of 16 with i + 16 <= weights.len().
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+unsafe fn dot16_neon(
+    weights: &[f32],
+    load: impl Fn(usize) -> [std::arch::aarch64::float32x4_t; 4],
+) -> f32 {
+    use std::arch::aarch64::*;
+    let chunks = weights.len() / 16;
+    // SAFETY (for every load below): the weight loads at i + 4k end at i + 16 <= weights.len().
+    unsafe {
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        for c in 0..chunks {
+            let i = c * 16;
+            let v = load(i);
+            for k in 0..4 {
+                let w = vld1q_f32(weights.as_ptr().add(i + 4 * k));
+                acc[k] = vfmaq_f32(acc[k], w, v[k]);
+            }
+        }
+        vaddvq_f32(vaddq_f32(
+            vaddq_f32(acc[0], acc[1]),
+            vaddq_f32(acc[2], acc[3]),
+        ))
+    }
+}
+
+/// [`bit_sum`] with NEON: each byte's bits select, by lane tests, which of its 8 weights are
+/// added; even and odd bytes go to separate accumulators.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn bit_sum_neon(weights: &[f32], bits: &[u8]) -> f32 {
+    use std::arch::aarch64::*;
+    // SAFETY: both arrays hold four u32.
+    let (select_lo, select_hi) = unsafe {
+        (
+            vld1q_u32([1u32, 2, 4, 8].as_ptr()),
+            vld1q_u32([16u32, 32, 64, 128].as_ptr()),
+        )
+    };
+    let masked = |w: float32x4_t, byte: uint32x4_t, select: uint32x4_t| {
+        vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(w), vtstq_u32(byte, select)))
+    };
+    let zero = vdupq_n_f32(0.0);
+    let (mut a0, mut a1, mut a2, mut a3) = (zero, zero, zero, zero);
+    for (j, &byte) in bits.iter().enumerate() {
+        let b = vdupq_n_u32(byte as u32);
+        // SAFETY: the caller checked weights.len() >= 8 · bits.len(), so j·8 + 8 is in bounds.
+        let (w0, w1) = unsafe {
+            (
+                vld1q_f32(weights.as_ptr().add(j * 8)),
+                vld1q_f32(weights.as_ptr().add(j * 8 + 4)),
+            )
+        };
+        if j & 1 == 0 {
+            a0 = vaddq_f32(a0, masked(w0, b, select_lo));
+            a1 = vaddq_f32(a1, masked(w1, b, select_hi));
+        } else {
+            a2 = vaddq_f32(a2, masked(w0, b, select_lo));
+            a3 = vaddq_f32(a3, masked(w1, b, select_hi));
+        }
+    }
+    vaddvq_f32(vaddq_f32(vaddq_f32(a0, a2), vaddq_f32(a1, a3)))
+}
+
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn below_mask32_neon(values: &[f32], limit: f32) -> u32 {
+    use std::arch::aarch64::*;
+    let l = vdupq_n_f32(limit);
+    // SAFETY: the array holds four u32.
+    let select = unsafe { vld1q_u32([1u32, 2, 4, 8].as_ptr()) };
+    let mut mask = 0u32;
+    for c in 0..8 {
+        // SAFETY: the caller guarantees 32 values; c·4 + 4 <= 32.
+        let v = unsafe { vld1q_f32(values.as_ptr().add(c * 4)) };
+        // Lanes below the limit (false for NaN) keep their bit; the sum packs the four bits.
+        mask |= vaddvq_u32(vandq_u32(vcltq_f32(v, l), select)) << (c * 4);
     }
     mask
 }
@@ -511,6 +712,49 @@ mod tests {
     }
 
     #[test]
+    fn dot_f16_widens_every_half_exactly() {
+        // One-hot weights pick out each half value in each lane of a 16-value chunk, so the
+        // SIMD widening (integer operations on NEON, F16C on x86) is checked for all 65,536
+        // bit patterns: zeros, subnormals, normals, infinities and NaNs.
+        let mut w = [0f32; 16];
+        let mut halves = [0u8; 32];
+        for bits in 0..=u16::MAX {
+            let lane = bits as usize % 16;
+            w.fill(0.0);
+            w[lane] = 1.0;
+            halves.fill(0);
+            halves[2 * lane..2 * lane + 2].copy_from_slice(&bits.to_le_bytes());
+            let want = half::f16::from_bits(bits).to_f32();
+            let got = dot_f16(&w, &halves);
+            assert!(
+                got == want || (got.is_nan() && want.is_nan()),
+                "half {bits:#06x}: {got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_detected_level_fits_the_architecture() {
+        let forced = std::env::var_os("VLC_FORCE_SCALAR").is_some();
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(
+            level() == SimdLevel::Neon,
+            !forced,
+            "every aarch64 CPU has NEON"
+        );
+        #[cfg(not(target_arch = "aarch64"))]
+        assert_ne!(level(), SimdLevel::Neon);
+        if forced {
+            assert_eq!(level(), SimdLevel::Scalar);
+        }
+        assert!(kernels().starts_with(match level() {
+            SimdLevel::Scalar => "scalar",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Neon => "neon",
+        }));
+    }
+
+    #[test]
     fn dot_f32_bytes_simd_matches_scalar_for_every_tail_and_offset() {
         let mut r = Rng::new(4);
         for n in 0..70 {
@@ -552,6 +796,11 @@ mod tests {
             if has_avx512() {
                 // SAFETY: AVX-512F was detected; w holds 8 · bytes + 3 weights.
                 variants.push(unsafe { bit_sum_avx512(&w, &plane) });
+            }
+            #[cfg(target_arch = "aarch64")]
+            if level() == SimdLevel::Neon {
+                // SAFETY: NEON was detected; w holds 8 · bytes + 3 weights.
+                variants.push(unsafe { bit_sum_neon(&w, &plane) });
             }
             for got in variants {
                 assert!(
@@ -600,6 +849,8 @@ mod tests {
                 .iter()
                 .map(|(w, _, s)| (s.abs() * w.iter().map(|v| v.abs()).sum::<f32>()) as f64)
                 .sum();
+            // Only x86-64 has a variant of its own (AVX-512); NEON's is `bit_sum`'s, above.
+            #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
             let mut variants = vec![weighted_bit_sums(&terms), weighted_bit_sums_scalar(&terms)];
             #[cfg(target_arch = "x86_64")]
             if has_avx512() {
