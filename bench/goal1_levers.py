@@ -20,11 +20,10 @@ Usage: python3 bench/goal1_levers.py DATASET_DIR [--bits 438] [--power 0.5]
 (438 bits: 64 B less rd_bound.py's 9.3 B of overhead at 1,024 anchors.)
 """
 import argparse
-import math
 import os
 
-import faiss
 import numpy as np
+from ideal_code import anchors_and_axes, water_fill
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("dataset")
@@ -39,14 +38,7 @@ qname = "query.npy" if os.path.exists(os.path.join(a.dataset, "query.npy")) else
 queries = np.load(os.path.join(a.dataset, qname)).astype(np.float32)
 gt = np.load(os.path.join(a.dataset, "groundtruth.npy"))[: len(queries), :10]
 n, dim = base.shape
-km = faiss.Kmeans(dim, a.anchors, niter=20, seed=a.seed + 1, verbose=False)
-km.train(base)
-_, assign = km.index.search(base, 1)
-assign = assign[:, 0]
-centroids = km.centroids
-residual = base - centroids[assign]
-lam, basis = np.linalg.eigh(np.cov(residual.T.astype(np.float64)))
-basis = basis[:, np.argsort(lam)[::-1]].astype(np.float32)
+assign, centroids, residual, basis = anchors_and_axes(base, a.anchors, a.seed)
 rotated = residual @ basis
 lam = rotated.astype(np.float64).var(0)
 anchor_rot = centroids[assign] @ basis
@@ -67,17 +59,6 @@ print(f"{a.dataset}: {n} x {dim}, {len(queries)} queries, {a.anchors} anchors, {
 print(f"neighbours: E|q-x|^2 {(diff * diff).sum(1).mean():.4f}, per direction "
       f"{(diff * diff).sum(1).mean() / dim:.5f}; along the anchor {np.mean(along_c ** 2):.5f}, "
       f"along the residual {np.mean(along_r ** 2):.5f}")
-
-
-def water_fill(values, bits):
-    lo, hi = 1e-12, values.max()
-    for _ in range(200):
-        theta = math.sqrt(lo * hi)
-        if 0.5 * np.log2(values / np.minimum(theta, values)).sum() > bits:
-            lo = theta
-        else:
-            hi = theta
-    return np.minimum(hi, values)
 
 
 def channel(weights, bits, rng):

@@ -44,6 +44,7 @@ import os
 
 import faiss
 import numpy as np
+from ideal_code import anchors_and_axes, water_fill
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("dataset")
@@ -94,18 +95,6 @@ def score(recon, rotated, energy, anchor_rot, q_rot, q_anchor, assign):
     return recall(rows(vlc_const)), recall(rows(norms)), distortion
 
 
-def water_fill(lam, bits):
-    """Per-axis distortion of the reverse water-filling at `bits` in all."""
-    lo, hi = 1e-12, lam.max()
-    for _ in range(200):
-        theta = math.sqrt(lo * hi)
-        if 0.5 * np.log2(lam / np.minimum(theta, lam)).sum() > bits:
-            lo = theta
-        else:
-            hi = theta
-    return np.minimum(hi, lam)
-
-
 def learned(rotated, lam, bits, group_bits, seed):
     """Reconstruction by k-means codebooks of 2^group_bits entries over consecutive groups of
     principal axes that each carry group_bits bits of the water-filling rates."""
@@ -132,15 +121,7 @@ def learned(rotated, lam, bits, group_bits, seed):
 
 vq_bits = [int(b) for b in a.vq_bits.split(",") if b]
 for num_anchors in [int(k) for k in a.anchors.split(",")]:
-    km = faiss.Kmeans(dim, num_anchors, niter=20, seed=a.seed + 1, verbose=False)
-    km.train(base)
-    _, assign = km.index.search(base, 1)
-    assign = assign[:, 0]
-    centroids = km.centroids
-    residual = base - centroids[assign]
-    lam, basis = np.linalg.eigh(np.cov(residual.T.astype(np.float64)))
-    order = np.argsort(lam)[::-1]
-    basis = basis[:, order].astype(np.float32)
+    assign, centroids, residual, basis = anchors_and_axes(base, num_anchors, a.seed)
     rotated = residual @ basis
     anchor_rot = centroids[assign] @ basis
     lam = rotated.astype(np.float64).var(0)
