@@ -17,5 +17,5 @@ np.save(path, x)
 PY
 for backend in cuda cpu; do
   "$vlc" build "$data" -o /tmp/vlc_build_$backend.vlc --codec rabitq1 --backend "$backend" --json \
-    | python3 -c "import json,sys; r=json.load(sys.stdin); print(f\"{r['backend']:<5} build {r['build_seconds']:.2f} s (train {r['train_seconds']:.2f}, assign {r['assign_seconds']:.2f}, encode {r['encode_seconds']:.2f}); {r['anchors']} anchors, {r['bytes_per_vector']:.1f} B/vector, read {r['read_seconds']:.2f} s\")"
+    | python3 -c "import json,sys; r=json.load(sys.stdin); print(f\"{r['backend']:<5} build {r['build_seconds']:.2f} s (train {r['train_seconds']:.2f}, assign {r['assign_seconds']:.2f}, encode {r['encode_seconds']:.2f}); {r['anchors']} anchors, {r['bytes_per_vector']:.1f} B/vector\")"
 done

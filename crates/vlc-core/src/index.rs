@@ -9,9 +9,10 @@ use crate::error::{Result, VlcError};
 use crate::fastscan::FastScan;
 use crate::format::{file_size_for, Section};
 use crate::ids::{packed_len, width_for, Ids};
-use crate::train::{train_anchors, IterationStats, TrainParams, TrainReport};
-use crate::vectors::{normalize_rows, validate_vectors};
-use rayon::prelude::*;
+use crate::train::{train_anchors_from, IterationStats, TrainParams, TrainReport};
+use crate::vectors::{
+    gather_rows, read_block_rows, validate_vectors, PreparedRows, SliceSource, VectorSource,
+};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -246,9 +247,33 @@ impl Index {
         backend: &dyn Backend,
         progress: &mut dyn FnMut(&BuildEvent),
     ) -> Result<(Index, BuildReport)> {
-        let start = Instant::now();
         validate_vectors(data, dim, "input vectors")?;
-        let n = data.len() / dim;
+        Index::build_from(&SliceSource::new(data, dim)?, params, backend, progress)
+    }
+
+    /// Build an index over the rows of `source` (row `i` gets id `i`), reading them a block at
+    /// a time: the input is never held in memory as a whole. Memory peaks at the anchors'
+    /// training sample (at most `max_points_per_anchor` rows per anchor), the codec's training
+    /// sample (`codec_training_points` rows), one block of rows (about 64 MiB) and the codes.
+    /// Rows are checked as they are read: a NaN or infinite value fails the build, naming its
+    /// row and column. [`crate::io::VectorFile`] is the source for files.
+    pub fn build_from(
+        source: &dyn VectorSource,
+        params: &BuildParams,
+        backend: &dyn Backend,
+        progress: &mut dyn FnMut(&BuildEvent),
+    ) -> Result<(Index, BuildReport)> {
+        let start = Instant::now();
+        let dim = source.dim();
+        if dim == 0 {
+            return Err(VlcError::param("dim", "must be at least 1"));
+        }
+        let n = source.num_rows();
+        if n == 0 {
+            return Err(VlcError::EmptyInput {
+                what: source.describe(),
+            });
+        }
         if n > u32::MAX as usize {
             return Err(VlcError::param(
                 "input",
@@ -278,21 +303,21 @@ impl Index {
                 ));
             }
         }
-        let normalized;
-        let data = if params.metric == Metric::Cosine {
-            normalized = normalize_rows(data, dim);
-            &normalized[..]
-        } else {
-            data
+        let rows = PreparedRows {
+            inner: source,
+            normalize: params.metric == Metric::Cosine,
         };
+        let block_len = read_block_rows(dim).min(n);
+        let mut block = vec![0f32; block_len * dim];
 
         progress(&BuildEvent::Stage {
             name: "train anchors",
             total: params.train.max_iterations,
         });
-        let (anchors, train_report) = train_anchors(backend, data, dim, &params.train, &mut |s| {
-            progress(&BuildEvent::Iteration(s.clone()))
-        })?;
+        let (anchors, train_report) =
+            train_anchors_from(backend, &rows, &params.train, &mut |s| {
+                progress(&BuildEvent::Iteration(s.clone()))
+            })?;
         let num_anchors = anchors.len() / dim;
         // Anchors are rounded to their stored precision first; vectors are assigned and encoded
         // against the rounded anchors, so nothing is lost downstream.
@@ -300,38 +325,39 @@ impl Index {
         let anchors = stored_anchors.decode(dim);
         let train_seconds = start.elapsed().as_secs_f64();
 
-        // Assign every vector, in chunks so progress can be shown.
+        // Assign every vector, reading the rows in order a block at a time.
         let t_assign = Instant::now();
-        const CHUNK: usize = 65_536;
         progress(&BuildEvent::Stage {
             name: "assign",
             total: n,
         });
         let mut assignment = Vec::with_capacity(n);
         let mut energy_sum = 0f64;
-        for (c, chunk) in data.chunks(CHUNK * dim).enumerate() {
-            let near = backend.nearest_anchors(chunk, &anchors, dim, 1)?;
-            energy_sum += near.dists.iter().map(|&d| d as f64).sum::<f64>();
+        for first in (0..n).step_by(block_len) {
+            let rows_here = block_len.min(n - first);
+            let points = &mut block[..rows_here * dim];
+            rows.read_rows(first, points)?;
+            let near = backend.nearest_anchors(points, &anchors, dim, 1)?;
+            energy_sum = near.dists.iter().fold(energy_sum, |e, &d| e + d as f64);
             assignment.extend_from_slice(&near.ids);
             progress(&BuildEvent::Advance {
-                done: ((c + 1) * CHUNK).min(n),
+                done: first + rows_here,
             });
         }
         let assign_seconds = t_assign.elapsed().as_secs_f64();
 
-        // Group by anchor: positions in list order.
+        // Group by anchor: `order` lists the rows in list order; `position` is its inverse.
         let t_encode = Instant::now();
         let (offsets, order) = group_by_anchor(&assignment, num_anchors);
-        let list_assignment: Vec<u32> = order.iter().map(|&i| assignment[i as usize]).collect();
+        let mut position = vec![0u32; n];
+        for (p, &i) in order.iter().enumerate() {
+            position[i as usize] = p as u32;
+        }
 
         // Codec training sample: evenly spaced rows.
         let stride = n.div_ceil(params.codec_training_points).max(1);
         let sample: Vec<usize> = (0..n).step_by(stride).collect();
-        let mut sample_points = vec![0f32; sample.len() * dim];
-        sample_points
-            .par_chunks_mut(dim)
-            .zip(sample.par_iter())
-            .for_each(|(o, &i)| o.copy_from_slice(&data[i * dim..(i + 1) * dim]));
+        let sample_points = gather_rows(&rows, &sample)?;
         let sample_assignment: Vec<u32> = sample.iter().map(|&i| assignment[i]).collect();
         let codec_params = |salt: u64| {
             let mut cp = params.codec_params.clone();
@@ -347,43 +373,6 @@ impl Index {
                 &sample_assignment,
                 dim,
             )
-        };
-        let mut encode_codes = |codec: &Codec, salt: u64| -> Vec<u8> {
-            let cs = codec.code_size();
-            let mut codes = vec![0u8; n * cs];
-            progress(&BuildEvent::Stage {
-                name: if salt == 0 {
-                    "encode"
-                } else {
-                    "encode refine tier"
-                },
-                total: n,
-            });
-            if cs > 0 {
-                // Rows are gathered into list order a block at a time: the staging buffer
-                // stays at ENCODE_ROWS · dim floats however large the input is.
-                const ENCODE_ROWS: usize = 8_192;
-                let mut block = vec![0f32; ENCODE_ROWS.min(n) * dim];
-                for (c, (out, pos)) in codes
-                    .chunks_mut(ENCODE_ROWS * cs)
-                    .zip(order.chunks(ENCODE_ROWS))
-                    .enumerate()
-                {
-                    let rows = pos.len();
-                    block[..rows * dim]
-                        .par_chunks_mut(dim)
-                        .zip(pos.par_iter())
-                        .for_each(|(o, &i)| {
-                            o.copy_from_slice(&data[i as usize * dim..(i as usize + 1) * dim])
-                        });
-                    let assign = &list_assignment[c * ENCODE_ROWS..c * ENCODE_ROWS + rows];
-                    codec.encode(&block[..rows * dim], &anchors, assign, out);
-                    progress(&BuildEvent::Advance {
-                        done: c * ENCODE_ROWS + rows,
-                    });
-                }
-            }
-            codes
         };
         let refine_codec = params.refine.map(|kind| train_codec(kind, 1)).transpose()?;
         // The parameters the index was built with, as its metadata records them: with a byte
@@ -435,11 +424,48 @@ impl Index {
                 Codec::Pca(fit.codec(bits, &sample_points, &anchors, &sample_assignment)?)
             }
         };
-        let codes = encode_codes(&codec, 0);
-        let refine = refine_codec.map(|c| {
-            let codes = encode_codes(&c, 1);
-            (c, Section::Owned(codes))
+
+        // Encode every tier in one more pass over the rows in order; each code goes to its
+        // row's place in list order.
+        progress(&BuildEvent::Stage {
+            name: "encode",
+            total: n,
         });
+        let tiers: Vec<&Codec> = std::iter::once(&codec).chain(&refine_codec).collect();
+        let mut codes: Vec<Vec<u8>> = tiers.iter().map(|c| vec![0u8; n * c.code_size()]).collect();
+        let mut staging = Vec::new();
+        if tiers.iter().any(|c| c.code_size() > 0) {
+            for first in (0..n).step_by(block_len) {
+                let rows_here = block_len.min(n - first);
+                let points = &mut block[..rows_here * dim];
+                rows.read_rows(first, points)?;
+                let assign = &assignment[first..first + rows_here];
+                for (tier, out) in tiers.iter().zip(codes.iter_mut()) {
+                    let cs = tier.code_size();
+                    if cs == 0 {
+                        continue;
+                    }
+                    staging.resize(rows_here * cs, 0);
+                    tier.encode(points, &anchors, assign, &mut staging);
+                    for (code, &p) in staging
+                        .chunks_exact(cs)
+                        .zip(&position[first..first + rows_here])
+                    {
+                        let p = p as usize;
+                        out[p * cs..(p + 1) * cs].copy_from_slice(code);
+                    }
+                }
+                progress(&BuildEvent::Advance {
+                    done: first + rows_here,
+                });
+            }
+        }
+        drop(block);
+        let mut codes = codes.into_iter();
+        let (codes, refine_codes) = (codes.next().unwrap_or_default(), codes.next());
+        let refine = refine_codec
+            .zip(refine_codes)
+            .map(|(c, codes)| (c, Section::Owned(codes)));
         let encode_seconds = t_encode.elapsed().as_secs_f64();
 
         let report = BuildReport {

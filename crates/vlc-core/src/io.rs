@@ -2,7 +2,9 @@
 //! `.ivecs`, and raw little-endian f32 with a given dimension.
 
 use crate::error::{Result, VlcError};
-use std::path::Path;
+use crate::vectors::VectorSource;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 
 /// A dense matrix read from a file. Layout of `data`: (rows, cols), row-major.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,6 +64,29 @@ fn malformed(path: &Path, kind: &'static str, reason: impl Into<String>) -> VlcE
 
 /// Parse a `.npy` header; returns (type, shape, data offset).
 pub fn parse_npy_header(path: &Path, bytes: &[u8]) -> Result<(NpyType, Vec<usize>, usize)> {
+    parse_npy_header_of(path, bytes, bytes.len())
+}
+
+/// Bytes of a `.npy` file from its start through its header, given the first 12 (or all, if
+/// fewer): the header's own length field says how far it runs. Where the magic or version is
+/// wrong, 12 (the parser then names the problem).
+fn npy_header_end(first: &[u8]) -> usize {
+    match first.get(6) {
+        Some(1) if first.len() >= 10 => 10 + u16::from_le_bytes([first[8], first[9]]) as usize,
+        Some(2 | 3) if first.len() >= 12 => {
+            12 + u32::from_le_bytes(first[8..12].try_into().unwrap()) as usize
+        }
+        _ => 12,
+    }
+}
+
+/// [`parse_npy_header`] given the file's first bytes (through its header at least, where the
+/// file is that long) and its whole length.
+fn parse_npy_header_of(
+    path: &Path,
+    bytes: &[u8],
+    file_len: usize,
+) -> Result<(NpyType, Vec<usize>, usize)> {
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err(malformed(path, "npy", "missing the \\x93NUMPY magic"));
     }
@@ -150,14 +175,13 @@ pub fn parse_npy_header(path: &Path, bytes: &[u8]) -> Result<(NpyType, Vec<usize
         .checked_mul(ty.size())
         .and_then(|b| b.checked_add(end))
         .ok_or_else(|| malformed(path, "npy", "shape overflows"))?;
-    if need != bytes.len() {
+    if need != file_len {
         return Err(malformed(
             path,
             "npy",
             format!(
-                "shape {shape:?} of {} needs {need} bytes, file has {}",
+                "shape {shape:?} of {} needs {need} bytes, file has {file_len}",
                 ty.descr(),
-                bytes.len()
             ),
         ));
     }
@@ -185,26 +209,60 @@ pub fn read_npy_f32(path: &Path) -> Result<Matrix<f32>> {
 pub fn decode_npy_f32(path: &Path, bytes: &[u8]) -> Result<Matrix<f32>> {
     let (ty, shape, off) = parse_npy_header(path, bytes)?;
     let (rows, cols) = shape_2d(path, &shape)?;
-    let body = &bytes[off..];
-    let data: Vec<f32> = match ty {
-        NpyType::F32 => body
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect(),
-        NpyType::F16 => body
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        NpyType::U8 => body.iter().map(|&b| b as f32).collect(),
-        t => {
-            return Err(malformed(
+    let elem = Elem::of_npy(path, ty)?;
+    let mut data = vec![0f32; rows * cols];
+    elem.convert(&bytes[off..], &mut data);
+    Ok(Matrix { rows, cols, data })
+}
+
+/// The element type of a vector file's values, as stored (little-endian).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Elem {
+    F32,
+    F16,
+    U8,
+}
+
+impl Elem {
+    fn of_npy(path: &Path, ty: NpyType) -> Result<Self> {
+        match ty {
+            NpyType::F32 => Ok(Elem::F32),
+            NpyType::F16 => Ok(Elem::F16),
+            NpyType::U8 => Ok(Elem::U8),
+            t => Err(malformed(
                 path,
                 "npy",
                 format!("expected float vectors, got {}", t.descr()),
-            ))
+            )),
         }
-    };
-    Ok(Matrix { rows, cols, data })
+    }
+    fn size(self) -> usize {
+        match self {
+            Elem::F32 => 4,
+            Elem::F16 => 2,
+            Elem::U8 => 1,
+        }
+    }
+    /// Widen `bytes` (out.len() values of this type) into `out`.
+    fn convert(self, bytes: &[u8], out: &mut [f32]) {
+        match self {
+            Elem::F32 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes(c.try_into().unwrap());
+                }
+            }
+            Elem::F16 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            Elem::U8 => {
+                for (o, &b) in out.iter_mut().zip(bytes) {
+                    *o = b as f32;
+                }
+            }
+        }
+    }
 }
 
 /// Read a 2-d `.npy` of i32 or i64 ids (e.g. ground truth).
@@ -328,63 +386,244 @@ impl VectorFormat {
 /// Read vectors as f32 from `path`; `dim` is required for raw files and, when given for the
 /// other formats, checked. The result is validated (non-empty, finite).
 pub fn read_vectors(path: &Path, dim: Option<usize>) -> Result<Matrix<f32>> {
-    let format = VectorFormat::from_path(path).ok_or_else(|| VlcError::UnsupportedFormat {
-        path: path.to_path_buf(),
-        reason: "unknown extension (expected .npy, .fvecs, .bvecs, or .f32/.bin/.raw with --dim)"
-            .into(),
-    })?;
-    let m = match format {
-        VectorFormat::Npy => read_npy_f32(path)?,
-        VectorFormat::Fvecs => read_vecs(path, "fvecs", 4, |c| {
-            f32::from_le_bytes(c.try_into().unwrap())
-        })?,
-        VectorFormat::Bvecs => read_vecs(path, "bvecs", 1, |c| c[0] as f32)?,
-        VectorFormat::RawF32 => {
-            let d = dim.ok_or_else(|| {
-                VlcError::param("dim", format!("raw file {} needs --dim", path.display()))
-            })?;
-            if d == 0 {
-                return Err(VlcError::param("dim", "must be at least 1"));
+    let file = VectorFile::open(path, dim)?;
+    let mut data = vec![0f32; file.rows * file.cols];
+    file.read_rows(0, &mut data)?;
+    crate::vectors::validate_vectors(&data, file.cols, &path.display().to_string())?;
+    Ok(Matrix {
+        rows: file.rows,
+        cols: file.cols,
+        data,
+    })
+}
+
+/// A file of vectors (`.npy` of f32, f16 or u8; `.fvecs`; `.bvecs`; raw f32), read as a
+/// [`VectorSource`]: rows are read from the file and widened to f32 only when asked for, so
+/// [`crate::Index::build_from`] never holds the whole input in memory. The file is opened and
+/// its header checked once; a `*vecs` record whose dimension differs from the first record's
+/// is reported when it is read.
+pub struct VectorFile {
+    path: PathBuf,
+    file: File,
+    elem: Elem,
+    /// Byte offset of row 0's record (its values, or for `*vecs` its dimension and values).
+    first_record: u64,
+    /// Bytes from one row's record to the next row's.
+    stride: usize,
+    /// `*vecs` records: each row's values follow its dimension as a 4-byte integer.
+    record_dims: bool,
+    rows: usize,
+    cols: usize,
+}
+
+impl VectorFile {
+    /// Open `path`, of the format its extension names (see [`VectorFormat`]). `dim` is required
+    /// for raw files and, when given for the other formats, checked.
+    pub fn open(path: &Path, dim: Option<usize>) -> Result<Self> {
+        let format = VectorFormat::from_path(path).ok_or_else(|| VlcError::UnsupportedFormat {
+            path: path.to_path_buf(),
+            reason:
+                "unknown extension (expected .npy, .fvecs, .bvecs, or .f32/.bin/.raw with --dim)"
+                    .into(),
+        })?;
+        let file = File::open(path).map_err(|e| VlcError::io(path, e))?;
+        let len = file.metadata().map_err(|e| VlcError::io(path, e))?.len() as usize;
+        let mut vf = VectorFile {
+            path: path.to_path_buf(),
+            file,
+            elem: Elem::F32,
+            first_record: 0,
+            stride: 0,
+            record_dims: false,
+            rows: 0,
+            cols: 0,
+        };
+        let head = |vf: &VectorFile, n: usize| -> Result<Vec<u8>> {
+            let mut buf = vec![0u8; n.min(len)];
+            vf.read_at(&mut buf, 0)?;
+            Ok(buf)
+        };
+        match format {
+            VectorFormat::Npy => {
+                let first = head(&vf, 12)?;
+                let bytes = head(&vf, npy_header_end(&first))?;
+                let (ty, shape, off) = parse_npy_header_of(path, &bytes, len)?;
+                let (rows, cols) = shape_2d(path, &shape)?;
+                vf.elem = Elem::of_npy(path, ty)?;
+                vf.first_record = off as u64;
+                (vf.rows, vf.cols) = (rows, cols);
+                vf.stride = cols * vf.elem.size();
             }
-            let bytes = read_all(path)?;
-            if bytes.len() % (4 * d) != 0 {
-                return Err(malformed(
-                    path,
-                    "raw f32",
-                    format!(
-                        "length {} is not a multiple of 4 × dim ({})",
-                        bytes.len(),
-                        4 * d
-                    ),
-                ));
+            VectorFormat::Fvecs | VectorFormat::Bvecs => {
+                let (kind, elem) = if format == VectorFormat::Fvecs {
+                    ("fvecs", Elem::F32)
+                } else {
+                    ("bvecs", Elem::U8)
+                };
+                if len == 0 {
+                    return Err(VlcError::EmptyInput {
+                        what: path.display().to_string(),
+                    });
+                }
+                if len < 4 {
+                    return Err(malformed(path, kind, "shorter than one record header"));
+                }
+                let first = head(&vf, 4)?;
+                let d = i32::from_le_bytes(first[..4].try_into().unwrap());
+                if d <= 0 {
+                    return Err(malformed(path, kind, format!("record 0 has dimension {d}")));
+                }
+                let d = d as usize;
+                let record = 4 + d * elem.size();
+                if !len.is_multiple_of(record) {
+                    return Err(malformed(
+                        path,
+                        kind,
+                        format!(
+                            "file length {len} is not a multiple of the record size {record} (dimension {d})"
+                        ),
+                    ));
+                }
+                vf.elem = elem;
+                vf.stride = record;
+                vf.record_dims = true;
+                (vf.rows, vf.cols) = (len / record, d);
             }
-            let data = bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect::<Vec<_>>();
-            Matrix {
-                rows: data.len() / d,
-                cols: d,
-                data,
+            VectorFormat::RawF32 => {
+                let d = dim.ok_or_else(|| {
+                    VlcError::param("dim", format!("raw file {} needs --dim", path.display()))
+                })?;
+                if d == 0 {
+                    return Err(VlcError::param("dim", "must be at least 1"));
+                }
+                if !len.is_multiple_of(4 * d) {
+                    return Err(malformed(
+                        path,
+                        "raw f32",
+                        format!("length {len} is not a multiple of 4 × dim ({})", 4 * d),
+                    ));
+                }
+                vf.stride = 4 * d;
+                (vf.rows, vf.cols) = (len / (4 * d), d);
             }
         }
-    };
-    if let Some(d) = dim {
-        if d != m.cols {
-            return Err(VlcError::DimensionMismatch {
+        if let Some(d) = dim {
+            if d != vf.cols {
+                return Err(VlcError::DimensionMismatch {
+                    what: path.display().to_string(),
+                    expected: d,
+                    actual: vf.cols,
+                });
+            }
+        }
+        if vf.rows == 0 || vf.cols == 0 {
+            return Err(VlcError::EmptyInput {
                 what: path.display().to_string(),
-                expected: d,
-                actual: m.cols,
             });
         }
+        Ok(vf)
     }
-    if m.rows == 0 || m.cols == 0 {
-        return Err(VlcError::EmptyInput {
-            what: path.display().to_string(),
-        });
+
+    /// Number of vectors in the file.
+    pub fn rows(&self) -> usize {
+        self.rows
     }
-    crate::vectors::validate_vectors(&m.data, m.cols, &path.display().to_string())?;
-    Ok(m)
+
+    /// Values per vector.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            self.file
+                .read_exact_at(buf, offset)
+                .map_err(|e| VlcError::io(&self.path, e))
+        }
+        #[cfg(windows)]
+        {
+            use std::os::windows::fs::FileExt;
+            let mut done = 0;
+            while done < buf.len() {
+                match self.file.seek_read(&mut buf[done..], offset + done as u64) {
+                    Ok(0) => {
+                        return Err(VlcError::io(
+                            &self.path,
+                            std::io::ErrorKind::UnexpectedEof.into(),
+                        ))
+                    }
+                    Ok(k) => done += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(VlcError::io(&self.path, e)),
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+impl VectorSource for VectorFile {
+    fn num_rows(&self) -> usize {
+        self.rows
+    }
+    fn dim(&self) -> usize {
+        self.cols
+    }
+    fn read_rows(&self, start: usize, out: &mut [f32]) -> Result<()> {
+        // Large reads go through a buffer of about 8 MiB of the file's bytes at a time.
+        self.read_rows_in_pieces(start, out, 8 << 20)
+    }
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+impl VectorFile {
+    /// [`VectorSource::read_rows`], reading at most `piece_bytes` of the file (at least one
+    /// row) at a time.
+    fn read_rows_in_pieces(&self, start: usize, out: &mut [f32], piece_bytes: usize) -> Result<()> {
+        use rayon::prelude::*;
+        let count = out.len() / self.cols;
+        let piece = (piece_bytes / self.stride).max(1);
+        let mut bytes = vec![0u8; piece.min(count) * self.stride];
+        for first in (0..count).step_by(piece) {
+            let rows = piece.min(count - first);
+            let raw = &mut bytes[..rows * self.stride];
+            self.read_at(
+                raw,
+                self.first_record + ((start + first) * self.stride) as u64,
+            )?;
+            if self.record_dims {
+                if let Some(r) = raw.chunks_exact(self.stride).position(|rec| {
+                    i32::from_le_bytes(rec[..4].try_into().unwrap()) as usize != self.cols
+                }) {
+                    let rd = i32::from_le_bytes(raw[r * self.stride..][..4].try_into().unwrap());
+                    return Err(malformed(
+                        &self.path,
+                        if self.elem == Elem::F32 {
+                            "fvecs"
+                        } else {
+                            "bvecs"
+                        },
+                        format!(
+                            "record {} has dimension {rd}, record 0 has {}",
+                            start + first + r,
+                            self.cols
+                        ),
+                    ));
+                }
+            }
+            let skip = if self.record_dims { 4 } else { 0 };
+            let values = self.cols * self.elem.size();
+            out[first * self.cols..(first + rows) * self.cols]
+                .par_chunks_mut(self.cols)
+                .zip(raw.par_chunks_exact(self.stride))
+                .for_each(|(o, rec)| self.elem.convert(&rec[skip..skip + values], o));
+        }
+        Ok(())
+    }
 }
 
 /// Read ground-truth neighbour ids: `.npy` (i32/i64) or `.ivecs`.
@@ -412,4 +651,50 @@ pub fn read_ids(path: &Path) -> Result<Matrix<i64>> {
         });
     }
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads that span several pieces, start mid-file or end at the last row give the rows
+    /// a whole read gives, for each layout (npy header, `*vecs` records, raw).
+    #[test]
+    fn reads_in_pieces_match_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rows, cols) = (37, 5);
+        let values: Vec<f32> = (0..rows * cols).map(|i| i as f32 * 0.25 - 7.0).collect();
+        let f32s: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let records: Vec<u8> = f32s
+            .chunks(4 * cols)
+            .flat_map(|r| {
+                (cols as i32)
+                    .to_le_bytes()
+                    .into_iter()
+                    .chain(r.iter().copied())
+            })
+            .collect();
+        let files = [
+            ("a.npy", npy_bytes(NpyType::F32, rows, cols, &f32s)),
+            ("b.fvecs", records),
+            ("c.f32", f32s.clone()),
+        ];
+        for (name, bytes) in files {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            let file = VectorFile::open(&path, Some(cols)).unwrap();
+            for (start, count, piece_bytes) in
+                [(0, rows, 7), (3, 20, 64), (30, 7, 1), (36, 1, 8 << 20)]
+            {
+                let mut out = vec![f32::NAN; count * cols];
+                file.read_rows_in_pieces(start, &mut out, piece_bytes)
+                    .unwrap();
+                assert_eq!(
+                    out,
+                    values[start * cols..(start + count) * cols],
+                    "{name} {start} {count} {piece_bytes}"
+                );
+            }
+        }
+    }
 }

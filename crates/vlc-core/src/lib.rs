@@ -57,6 +57,7 @@ pub use index::{BuildEvent, BuildParams, BuildReport, Index, Metric};
 pub use rng::Rng;
 pub use search::{Neighbor, SearchParams, SearchResults};
 pub use train::{TrainParams, TrainReport};
+pub use vectors::{SliceSource, VectorSource};
 
 /// Exact k nearest neighbours by squared L2 (brute force, GEMM form), for ground truth and
 /// tests. `base`: (n, dim), `queries`: (m, dim); returns ids (m, k), row-major.

@@ -17,6 +17,7 @@
 use crate::backend::{group_by_anchor, Backend, ListSplit as Split, SERIAL_MAX};
 use crate::error::{Result, VlcError};
 use crate::rng::Rng;
+use crate::vectors::{gather_rows, SliceSource, VectorSource};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -207,10 +208,22 @@ pub fn train_anchors(
     params: &TrainParams,
     on_iteration: &mut dyn FnMut(&IterationStats),
 ) -> Result<(Vec<f32>, TrainReport)> {
+    train_anchors_from(backend, &SliceSource::new(data, dim)?, params, on_iteration)
+}
+
+/// [`train_anchors`] on the rows of `source`, of which only the training sample (at most
+/// `max_points_per_anchor` rows per anchor) is read into memory.
+pub fn train_anchors_from(
+    backend: &dyn Backend,
+    source: &dyn VectorSource,
+    params: &TrainParams,
+    on_iteration: &mut dyn FnMut(&IterationStats),
+) -> Result<(Vec<f32>, TrainReport)> {
+    let dim = source.dim();
     if dim == 0 {
         return Err(VlcError::param("dim", "must be at least 1"));
     }
-    let n = data.len() / dim;
+    let n = source.num_rows();
     if n == 0 {
         return Err(VlcError::EmptyInput {
             what: "training vectors".into(),
@@ -235,15 +248,8 @@ pub fn train_anchors(
     if order.len() - holdout < k || holdout < 16 {
         holdout = 0;
     }
-    let gather = |idx: &[usize]| -> Vec<f32> {
-        let mut out = vec![0f32; idx.len() * dim];
-        out.par_chunks_mut(dim)
-            .zip(idx.par_iter())
-            .for_each(|(o, &i)| o.copy_from_slice(&data[i * dim..(i + 1) * dim]));
-        out
-    };
-    let held = gather(&order[..holdout]);
-    let train = gather(&order[holdout..]);
+    let held = gather_rows(source, &order[..holdout])?;
+    let train = gather_rows(source, &order[holdout..])?;
     let num_train = train.len() / dim;
     let sampling = sampling.elapsed().as_secs_f64();
     let clock = std::time::Instant::now();
