@@ -395,12 +395,83 @@ fn demo_runs_on_the_built_in_sample() {
 }
 
 #[test]
-fn help_explains_commands() {
+fn add_grows_an_index_in_place_or_into_another_file_and_keeps_it_on_errors() {
+    let s = Set::new();
+    let data = clustered(2000, DIM, 16, 0.5, 1);
+    write_f32(&s.p("first.npy"), 1500, DIM, &data[..1500 * DIM]);
+    write_f32(&s.p("rest.npy"), 500, DIM, &data[1500 * DIM..]);
     vlc()
-        .arg("--help")
+        .args(["build", "-q", "--anchors", "16", "--codec", "sq8"])
+        .arg(s.p("first.npy"))
+        .arg("-o")
+        .arg(s.p("part.vlc"))
+        .assert()
+        .success();
+    let before = std::fs::read(s.p("part.vlc")).unwrap();
+    // Into another file: the index stays as it was.
+    let out = vlc()
+        .args(["add", "-q", "--json"])
+        .arg(s.p("part.vlc"))
+        .arg(s.p("rest.npy"))
+        .arg("-o")
+        .arg(s.p("grown.vlc"))
         .assert()
         .success()
-        .stdout(predicate::str::contains("build").and(predicate::str::contains("demo")));
+        .get_output()
+        .stdout
+        .clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        (
+            j["added"].as_u64(),
+            j["first_id"].as_u64(),
+            j["vectors"].as_u64()
+        ),
+        (Some(500), Some(1500), Some(2000))
+    );
+    assert_eq!(std::fs::read(s.p("part.vlc")).unwrap(), before);
+    // The grown index finds the whole set: ids are the rows of base.npy, as the ground truth's.
+    let r = eval_json(&s, &s.p("grown.vlc"), "16");
+    let recall = r["results"][0]["recall@10"].as_f64().unwrap();
+    assert!(recall > 0.9, "recall@10 {recall} after add");
+    // Wrong dimension, NaN, a missing file: an error naming it, and the index unchanged.
+    write_f32(&s.p("wide.npy"), 3, DIM + 1, &vec![0.5; 3 * (DIM + 1)]);
+    let mut nan = data[..10 * DIM].to_vec();
+    nan[6 * DIM + 2] = f32::NAN;
+    write_f32(&s.p("nan.npy"), 10, DIM, &nan);
+    for (input, message) in [
+        ("wide.npy", "expected 24, got 25"),
+        ("nan.npy", "row 6, column 2"),
+        ("missing.npy", "missing.npy"),
+    ] {
+        vlc()
+            .args(["add", "-q"])
+            .arg(s.p("part.vlc"))
+            .arg(s.p(input))
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(message));
+        assert_eq!(std::fs::read(s.p("part.vlc")).unwrap(), before, "{input}");
+    }
+    // In place.
+    vlc()
+        .args(["add", "-q"])
+        .arg(s.p("part.vlc"))
+        .arg(s.p("rest.npy"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("ids            1500 to 1999"));
+    let r = eval_json(&s, &s.p("part.vlc"), "16");
+    assert_eq!(r["results"][0]["recall@10"].as_f64().unwrap(), recall);
+}
+
+#[test]
+fn help_explains_commands() {
+    vlc().arg("--help").assert().success().stdout(
+        predicate::str::contains("build")
+            .and(predicate::str::contains("add"))
+            .and(predicate::str::contains("demo")),
+    );
     vlc()
         .args(["build", "--help"])
         .assert()

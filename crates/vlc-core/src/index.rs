@@ -186,6 +186,20 @@ pub struct BuildReport {
     pub total_seconds: f64,
 }
 
+/// What [`Index::add_from`] did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AddReport {
+    /// Vectors added.
+    pub added: usize,
+    /// The id of the first one (the others follow in order).
+    pub first_id: u32,
+    /// Mean squared distance of the added vectors to their anchors.
+    pub added_energy: f64,
+    /// The index's energy before (the mean over its vectors); compare with `added_energy`.
+    pub index_energy_before: f64,
+    pub seconds: f64,
+}
+
 /// A searchable VLC index. Built with [`Index::build`], stored with [`Index::save`], reopened
 /// with [`Index::load`] (copy into memory) or [`Index::view`] (zero-copy memory map).
 pub struct Index {
@@ -307,8 +321,6 @@ impl Index {
             inner: source,
             normalize: params.metric == Metric::Cosine,
         };
-        let block_len = read_block_rows(dim).min(n);
-        let mut block = vec![0f32; block_len * dim];
 
         progress(&BuildEvent::Stage {
             name: "train anchors",
@@ -327,23 +339,8 @@ impl Index {
 
         // Assign every vector, reading the rows in order a block at a time.
         let t_assign = Instant::now();
-        progress(&BuildEvent::Stage {
-            name: "assign",
-            total: n,
-        });
-        let mut assignment = Vec::with_capacity(n);
-        let mut energy_sum = 0f64;
-        for first in (0..n).step_by(block_len) {
-            let rows_here = block_len.min(n - first);
-            let points = &mut block[..rows_here * dim];
-            rows.read_rows(first, points)?;
-            let near = backend.nearest_anchors(points, &anchors, dim, 1)?;
-            energy_sum = near.dists.iter().fold(energy_sum, |e, &d| e + d as f64);
-            assignment.extend_from_slice(&near.ids);
-            progress(&BuildEvent::Advance {
-                done: first + rows_here,
-            });
-        }
+        let mut block = vec![0f32; read_block_rows(dim).min(n) * dim];
+        let (assignment, energy_sum) = assign_rows(&rows, &anchors, backend, &mut block, progress)?;
         let assign_seconds = t_assign.elapsed().as_secs_f64();
 
         // Group by anchor: `order` lists the rows in list order; `position` is its inverse.
@@ -427,39 +424,18 @@ impl Index {
 
         // Encode every tier in one more pass over the rows in order; each code goes to its
         // row's place in list order.
-        progress(&BuildEvent::Stage {
-            name: "encode",
-            total: n,
-        });
         let tiers: Vec<&Codec> = std::iter::once(&codec).chain(&refine_codec).collect();
         let mut codes: Vec<Vec<u8>> = tiers.iter().map(|c| vec![0u8; n * c.code_size()]).collect();
-        let mut staging = Vec::new();
-        if tiers.iter().any(|c| c.code_size() > 0) {
-            for first in (0..n).step_by(block_len) {
-                let rows_here = block_len.min(n - first);
-                let points = &mut block[..rows_here * dim];
-                rows.read_rows(first, points)?;
-                let assign = &assignment[first..first + rows_here];
-                for (tier, out) in tiers.iter().zip(codes.iter_mut()) {
-                    let cs = tier.code_size();
-                    if cs == 0 {
-                        continue;
-                    }
-                    staging.resize(rows_here * cs, 0);
-                    tier.encode(points, &anchors, assign, &mut staging);
-                    for (code, &p) in staging
-                        .chunks_exact(cs)
-                        .zip(&position[first..first + rows_here])
-                    {
-                        let p = p as usize;
-                        out[p * cs..(p + 1) * cs].copy_from_slice(code);
-                    }
-                }
-                progress(&BuildEvent::Advance {
-                    done: first + rows_here,
-                });
-            }
-        }
+        encode_rows(
+            &rows,
+            &anchors,
+            &assignment,
+            &position,
+            &tiers,
+            &mut codes,
+            &mut block,
+            progress,
+        )?;
         drop(block);
         let mut codes = codes.into_iter();
         let (codes, refine_codes) = (codes.next().unwrap_or_default(), codes.next());
@@ -490,6 +466,134 @@ impl Index {
             report.clone(),
         );
         Ok((index, report))
+    }
+
+    /// A copy of this index with the rows of `source` added: row `i` gets id `len() + i`.
+    ///
+    /// The new rows are assigned to the index's anchors and encoded with its codecs, as trained
+    /// at build time (nothing is retrained), and join the end of their anchors' lists; the
+    /// vectors already stored keep their codes, ids and order. The index's energy becomes the
+    /// mean over old and new vectors. The report gives the new rows' own energy: well above
+    /// the index's, they sit farther from the anchors than what the anchors were trained on
+    /// (the collection has drifted), and a rebuild would serve them better. `source` is read
+    /// a block at a time; a NaN or infinite value fails the call, naming its row.
+    pub fn add_from(
+        &self,
+        source: &dyn VectorSource,
+        backend: &dyn Backend,
+        progress: &mut dyn FnMut(&BuildEvent),
+    ) -> Result<(Index, AddReport)> {
+        let start = Instant::now();
+        let (dim, old_n, added) = (self.dim, self.num_vectors, source.num_rows());
+        if source.dim() != dim {
+            return Err(VlcError::DimensionMismatch {
+                what: format!("{}: vectors to add to the index", source.describe()),
+                expected: dim,
+                actual: source.dim(),
+            });
+        }
+        if added == 0 {
+            return Err(VlcError::EmptyInput {
+                what: source.describe(),
+            });
+        }
+        let total = old_n + added;
+        if total > u32::MAX as usize {
+            return Err(VlcError::param(
+                "input",
+                format!("{old_n} + {added} vectors exceed the 2^32 - 1 ids an index holds"),
+            ));
+        }
+        let rows = PreparedRows {
+            inner: source,
+            normalize: self.metric == Metric::Cosine,
+        };
+        let num_anchors = self.num_anchors();
+        let mut block = vec![0f32; read_block_rows(dim).min(added) * dim];
+        let (assignment, energy_sum) =
+            assign_rows(&rows, &self.anchors, backend, &mut block, progress)?;
+
+        // New list `a`: the old list, then the added rows assigned to `a`, in row order.
+        let (added_offsets, added_order) = group_by_anchor(&assignment, num_anchors);
+        let old_offsets = &self.list_offsets;
+        let offsets: Vec<u64> = (0..=num_anchors)
+            .map(|a| old_offsets[a] + added_offsets[a] as u64)
+            .collect();
+        let mut position = vec![0u32; added];
+        for a in 0..num_anchors {
+            let end_of_old = offsets[a] + (old_offsets[a + 1] - old_offsets[a]);
+            for (k, &row) in added_order[added_offsets[a]..added_offsets[a + 1]]
+                .iter()
+                .enumerate()
+            {
+                position[row as usize] = (end_of_old + k as u64) as u32;
+            }
+        }
+        let old_ids = self.ids.to_u32();
+        let mut ids = vec![0u32; total];
+        let tiers: Vec<&Codec> = std::iter::once(&self.codec)
+            .chain(self.refine.as_ref().map(|r| &r.0))
+            .collect();
+        let old_codes: Vec<&[u8]> = std::iter::once(&self.codes[..])
+            .chain(self.refine.as_ref().map(|r| &r.1[..]))
+            .collect();
+        let mut codes: Vec<Vec<u8>> = tiers
+            .iter()
+            .map(|c| vec![0u8; total * c.code_size()])
+            .collect();
+        for a in 0..num_anchors {
+            let (from, to) = (old_offsets[a] as usize, old_offsets[a + 1] as usize);
+            let at = offsets[a] as usize;
+            ids[at..at + to - from].copy_from_slice(&old_ids[from..to]);
+            for ((tier, old), new) in tiers.iter().zip(&old_codes).zip(codes.iter_mut()) {
+                let cs = tier.code_size();
+                new[at * cs..(at + to - from) * cs].copy_from_slice(&old[from * cs..to * cs]);
+            }
+        }
+        for (row, &p) in position.iter().enumerate() {
+            ids[p as usize] = (old_n + row) as u32;
+        }
+        encode_rows(
+            &rows,
+            &self.anchors,
+            &assignment,
+            &position,
+            &tiers,
+            &mut codes,
+            &mut block,
+            progress,
+        )?;
+        drop(block);
+
+        let mut report = self.report.clone();
+        report.final_energy = (self.report.final_energy * old_n as f64 + energy_sum) / total as f64;
+        let mut codes = codes.into_iter();
+        let (codes, refine_codes) = (codes.next().unwrap_or_default(), codes.next());
+        let refine = self
+            .refine
+            .as_ref()
+            .zip(refine_codes)
+            .map(|((c, _), codes)| (c.clone(), Section::Owned(codes)));
+        let index = Index::from_parts(
+            dim,
+            self.metric,
+            total,
+            self.stored_anchors.clone(),
+            Section::Owned(offsets),
+            Ids::packed(&ids),
+            self.codec.clone(),
+            Section::Owned(codes),
+            refine,
+            report,
+        );
+        let add_report = AddReport {
+            added,
+            first_id: old_n as u32,
+            added_energy: energy_sum / added as f64,
+            index_energy_before: self.report.final_energy,
+            seconds: start.elapsed().as_secs_f64(),
+        };
+        Ok((index, add_report))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -615,4 +719,87 @@ impl Index {
     pub fn file_size(&self) -> u64 {
         crate::format::layout(self).total
     }
+}
+
+/// Assign every row of `rows` to its nearest of `anchors` (layout: (num_anchors, dim),
+/// row-major), reading the rows in order through `block` (a multiple of `dim` floats).
+/// Returns each row's anchor, layout (num_rows,), and the sum of their squared distances.
+fn assign_rows(
+    rows: &dyn VectorSource,
+    anchors: &[f32],
+    backend: &dyn Backend,
+    block: &mut [f32],
+    progress: &mut dyn FnMut(&BuildEvent),
+) -> Result<(Vec<u32>, f64)> {
+    let (n, dim) = (rows.num_rows(), rows.dim());
+    let block_len = block.len() / dim;
+    progress(&BuildEvent::Stage {
+        name: "assign",
+        total: n,
+    });
+    let mut assignment = Vec::with_capacity(n);
+    let mut energy_sum = 0f64;
+    for first in (0..n).step_by(block_len) {
+        let rows_here = block_len.min(n - first);
+        let points = &mut block[..rows_here * dim];
+        rows.read_rows(first, points)?;
+        let near = backend.nearest_anchors(points, anchors, dim, 1)?;
+        energy_sum = near.dists.iter().fold(energy_sum, |e, &d| e + d as f64);
+        assignment.extend_from_slice(&near.ids);
+        progress(&BuildEvent::Advance {
+            done: first + rows_here,
+        });
+    }
+    Ok((assignment, energy_sum))
+}
+
+/// Encode every row of `rows` with each of `tiers`, reading the rows in order through
+/// `block`: row `i`'s code of tier `t` goes to row `position[i]` of `codes[t]` (layout of each:
+/// (positions, tier's code size), row-major). `assignment`: each row's anchor, layout (num_rows,).
+#[allow(clippy::too_many_arguments)]
+fn encode_rows(
+    rows: &dyn VectorSource,
+    anchors: &[f32],
+    assignment: &[u32],
+    position: &[u32],
+    tiers: &[&Codec],
+    codes: &mut [Vec<u8>],
+    block: &mut [f32],
+    progress: &mut dyn FnMut(&BuildEvent),
+) -> Result<()> {
+    let (n, dim) = (rows.num_rows(), rows.dim());
+    let block_len = block.len() / dim;
+    progress(&BuildEvent::Stage {
+        name: "encode",
+        total: n,
+    });
+    if tiers.iter().all(|c| c.code_size() == 0) {
+        return Ok(());
+    }
+    let mut staging = Vec::new();
+    for first in (0..n).step_by(block_len) {
+        let rows_here = block_len.min(n - first);
+        let points = &mut block[..rows_here * dim];
+        rows.read_rows(first, points)?;
+        let assign = &assignment[first..first + rows_here];
+        for (tier, out) in tiers.iter().zip(codes.iter_mut()) {
+            let cs = tier.code_size();
+            if cs == 0 {
+                continue;
+            }
+            staging.resize(rows_here * cs, 0);
+            tier.encode(points, anchors, assign, &mut staging);
+            for (code, &p) in staging
+                .chunks_exact(cs)
+                .zip(&position[first..first + rows_here])
+            {
+                let p = p as usize;
+                out[p * cs..(p + 1) * cs].copy_from_slice(code);
+            }
+        }
+        progress(&BuildEvent::Advance {
+            done: first + rows_here,
+        });
+    }
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+mod add;
 mod bench;
 mod build;
 mod demo;
@@ -16,6 +17,8 @@ use clap::Subcommand;
 pub enum Command {
     /// Build an index from vectors (.npy f32/f16, .fvecs, .bvecs, or raw f32 with --dim).
     Build(build::Args),
+    /// Add vectors to an index (encoded against its anchors and codecs; nothing retrained).
+    Add(add::Args),
     /// Search an index with query vectors; writes ids and distances (.npy or .json).
     Search(search::Args),
     /// Measure recall@1/10/100 and queries per second against ground truth over an nprobe sweep.
@@ -38,6 +41,7 @@ pub enum Command {
 pub fn run(command: Command) -> Result<()> {
     match command {
         Command::Build(a) => build::run(a),
+        Command::Add(a) => add::run(a),
         Command::Search(a) => search::run(a),
         Command::Eval(a) => eval::run(a),
         Command::Info(a) => info::run(a),

@@ -1,0 +1,165 @@
+//! Adding vectors to a built index (`Index::add_from`): stored vectors keep their codes and
+//! ids, new ones are found under their new ids, adding in steps equals adding at once, the
+//! result survives a file round trip, and bad input is refused.
+
+use vlc::synthetic::clustered;
+use vlc::{BuildParams, CodecKind, CpuBackend, Index, Metric, SearchParams, SliceSource, VlcError};
+
+const DIM: usize = 32;
+
+fn hits(index: &Index, queries: &[f32], k: usize, nprobe: usize) -> Vec<(u32, u32)> {
+    let p = SearchParams {
+        k,
+        nprobe,
+        ..Default::default()
+    };
+    queries
+        .chunks(DIM)
+        .flat_map(|q| index.search(q, &p).unwrap())
+        .map(|h| (h.id, h.distance.to_bits()))
+        .collect()
+}
+
+fn params() -> BuildParams {
+    BuildParams::default()
+        .with_codec(CodecKind::RaBitQ1)
+        .with_refine(Some(CodecKind::Sq8))
+        .with_num_anchors(32)
+}
+
+fn add(index: &Index, rows: &[f32]) -> Index {
+    let source = SliceSource::new(rows, DIM).unwrap();
+    index.add_from(&source, &CpuBackend, &mut |_| {}).unwrap().0
+}
+
+#[test]
+fn added_vectors_are_found_under_their_new_ids_and_old_ones_stay() {
+    let data = clustered(4000, DIM, 40, 0.5, 5);
+    let (old, new) = data.split_at(3000 * DIM);
+    let (base, _) = Index::build(old, DIM, &params(), &CpuBackend, &mut |_| {}).unwrap();
+    let source = SliceSource::new(new, DIM).unwrap();
+    let (grown, report) = base.add_from(&source, &CpuBackend, &mut |_| {}).unwrap();
+    assert_eq!(
+        (grown.len(), report.added, report.first_id),
+        (4000, 1000, 3000)
+    );
+
+    // Every list holds its old members plus the new ones assigned to it.
+    let added_per_list = grown
+        .list_sizes()
+        .iter()
+        .zip(base.list_sizes())
+        .map(|(g, b)| g.checked_sub(b).expect("a list lost members"))
+        .sum::<usize>();
+    assert_eq!(added_per_list, 1000);
+
+    // Energy: the mean over both, with the new rows' own as reported.
+    let expected = (base.energy() as f64 * 3000.0 + report.added_energy * 1000.0) / 4000.0;
+    assert!((grown.energy() as f64 - expected).abs() < 1e-6 * expected);
+    assert!((report.index_energy_before - base.energy() as f64).abs() < 1e-6);
+
+    // Each added vector is its own nearest neighbour under its new id (all lists probed).
+    let found = hits(&grown, new, 1, 32)
+        .iter()
+        .enumerate()
+        .filter(|(i, (id, _))| *id as usize == 3000 + i)
+        .count();
+    assert!(
+        found >= 990,
+        "{found} of 1000 added vectors found under their ids"
+    );
+    // And each old vector still comes back first under its own id.
+    let old_found = hits(&grown, &old[..200 * DIM], 1, 32)
+        .iter()
+        .enumerate()
+        .filter(|(i, (id, _))| *id as usize == *i)
+        .count();
+    assert!(old_found >= 198, "{old_found} of 200 old vectors found");
+}
+
+#[test]
+fn adding_in_steps_equals_adding_at_once_and_survives_a_file() {
+    let data = clustered(3000, DIM, 30, 0.5, 6);
+    let (old, new) = data.split_at(2000 * DIM);
+    let (base, _) = Index::build(old, DIM, &params(), &CpuBackend, &mut |_| {}).unwrap();
+    let at_once = add(&base, new);
+    let in_steps = add(&add(&base, &new[..300 * DIM]), &new[300 * DIM..]);
+    let queries = &data[..3000 * DIM];
+    let expected = hits(&at_once, queries, 10, 8);
+    assert_eq!(hits(&in_steps, queries, 10, 8), expected);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("grown.vlc");
+    in_steps.save(&path).unwrap();
+    assert_eq!(hits(&Index::view(&path).unwrap(), queries, 10, 8), expected);
+    assert_eq!(hits(&Index::load(&path).unwrap(), queries, 10, 8), expected);
+}
+
+#[test]
+fn cosine_indexes_normalise_what_is_added() {
+    let data = clustered(2000, DIM, 20, 0.5, 7);
+    let p = params().with_metric(Metric::Cosine);
+    let (base, _) = Index::build(&data, DIM, &p, &CpuBackend, &mut |_| {}).unwrap();
+    // Row 11 again, at 7 times its length: the same direction.
+    let scaled: Vec<f32> = data[11 * DIM..12 * DIM].iter().map(|v| v * 7.0).collect();
+    let grown = add(&base, &scaled);
+    let top = hits(&grown, &data[11 * DIM..12 * DIM], 2, 32);
+    let mut ids: Vec<u32> = top.iter().map(|h| h.0).collect();
+    ids.sort();
+    assert_eq!(ids, [11, 2000]);
+    assert_eq!(top[0].1, top[1].1, "same direction, same distance");
+}
+
+#[test]
+fn adding_refuses_bad_input() {
+    let data = clustered(1000, DIM, 10, 0.5, 8);
+    let (base, _) = Index::build(&data, DIM, &params(), &CpuBackend, &mut |_| {}).unwrap();
+    let wrong = vec![0.5f32; 3 * 31];
+    let err = base
+        .add_from(
+            &SliceSource::new(&wrong, 31).unwrap(),
+            &CpuBackend,
+            &mut |_| {},
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VlcError::DimensionMismatch {
+                expected: 32,
+                actual: 31,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = base
+        .add_from(
+            &SliceSource::new(&[], DIM).unwrap(),
+            &CpuBackend,
+            &mut |_| {},
+        )
+        .unwrap_err();
+    assert!(matches!(err, VlcError::EmptyInput { .. }), "{err}");
+    let mut bad = data[..5 * DIM].to_vec();
+    bad[4 * DIM + 9] = f32::NAN;
+    let err = base
+        .add_from(
+            &SliceSource::new(&bad, DIM).unwrap(),
+            &CpuBackend,
+            &mut |_| {},
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VlcError::NonFinite {
+                row: 4,
+                column: 9,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The index itself is untouched.
+    assert_eq!(base.len(), 1000);
+}
