@@ -776,19 +776,21 @@ fn encode_rows(
     if tiers.iter().all(|c| c.code_size() == 0) {
         return Ok(());
     }
+    // What each tier derives from the anchors, once for all blocks.
+    let prepared: Vec<_> = tiers.iter().map(|t| t.prepare_anchors(anchors)).collect();
     let mut staging = Vec::new();
     for first in (0..n).step_by(block_len) {
         let rows_here = block_len.min(n - first);
         let points = &mut block[..rows_here * dim];
         rows.read_rows(first, points)?;
         let assign = &assignment[first..first + rows_here];
-        for (tier, out) in tiers.iter().zip(codes.iter_mut()) {
+        for ((tier, prepared), out) in tiers.iter().zip(&prepared).zip(codes.iter_mut()) {
             let cs = tier.code_size();
             if cs == 0 {
                 continue;
             }
             staging.resize(rows_here * cs, 0);
-            tier.encode(points, anchors, assign, &mut staging);
+            tier.encode_prepared(prepared, points, anchors, assign, &mut staging);
             for (code, &p) in staging
                 .chunks_exact(cs)
                 .zip(&position[first..first + rows_here])

@@ -849,3 +849,44 @@ fn vectors_unlike_the_sample_take_tail_codes_and_still_rank_first() {
         }
     }
 }
+
+/// A build encodes its rows a block at a time with the anchors prepared once: every codec's
+/// codes must not depend on how the rows are split into blocks.
+#[test]
+fn codes_do_not_depend_on_the_blocks_they_are_encoded_in() {
+    for &dim in &[7usize, 65] {
+        let f = fixture(dim);
+        for kind in [
+            CodecKind::AnchorOnly,
+            CodecKind::Sq8,
+            CodecKind::Sq4,
+            CodecKind::F16,
+            CodecKind::RaBitQ1,
+            CodecKind::RaBitQ3,
+            CodecKind::PcaRaBitQ,
+        ] {
+            let p = CodecParams {
+                bits: 1.5,
+                ..Default::default()
+            };
+            let codec = Codec::train(kind, &p, &f.data, &f.anchors, &f.assignment, dim).unwrap();
+            let whole = encode(&f, &codec);
+            let cs = codec.code_size();
+            let prepared = codec.prepare_anchors(&f.anchors);
+            let mut blocks = vec![0u8; whole.len()];
+            let mut first = 0;
+            for rows in [1usize, 130, 7, 300, 162] {
+                codec.encode_prepared(
+                    &prepared,
+                    &f.data[first * dim..(first + rows) * dim],
+                    &f.anchors,
+                    &f.assignment[first..first + rows],
+                    &mut blocks[first * cs..(first + rows) * cs],
+                );
+                first += rows;
+            }
+            assert_eq!(first, f.assignment.len());
+            assert!(blocks == whole, "{kind} at dim {dim}");
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! Every vector of a list gets the same estimated distance `‖q − c‖²`, so ranking within a
 //! list is by id: recall is what it is, and VLC reports it as measured.
 
+use super::PreparedAnchors;
 use super::{CodecKind, QueryState, ResidualCodec};
 use crate::error::Result;
 
@@ -27,7 +28,15 @@ impl ResidualCodec for AnchorOnly {
     fn dim(&self) -> usize {
         self.dim
     }
-    fn encode(&self, _points: &[f32], _anchors: &[f32], _assignment: &[u32], _out: &mut [u8]) {}
+    fn encode_prepared(
+        &self,
+        _prepared: &PreparedAnchors,
+        _points: &[f32],
+        _anchors: &[f32],
+        _assignment: &[u32],
+        _out: &mut [u8],
+    ) {
+    }
     fn decode(&self, _code: &[u8], _anchor_id: u32, out: &mut [f32]) {
         out.fill(0.0);
     }

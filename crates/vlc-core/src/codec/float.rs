@@ -13,6 +13,7 @@
 //! residual values, then the `f32` factor `‖r̂‖² + 2⟨r̂, c⟩` (r̂ the stored residual, c the
 //! anchor).
 
+use super::PreparedAnchors;
 use super::{read_f32, CodecKind, QueryState, ResidualCodec};
 use crate::error::Result;
 use rayon::prelude::*;
@@ -98,7 +99,14 @@ impl ResidualCodec for FloatResidual {
         self.dim
     }
 
-    fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {
+    fn encode_prepared(
+        &self,
+        _prepared: &PreparedAnchors,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        out: &mut [u8],
+    ) {
         let (dim, cs, w) = (self.dim, self.code_size(), self.width.bytes());
         out.par_chunks_mut(cs).enumerate().for_each(|(i, code)| {
             let a = assignment[i] as usize;

@@ -283,6 +283,14 @@ pub(crate) fn planes_estimate(
     Some(finish(sum))
 }
 
+/// Anchor data a codec derives once for many [`ResidualCodec::encode_prepared`] calls.
+#[derive(Clone, Debug, Default)]
+pub struct PreparedAnchors {
+    /// The anchors in the codec's rotated basis; empty for codecs without one.
+    /// Layout: (num_anchors, the codec's coded width: `dim`, or `pcaq`'s coded axes), row-major.
+    pub rotated: Vec<f32>,
+}
+
 /// What a codec does. Implementations hold only trained parameters; codes live in the index.
 pub trait ResidualCodec {
     fn kind(&self) -> CodecKind;
@@ -296,7 +304,25 @@ pub trait ResidualCodec {
     /// Encode a block of points against their anchors.
     /// `points`: (m, dim); `anchors`: (num_anchors, dim); `assignment`: (m,);
     /// `out`: (m, code_size), row-major.
-    fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]);
+    fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {
+        let prepared = self.prepare_anchors(anchors);
+        self.encode_prepared(&prepared, points, anchors, assignment, out)
+    }
+    /// What [`encode`](Self::encode) derives from the anchors alone (the rotated codecs'
+    /// anchors in their basis), computed once for the many blocks of a build.
+    fn prepare_anchors(&self, _anchors: &[f32]) -> PreparedAnchors {
+        PreparedAnchors::default()
+    }
+    /// [`encode`](Self::encode) with `prepared` from [`prepare_anchors`](Self::prepare_anchors)
+    /// of the same `anchors`.
+    fn encode_prepared(
+        &self,
+        prepared: &PreparedAnchors,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        out: &mut [u8],
+    );
     /// Reconstruct the residual of one code into `out` (dim,).
     fn decode(&self, code: &[u8], anchor_id: u32, out: &mut [f32]);
     /// Build the per-query tables in `state` (its `query` field is already set).
@@ -570,8 +596,18 @@ impl ResidualCodec for Codec {
     fn code_size(&self) -> usize {
         dispatch!(self, c => c.code_size())
     }
-    fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {
-        dispatch!(self, c => c.encode(points, anchors, assignment, out))
+    fn prepare_anchors(&self, anchors: &[f32]) -> PreparedAnchors {
+        dispatch!(self, c => c.prepare_anchors(anchors))
+    }
+    fn encode_prepared(
+        &self,
+        prepared: &PreparedAnchors,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        out: &mut [u8],
+    ) {
+        dispatch!(self, c => c.encode_prepared(prepared, points, anchors, assignment, out))
     }
     fn decode(&self, code: &[u8], anchor_id: u32, out: &mut [f32]) {
         dispatch!(self, c => c.decode(code, anchor_id, out))

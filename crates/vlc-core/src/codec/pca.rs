@@ -58,6 +58,7 @@
 use super::factors::{fit_formats, ResidualSpread};
 use super::levels::{choose_levels, LevelScratch};
 use super::rabitq::grid_factors;
+use super::PreparedAnchors;
 use super::{
     fill_remaining, planes_estimate, planes_full, term_bounds, CodecKind, FactorFormat,
     ParamReader, QueryState, ResidualCodec,
@@ -1060,18 +1061,31 @@ impl ResidualCodec for PcaRaBitQ {
         self.code_size
     }
 
-    fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {
+    fn prepare_anchors(&self, anchors: &[f32]) -> PreparedAnchors {
+        let (dim, active) = (self.dim, self.active);
+        let mut rotated = vec![0f32; anchors.len() / dim * active];
+        // In blocks of anchors across the threads (one GEMM is single-threaded).
+        const ANCHORS_PER_TASK: usize = 64;
+        rotated
+            .par_chunks_mut(ANCHORS_PER_TASK * active)
+            .zip(anchors.par_chunks(ANCHORS_PER_TASK * dim))
+            .for_each(|(out, block)| {
+                gemm_nt(block, block.len() / dim, &self.rotation, active, dim, out)
+            });
+        PreparedAnchors { rotated }
+    }
+
+    fn encode_prepared(
+        &self,
+        prepared: &PreparedAnchors,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        out: &mut [u8],
+    ) {
         let (dim, active, cs) = (self.dim, self.active, self.code_size());
-        let num_anchors = anchors.len() / dim;
-        let mut rotated_anchors = vec![0f32; num_anchors * active];
-        gemm_nt(
-            anchors,
-            num_anchors,
-            &self.rotation,
-            active,
-            dim,
-            &mut rotated_anchors,
-        );
+        let rotated_anchors = &prepared.rotated;
+        debug_assert_eq!(rotated_anchors.len(), anchors.len() / dim * active);
         out.par_chunks_mut(ENCODE_BLOCK * cs)
             .enumerate()
             .for_each(|(b, out)| {

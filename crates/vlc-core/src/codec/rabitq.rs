@@ -32,6 +32,7 @@
 use super::factors::{fit_formats, ResidualSpread};
 use super::levels::{choose_levels, LevelScratch};
 use super::pca::GRID_ERROR;
+use super::PreparedAnchors;
 use super::{
     fill_remaining, planes_estimate, planes_full, term_bounds, CodecKind, FactorFormat,
     ParamReader, QueryState, ResidualCodec,
@@ -378,12 +379,25 @@ impl ResidualCodec for RaBitQ {
         self.dim
     }
 
-    fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {
-        let (dim, cs) = (self.dim, self.code_size());
-        let mut rotated_anchors = anchors.to_vec();
-        rotated_anchors
-            .par_chunks_mut(dim)
+    fn prepare_anchors(&self, anchors: &[f32]) -> PreparedAnchors {
+        let mut rotated = anchors.to_vec();
+        rotated
+            .par_chunks_mut(self.dim)
             .for_each(|a| self.rotation.apply(a));
+        PreparedAnchors { rotated }
+    }
+
+    fn encode_prepared(
+        &self,
+        prepared: &PreparedAnchors,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        out: &mut [u8],
+    ) {
+        let (dim, cs) = (self.dim, self.code_size());
+        let rotated_anchors = &prepared.rotated;
+        debug_assert_eq!(rotated_anchors.len(), anchors.len());
         out.par_chunks_mut(ENCODE_BLOCK * cs)
             .enumerate()
             .for_each(|(b, out)| {

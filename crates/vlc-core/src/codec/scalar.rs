@@ -5,6 +5,7 @@
 //! Code layout (code_size bytes): the packed levels (8-bit: one byte per dimension; 4-bit: two
 //! dimensions per byte, low nibble first), then `f32` factor `‖r̂‖² + 2⟨r̂, c⟩`.
 
+use super::PreparedAnchors;
 use super::{put_f32s, read_f32, CodecKind, ParamReader, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::linalg::dot;
@@ -244,7 +245,14 @@ impl ResidualCodec for ScalarQuantizer {
         self.dim
     }
 
-    fn encode(&self, points: &[f32], anchors: &[f32], assignment: &[u32], out: &mut [u8]) {
+    fn encode_prepared(
+        &self,
+        _prepared: &PreparedAnchors,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        out: &mut [u8],
+    ) {
         let (dim, cs, packed) = (self.dim, self.code_size(), self.packed_len());
         let levels = ((1u32 << self.bits) - 1) as f32;
         out.par_chunks_mut(cs).enumerate().for_each(|(i, code)| {
