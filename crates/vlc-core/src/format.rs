@@ -186,6 +186,15 @@ pub(crate) fn file_size_for(section_lengths: impl ExactSizeIterator<Item = usize
 
 /// Serialise `index` to bytes (header, table, sections).
 pub fn to_bytes(index: &Index) -> Vec<u8> {
+    let mut out = Vec::with_capacity(layout(index).total as usize);
+    write_index(index, &mut out).expect("writing to memory cannot fail");
+    out
+}
+
+/// Write `index` in the file format (header, table, sections) to `out`, a section at a time
+/// from where the index holds it: nothing but the header, table and small sections is copied.
+/// Returns the bytes written.
+pub fn write_index(index: &Index, out: &mut dyn Write) -> std::io::Result<u64> {
     let encoded = encode_params(index);
     let secs = sections(index, &encoded);
     let mut entries = Vec::new();
@@ -209,45 +218,65 @@ pub fn to_bytes(index: &Index) -> Vec<u8> {
         table.extend(e.crc.to_le_bytes());
         table.extend(0u32.to_le_bytes());
     }
-    let mut out = Vec::with_capacity(total as usize);
-    out.extend(MAGIC);
-    out.extend(FORMAT_VERSION.to_le_bytes());
-    out.extend((HEADER_SIZE as u32).to_le_bytes());
-    out.extend((index.dim as u32).to_le_bytes());
-    out.extend((index.num_anchors() as u32).to_le_bytes());
-    out.extend((index.num_vectors as u64).to_le_bytes());
-    out.push(index.metric as u8);
-    out.push(index.codec.kind() as u8);
-    out.push(
+    let mut head = Vec::with_capacity(HEADER_SIZE + table.len());
+    head.extend(MAGIC);
+    head.extend(FORMAT_VERSION.to_le_bytes());
+    head.extend((HEADER_SIZE as u32).to_le_bytes());
+    head.extend((index.dim as u32).to_le_bytes());
+    head.extend((index.num_anchors() as u32).to_le_bytes());
+    head.extend((index.num_vectors as u64).to_le_bytes());
+    head.push(index.metric as u8);
+    head.push(index.codec.kind() as u8);
+    head.push(
         index
             .refine
             .as_ref()
             .map_or(NO_REFINE, |r| r.0.kind() as u8),
     );
-    out.push(match index.stored_anchors.precision {
+    head.push(match index.stored_anchors.precision {
         AnchorPrecision::F32 => 0,
         AnchorPrecision::F16 => FLAG_F16_ANCHORS,
         AnchorPrecision::Int8 => FLAG_INT8_ANCHORS,
         AnchorPrecision::Int4 => FLAG_INT4_ANCHORS,
     });
-    out.extend((entries.len() as u32).to_le_bytes());
-    out.extend(total.to_le_bytes());
-    out.extend(crc32fast::hash(&table).to_le_bytes());
-    out.extend([0u8; 8]);
-    let crc = crc32fast::hash(&out[..60]);
-    out.extend(crc.to_le_bytes());
-    out.extend(&table);
+    head.extend((entries.len() as u32).to_le_bytes());
+    head.extend(total.to_le_bytes());
+    head.extend(crc32fast::hash(&table).to_le_bytes());
+    head.extend([0u8; 8]);
+    let crc = crc32fast::hash(&head[..60]);
+    head.extend(crc.to_le_bytes());
+    head.extend(&table);
+    out.write_all(&head)?;
+    let mut written = head.len() as u64;
+    let pad_to = |out: &mut dyn Write, written: &mut u64, to: u64| -> std::io::Result<()> {
+        const ZEROS: [u8; ALIGN as usize] = [0; ALIGN as usize];
+        while *written < to {
+            let n = (to - *written).min(ALIGN) as usize;
+            out.write_all(&ZEROS[..n])?;
+            *written += n as u64;
+        }
+        Ok(())
+    };
     for (e, (_, bytes)) in entries.iter().zip(&secs) {
-        out.resize(e.offset as usize, 0);
-        out.extend_from_slice(bytes);
+        pad_to(out, &mut written, e.offset)?;
+        out.write_all(bytes)?;
+        written += bytes.len() as u64;
     }
-    out.resize(total as usize, 0);
-    out
+    pad_to(out, &mut written, total)?;
+    Ok(written)
 }
 
 /// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename,
 /// fsync of the directory. On any error the temporary file is removed and `path` is untouched.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, &mut |f| f.write_all(bytes))
+}
+
+/// [`write_atomic`] of what `write` writes to the temporary file.
+pub fn write_atomic_with(
+    path: &Path,
+    write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
@@ -265,7 +294,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
             .write(true)
             .create_new(true)
             .open(&tmp)?;
-        f.write_all(bytes)?;
+        let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut f);
+        write(&mut buffered)?;
+        buffered.flush()?;
+        drop(buffered);
         f.sync_all()?;
         drop(f);
         std::fs::rename(&tmp, path)?;
@@ -642,6 +674,7 @@ fn assemble(
         codes,
         refine,
         report,
+        true,
     ))
 }
 
@@ -655,7 +688,7 @@ impl Index {
     /// Write the index to `path` atomically (temporary file, fsync, rename): an existing good
     /// file is only ever replaced by a complete one.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        write_atomic(path.as_ref(), &to_bytes(self))
+        write_atomic_with(path.as_ref(), &mut |out| write_index(self, out).map(|_| ()))
     }
 
     /// Read an index into memory, verifying every checksum.

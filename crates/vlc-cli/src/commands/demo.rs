@@ -65,11 +65,12 @@ pub fn run(a: Args) -> Result<()> {
         .with_refine(refine)
         .with_metric(vlc::Metric::Cosine);
     let (index, report) = Index::build(&base.data, dim, &params, &CpuBackend, &mut |_| {})?;
-    let bytes = vlc::format::to_bytes(&index);
     if let Some(p) = &a.save {
         index.save(p)?;
     }
-    let bpv = bytes.len() as f64 / base.rows as f64;
+    // The search layout is built now, so that no timed search pays for it.
+    index.prepare_search();
+    let bpv = index.file_size() as f64 / base.rows as f64;
     let nprobes: Vec<usize> = [2, 4, 8, 16, 32]
         .into_iter()
         .filter(|&p| p <= index.num_anchors())
@@ -111,7 +112,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.json {
         let j = serde_json::json!({
             "vectors": base.rows, "dim": dim, "anchors": index.num_anchors(), "codec": index.codec().name(),
-            "refine": index.refine_codec().map(|c| c.name()), "index_bytes": bytes.len(), "bytes_per_vector": bpv,
+            "refine": index.refine_codec().map(|c| c.name()), "index_bytes": index.file_size(), "bytes_per_vector": bpv,
             "raw_f32_bytes": base.rows * dim * 4, "build_seconds": report.total_seconds, "exact_search_seconds": exact_seconds,
             "results": points, "examples": examples,
         });
@@ -122,7 +123,7 @@ pub fn run(a: Args) -> Result<()> {
     println!(
         "index: {} anchors, {}{}; {} = {bpv:.1} bytes/vector vs {} bytes as f32 ({:.1}x smaller); built in {:.2} s",
         index.num_anchors(), index.codec(), index.refine_codec().map(|r| format!(" + {r} refine")).unwrap_or_default(),
-        human_bytes(bytes.len() as u64), dim * 4, (dim * 4) as f64 / bpv, report.total_seconds
+        human_bytes(index.file_size()), dim * 4, (dim * 4) as f64 / bpv, report.total_seconds
     );
     println!(
         "recall against exact search ({} threads):",
