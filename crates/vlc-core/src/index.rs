@@ -443,11 +443,7 @@ impl Index {
             progress,
         )?;
         drop(block);
-        let mut codes = codes.into_iter();
-        let (codes, refine_codes) = (codes.next().unwrap_or_default(), codes.next());
-        let refine = refine_codec
-            .zip(refine_codes)
-            .map(|(c, codes)| (c, Section::Owned(codes)));
+        let (codes, refine) = primary_and_refine(codes, refine_codec);
         let encode_seconds = t_encode.elapsed().as_secs_f64();
 
         let report = BuildReport {
@@ -574,13 +570,8 @@ impl Index {
 
         let mut report = self.report.clone();
         report.final_energy = (self.report.final_energy * old_n as f64 + energy_sum) / total as f64;
-        let mut codes = codes.into_iter();
-        let (codes, refine_codes) = (codes.next().unwrap_or_default(), codes.next());
-        let refine = self
-            .refine
-            .as_ref()
-            .zip(refine_codes)
-            .map(|((c, _), codes)| (c.clone(), Section::Owned(codes)));
+        let (codes, refine) =
+            primary_and_refine(codes, self.refine.as_ref().map(|(c, _)| c.clone()));
         let index = Index::from_parts(
             dim,
             self.metric,
@@ -753,6 +744,20 @@ impl Index {
     pub fn file_size(&self) -> u64 {
         crate::format::layout(self).total
     }
+}
+
+/// The primary tier's codes and the refine tier with its codes, from the codes
+/// [`encode_rows`] wrote for the tiers [primary, refine if any].
+fn primary_and_refine(
+    codes: Vec<Vec<u8>>,
+    refine: Option<Codec>,
+) -> (Vec<u8>, Option<(Codec, Section<u8>)>) {
+    let mut codes = codes.into_iter();
+    let primary = codes.next().unwrap_or_default();
+    let refine = refine
+        .zip(codes.next())
+        .map(|(codec, codes)| (codec, Section::Owned(codes)));
+    (primary, refine)
 }
 
 /// Assign every row of `rows` to its nearest of `anchors` (layout: (num_anchors, dim),

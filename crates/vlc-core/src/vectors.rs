@@ -6,13 +6,19 @@ use rayon::prelude::*;
 /// Check that `data` is a non-empty (n, dim) row-major buffer of finite values. Errors name
 /// the first offending row and column.
 pub fn validate_vectors(data: &[f32], dim: usize, what: &str) -> Result<()> {
-    if dim == 0 {
-        return Err(VlcError::param("dim", "must be at least 1"));
-    }
+    check_whole_rows(data, dim, what)?;
     if data.is_empty() {
         return Err(VlcError::EmptyInput {
             what: what.to_string(),
         });
+    }
+    check_finite(data, dim, 0, what)
+}
+
+/// Check that `dim` is at least 1 and `data` a whole number of rows of it.
+fn check_whole_rows(data: &[f32], dim: usize, what: &str) -> Result<()> {
+    if dim == 0 {
+        return Err(VlcError::param("dim", "must be at least 1"));
     }
     if !data.len().is_multiple_of(dim) {
         return Err(VlcError::DimensionMismatch {
@@ -24,7 +30,7 @@ pub fn validate_vectors(data: &[f32], dim: usize, what: &str) -> Result<()> {
             actual: data.len() % dim,
         });
     }
-    check_finite(data, dim, 0, what)
+    Ok(())
 }
 
 /// Check that every value of `data` (rows, dim), row-major, is finite; an error names the first
@@ -90,19 +96,7 @@ pub struct SliceSource<'a> {
 impl<'a> SliceSource<'a> {
     /// Errors when `dim` is 0 or `data` is not a whole number of rows.
     pub fn new(data: &'a [f32], dim: usize) -> Result<Self> {
-        if dim == 0 {
-            return Err(VlcError::param("dim", "must be at least 1"));
-        }
-        if !data.len().is_multiple_of(dim) {
-            return Err(VlcError::DimensionMismatch {
-                what: format!(
-                    "input vectors: buffer of {} values is not a whole number of rows",
-                    data.len()
-                ),
-                expected: dim,
-                actual: data.len() % dim,
-            });
-        }
+        check_whole_rows(data, dim, "input vectors")?;
         Ok(SliceSource { data, dim })
     }
 }
