@@ -6,7 +6,7 @@
 //! * **residual codes** per vector at a footprint you pick ([`codec`]: anchor-only, 8-bit,
 //!   4-bit, 1-bit RaBitQ-style, optionally reranked by a finer tier),
 //! * **inverted-list search**: rank anchors, scan `nprobe` lists, rerank, top-k ([`search`]),
-//! * a checksummed, mmap-able **file format** ([`format`]).
+//! * a checksummed, mmap-able **file format** ([`format`](mod@format)).
 //!
 //! Compute goes through a [`Backend`]; [`CpuBackend`] is the reference.
 //!

@@ -78,7 +78,7 @@ pub fn kernels() -> String {
     parts.join("+")
 }
 
-/// Σ weights[i] · codes[i] (codes as unsigned integers).
+/// Σ `weights[i] · codes[i]` (codes as unsigned integers).
 #[inline]
 pub fn dot_u8(weights: &[f32], codes: &[u8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
@@ -124,7 +124,7 @@ unsafe fn dot_u8_avx2(weights: &[f32], codes: &[u8]) -> f32 {
     s
 }
 
-/// Σ weights[i] · h[i], `h` being IEEE half floats stored little-endian in `halves`
+/// Σ `weights[i] · h[i]`, `h` being IEEE half floats stored little-endian in `halves`
 /// (two bytes each); `halves` holds at least `2 · weights.len()` bytes.
 #[inline]
 pub fn dot_f16(weights: &[f32], halves: &[u8]) -> f32 {
@@ -219,7 +219,7 @@ unsafe fn dot16_avx2(
     }
 }
 
-/// Σ weights[i] · v[i], `v` being f32 values stored little-endian in `bytes` (four bytes
+/// Σ `weights[i] · v[i]`, `v` being f32 values stored little-endian in `bytes` (four bytes
 /// each, any alignment); `bytes` holds at least `4 · weights.len()` bytes.
 #[inline]
 pub fn dot_f32_bytes(weights: &[f32], bytes: &[u8]) -> f32 {

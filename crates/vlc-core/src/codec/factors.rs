@@ -63,7 +63,7 @@ pub struct FactorRange {
 }
 
 impl FactorRange {
-    /// The range of `values` (all finite) widened by [`FIT_MARGIN`] of its span on each side;
+    /// The range of `values` (all finite) widened by `FIT_MARGIN` of its span on each side;
     /// `[0, 0]` when there are none.
     pub fn fit(values: impl Iterator<Item = f32>) -> Self {
         let (lo, hi) = values.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), v| {

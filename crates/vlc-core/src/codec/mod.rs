@@ -173,7 +173,7 @@ pub struct QueryState {
     pub list_weights: Vec<f32>,
     /// Codec-specific query constant.
     pub constant: f32,
-    /// For codecs whose estimate is a sum of bit-plane terms (see [`planes_estimate`]): entry
+    /// For codecs whose estimate is a sum of bit-plane terms (see `planes_estimate`): entry
     /// `t` is the least and the greatest that terms `t..` can add for this query, so entry 0
     /// spans every code and the last entry is `[0, 0]`. Layout: (terms + 1,).
     pub remaining: Vec<[f32; 2]>,

@@ -6,14 +6,14 @@
 //! dimension gets the same bits; this codec instead rotates into the principal axes of the
 //! training residuals and allocates `round(bits · dim / 8)` bytes of bit planes per code by
 //! reverse water-filling from zero, one bit of a block of 8 axes at a time, where it lowers a
-//! modelled ranking error most ([`ErrorModel`]): a block's variance times the estimate's
+//! modelled ranking error most (`ErrorModel`): a block's variance times the estimate's
 //! relative error at its width, or, for a block left uncoded, times `1 + coherence`, the
 //! coherence being how much near neighbours share the block's coordinates
-//! ([`neighbour_coherence`], measured on the training sample). So axes that are independent
+//! (`neighbour_coherence`, measured on the training sample). So axes that are independent
 //! noise stay uncoded while structured axes get several bits, and on data with shared structure
 //! on every axis (text embeddings) many axes get a bit or two. A code of one bit on leading
 //! axes needs no second stage and spends the second stage's factor bytes on more axes; which
-//! of the two shapes is used follows [`ErrorModel::discrimination`]. Axes with the same width
+//! of the two shapes is used follows `ErrorModel::discrimination`. Axes with the same width
 //! then get one random rotation among themselves, so their coordinates are Gaussian-like and of
 //! equal variance, as extended RaBitQ's grid assumes.
 //!

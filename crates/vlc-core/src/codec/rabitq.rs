@@ -16,7 +16,7 @@
 //! For `b = 1` (`w = ±½`) this is the classic 1-bit estimator. For `b > 1`, the grid `x` of
 //! magnitudes maximising `⟨x̄, o⟩` is found exactly among the critical scales at which a
 //! coordinate's level changes (extended RaBitQ; searched by branch and bound, see
-//! [`super::levels`]). The top bit of `u` is the sign of `(P r)_i`,
+//! `codec::levels`). The top bit of `u` is the sign of `(P r)_i`,
 //! so every code starts with a complete 1-bit code and its own factors: search scans that part
 //! with the fast-scan kernel and rescores only its candidate pool with the full code.
 //!
