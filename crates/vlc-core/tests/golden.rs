@@ -132,6 +132,56 @@ fn golden_files_stay_readable_with_the_same_answers() {
     assert!(seen >= 25, "golden files missing from {}", dir().display());
 }
 
+/// Every released format's index can be grown with `add_from` (its codecs, as loaded, encode the
+/// new vectors), and vectors added far from the data leave the answers to the golden queries
+/// as they were (anchor-only codes tie with their anchor's members, and cosine moves every
+/// vector onto the sphere, so those files are only grown).
+#[test]
+fn golden_files_can_be_grown_and_keep_their_answers() {
+    let far: Vec<f32> = (0..20 * DIM)
+        .map(|i| 1000.0 + 10.0 * (i / DIM) as f32 + (i % DIM) as f32)
+        .collect();
+    let source = vlc::SliceSource::new(&far, DIM).unwrap();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("vlc") {
+            continue;
+        }
+        seen += 1;
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let loaded = Index::view(&path).unwrap();
+        let (grown, report) = loaded.add_from(&source, &CpuBackend, &mut |_| {}).unwrap();
+        assert_eq!(grown.len(), loaded.len() + 20, "{name}");
+        assert_eq!(report.first_id as usize, loaded.len(), "{name}");
+        let reopened = Index::from_bytes(&vlc::format::to_bytes(&grown)).unwrap();
+        let got = grown
+            .search_batch(&queries(), &PARAMS, &CpuBackend)
+            .unwrap();
+        assert_eq!(
+            reopened
+                .search_batch(&queries(), &PARAMS, &CpuBackend)
+                .unwrap(),
+            got,
+            "{name}"
+        );
+        if name.contains("anchor-only") || name.contains("cosine") {
+            continue;
+        }
+        let expected: Expected =
+            serde_json::from_slice(&std::fs::read(path.with_extension("expected.json")).unwrap())
+                .unwrap();
+        assert_eq!(got.ids, expected.ids, "{name}");
+        for (g, e) in got.distances.iter().zip(&expected.distances) {
+            assert!(
+                (g - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                "{name}: {g} vs {e}"
+            );
+        }
+    }
+    assert!(seen >= 25, "golden files missing from {}", dir().display());
+}
+
 #[test]
 fn write_golden_files_when_asked() {
     if std::env::var_os("VLC_WRITE_GOLDEN").is_none() {
