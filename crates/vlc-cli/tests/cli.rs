@@ -466,6 +466,98 @@ fn add_grows_an_index_in_place_or_into_another_file_and_keeps_it_on_errors() {
 }
 
 #[test]
+fn remove_drops_ids_from_lists_files_and_keeps_the_index_on_errors() {
+    let s = Set::new();
+    vlc()
+        .args(["build", "-q", "--anchors", "16", "--codec", "sq8"])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("m.vlc"))
+        .assert()
+        .success();
+    let before = std::fs::read(s.p("m.vlc")).unwrap();
+    // An id that is not there, or a file that is not ids: an error, and the index unchanged.
+    std::fs::write(s.p("bad.txt"), "5\nseven\n").unwrap();
+    for (args, message) in [
+        (vec!["--ids", "5,2000"], "id 2000 is not in the index"),
+        (vec!["--ids-file", "bad.txt"], "`seven` is not an id"),
+    ] {
+        let args: Vec<std::ffi::OsString> = args
+            .iter()
+            .map(|a| {
+                if a.ends_with(".txt") {
+                    s.p(a).into()
+                } else {
+                    a.into()
+                }
+            })
+            .collect();
+        vlc()
+            .arg("remove")
+            .arg(s.p("m.vlc"))
+            .args(args)
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(message));
+        assert_eq!(std::fs::read(s.p("m.vlc")).unwrap(), before);
+    }
+    // By list, by text file and by .npy, in place.
+    std::fs::write(s.p("ids.txt"), "10\n11, 12\n").unwrap();
+    let npy: Vec<u8> = [20i64, 21].iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(s.p("ids.npy"), npy_bytes(NpyType::I64, 1, 2, &npy)).unwrap();
+    vlc()
+        .args(["remove", "--ids", "0,1"])
+        .arg(s.p("m.vlc"))
+        .assert()
+        .success();
+    let out = vlc()
+        .args(["remove", "--json", "--ids-file"])
+        .arg(s.p("ids.txt"))
+        .arg(s.p("m.vlc"))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        (j["removed"].as_u64(), j["vectors"].as_u64()),
+        (Some(3), Some(1995))
+    );
+    vlc()
+        .args(["remove", "--ids-file"])
+        .arg(s.p("ids.npy"))
+        .arg(s.p("m.vlc"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "1993 left; the next added gets id 2000",
+        ));
+    // The removed ids never come back from a search.
+    vlc()
+        .args(["search", "-k", "10", "--nprobe", "16"])
+        .arg(s.p("m.vlc"))
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("hits.json"))
+        .assert()
+        .success();
+    let hits: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.p("hits.json")).unwrap()).unwrap();
+    let all_ids: Vec<u64> = hits
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|q| q["ids"].as_array().unwrap().clone())
+        .map(|id| id.as_u64().unwrap())
+        .collect();
+    assert_eq!(all_ids.len(), 2000 * 10);
+    for gone in [0, 1, 10, 11, 12, 20, 21] {
+        assert!(!all_ids.contains(&gone), "removed id {gone} returned");
+    }
+}
+
+#[test]
 fn help_explains_commands() {
     vlc().arg("--help").assert().success().stdout(
         predicate::str::contains("build")

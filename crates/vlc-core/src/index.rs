@@ -185,6 +185,10 @@ pub struct BuildReport {
     pub assign_seconds: f64,
     pub encode_seconds: f64,
     pub total_seconds: f64,
+    /// The id the next added vector gets, recorded once vectors were removed (a removed
+    /// largest id is not given again); `None` means one past the largest id held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_id: Option<u32>,
 }
 
 /// What [`Index::add_from`] did.
@@ -198,6 +202,14 @@ pub struct AddReport {
     pub added_energy: f64,
     /// The index's energy before (the mean over its vectors); compare with `added_energy`.
     pub index_energy_before: f64,
+    pub seconds: f64,
+}
+
+/// What [`Index::remove_ids`] did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RemoveReport {
+    /// Vectors removed.
+    pub removed: usize,
     pub seconds: f64,
 }
 
@@ -454,6 +466,7 @@ impl Index {
             assign_seconds,
             encode_seconds,
             total_seconds: start.elapsed().as_secs_f64(),
+            next_id: None,
         };
         let index = Index::from_parts(
             dim,
@@ -471,7 +484,8 @@ impl Index {
         Ok((index, report))
     }
 
-    /// A copy of this index with the rows of `source` added: row `i` gets id `len() + i`.
+    /// A copy of this index with the rows of `source` added: row `i` gets id
+    /// [`next_id`](Self::next_id)` + i` (`len() + i` unless vectors were removed).
     ///
     /// The new rows are assigned to the index's anchors and encoded with its codecs, as trained
     /// at build time (nothing is retrained), and join the end of their anchors' lists; the
@@ -501,10 +515,11 @@ impl Index {
             });
         }
         let total = old_n + added;
-        if total > u32::MAX as usize {
+        let first_id = self.next_id();
+        if first_id as u64 + added as u64 > u32::MAX as u64 {
             return Err(VlcError::param(
                 "input",
-                format!("{old_n} + {added} vectors exceed the 2^32 - 1 ids an index holds"),
+                format!("ids {first_id} and up for {added} vectors pass the largest id, 2^32 - 1"),
             ));
         }
         let rows = PreparedRows {
@@ -554,7 +569,7 @@ impl Index {
             }
         }
         for (row, &p) in position.iter().enumerate() {
-            ids[p as usize] = (old_n + row) as u32;
+            ids[p as usize] = first_id + row as u32;
         }
         encode_rows(
             &rows,
@@ -587,12 +602,116 @@ impl Index {
         );
         let add_report = AddReport {
             added,
-            first_id: old_n as u32,
+            first_id,
             added_energy: energy_sum / added as f64,
             index_energy_before: self.report.final_energy,
             seconds: start.elapsed().as_secs_f64(),
         };
         Ok((index, add_report))
+    }
+
+    /// The id the next added vector gets: one past the largest id the index has held (its
+    /// size, unless vectors were removed), so that no id is given twice.
+    pub fn next_id(&self) -> u32 {
+        let held = self.ids.to_u32().iter().max().map_or(0, |&m| m + 1);
+        held.max(self.report.next_id.unwrap_or(0))
+    }
+
+    /// A copy of this index without the vectors of the given ids (repeats count once). The
+    /// others keep their codes, ids and order; ids are not renumbered, and later additions
+    /// continue after the largest id ever held ([`next_id`](Self::next_id)), so a removed id
+    /// is never given again. Anchors
+    /// and codecs stay as trained, and so does the index's energy (the scale of
+    /// [`crate::SearchParams::probe_margin`]). Errors, leaving nothing changed, when an id is
+    /// not in the index or when every vector would go.
+    pub fn remove_ids(&self, ids: &[u32]) -> Result<(Index, RemoveReport)> {
+        let start = Instant::now();
+        let held = self.ids.to_u32();
+        let mut doomed: Vec<u32> = ids.to_vec();
+        doomed.sort_unstable();
+        doomed.dedup();
+        // Where each id sits, for the ids asked for.
+        let mut sorted_held: Vec<u32> = held.to_vec();
+        sorted_held.sort_unstable();
+        if let Some(&missing) = doomed
+            .iter()
+            .find(|id| sorted_held.binary_search(id).is_err())
+        {
+            return Err(VlcError::param(
+                "ids",
+                format!(
+                    "id {missing} is not in the index ({} of the {} ids asked for are absent)",
+                    doomed
+                        .iter()
+                        .filter(|id| sorted_held.binary_search(id).is_err())
+                        .count(),
+                    doomed.len()
+                ),
+            ));
+        }
+        drop(sorted_held);
+        let removed = doomed.len();
+        let total = self.num_vectors - removed;
+        if total == 0 {
+            return Err(VlcError::param(
+                "ids",
+                "removing every vector would leave an empty index; build a new one instead",
+            ));
+        }
+        let keep = |id: &u32| doomed.binary_search(id).is_err();
+        let num_anchors = self.num_anchors();
+        let mut offsets = Vec::with_capacity(num_anchors + 1);
+        offsets.push(0u64);
+        let mut kept_positions = Vec::with_capacity(total);
+        for a in 0..num_anchors {
+            let (from, to) = (
+                self.list_offsets[a] as usize,
+                self.list_offsets[a + 1] as usize,
+            );
+            kept_positions.extend((from..to).filter(|&p| keep(&held[p])));
+            offsets.push(kept_positions.len() as u64);
+        }
+        let new_ids: Vec<u32> = kept_positions.iter().map(|&p| held[p]).collect();
+        let gather = |codes: &[u8], cs: usize| -> Vec<u8> {
+            let mut out = vec![0u8; total * cs];
+            for (o, &p) in out.chunks_exact_mut(cs.max(1)).zip(&kept_positions) {
+                o.copy_from_slice(&codes[p * cs..(p + 1) * cs]);
+            }
+            out
+        };
+        let cs = self.codec.code_size();
+        let codes = if cs == 0 {
+            Vec::new()
+        } else {
+            gather(&self.codes, cs)
+        };
+        let refine = self.refine.as_ref().map(|(codec, codes)| {
+            (
+                codec.clone(),
+                Section::Owned(gather(codes, codec.code_size())),
+            )
+        });
+        let index = Index::from_parts(
+            self.dim,
+            self.metric,
+            total,
+            self.stored_anchors.clone(),
+            Section::Owned(offsets),
+            Ids::packed(&new_ids),
+            self.codec.clone(),
+            Section::Owned(codes),
+            refine,
+            BuildReport {
+                next_id: Some(self.next_id()),
+                ..self.report.clone()
+            },
+            false,
+        );
+        let report = RemoveReport {
+            removed,
+            seconds: start.elapsed().as_secs_f64(),
+        };
+        Ok((index, report))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -53,7 +53,7 @@ pub use anchor_store::AnchorPrecision;
 pub use backend::{Backend, CpuBackend};
 pub use codec::{Codec, CodecKind, CodecParams};
 pub use error::{Result, VlcError};
-pub use index::{AddReport, BuildEvent, BuildParams, BuildReport, Index, Metric};
+pub use index::{AddReport, BuildEvent, BuildParams, BuildReport, Index, Metric, RemoveReport};
 pub use rng::Rng;
 pub use search::{Neighbor, SearchParams, SearchResults};
 pub use train::{TrainParams, TrainReport};

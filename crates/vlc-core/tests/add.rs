@@ -163,3 +163,74 @@ fn adding_refuses_bad_input() {
     // The index itself is untouched.
     assert_eq!(base.len(), 1000);
 }
+
+#[test]
+fn removed_vectors_are_gone_and_their_ids_are_not_given_again() {
+    let data = clustered(3000, DIM, 30, 0.5, 9);
+    let (base, _) = Index::build(&data, DIM, &params(), &CpuBackend, &mut |_| {}).unwrap();
+    // Every tenth vector, and the largest id, with a repeat.
+    let mut doomed: Vec<u32> = (0..3000).step_by(10).collect();
+    doomed.extend([2999, 2999]);
+    let (smaller, report) = base.remove_ids(&doomed).unwrap();
+    assert_eq!((report.removed, smaller.len()), (301, 2699));
+    let expected_sizes: usize = smaller.list_sizes().iter().sum();
+    assert_eq!(expected_sizes, 2699);
+    // No removed id comes back, and every kept vector still finds itself first.
+    let got = hits(&smaller, &data, 20, 32);
+    let gone = |id: u32| id.is_multiple_of(10) || id == 2999;
+    assert!(got.iter().all(|&(id, _)| !gone(id)));
+    let found = (0..3000u32)
+        .filter(|&i| !gone(i))
+        .filter(|&i| got[i as usize * 20].0 == i)
+        .count();
+    assert!(found >= 2690, "{found} of 2699 kept vectors found first");
+    // A kept vector's answers are the old ones with the removed ids left out (same codes,
+    // same distances), wherever the old answers held enough kept ids.
+    let old = hits(&base, &data[..50 * DIM], 40, 32);
+    for (q, new) in got[..50 * 20].chunks(20).enumerate() {
+        let kept: Vec<(u32, u32)> = old[q * 40..(q + 1) * 40]
+            .iter()
+            .copied()
+            .filter(|&(id, _)| !gone(id))
+            .take(20)
+            .collect();
+        if kept.len() == 20 {
+            assert_eq!(new, &kept[..], "query {q}");
+        }
+    }
+    // The largest id was removed; it is not given again.
+    assert_eq!(base.next_id(), 3000);
+    assert_eq!(smaller.next_id(), 3000);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smaller.vlc");
+    smaller.save(&path).unwrap();
+    let reopened = Index::view(&path).unwrap();
+    assert_eq!(reopened.next_id(), 3000);
+    let (grown, added) = reopened
+        .add_from(
+            &SliceSource::new(&data[..2 * DIM], DIM).unwrap(),
+            &CpuBackend,
+            &mut |_| {},
+        )
+        .unwrap();
+    assert_eq!(added.first_id, 3000);
+    let top: Vec<u32> = hits(&grown, &data[..DIM], 1, 32)
+        .iter()
+        .map(|h| h.0)
+        .collect();
+    assert_eq!(top, [3000], "row 0 comes back under its new id");
+}
+
+#[test]
+fn removing_refuses_unknown_ids_and_emptying_the_index() {
+    let data = clustered(500, DIM, 5, 0.5, 10);
+    let (base, _) = Index::build(&data, DIM, &params(), &CpuBackend, &mut |_| {}).unwrap();
+    let err = base.remove_ids(&[3, 500, 7]).unwrap_err().to_string();
+    assert!(err.contains("id 500 is not in the index"), "{err}");
+    let all: Vec<u32> = (0..500).collect();
+    let err = base.remove_ids(&all).unwrap_err().to_string();
+    assert!(err.contains("empty index"), "{err}");
+    // Removing and removing again: the second time the id is gone.
+    let (smaller, _) = base.remove_ids(&[3]).unwrap();
+    assert!(smaller.remove_ids(&[3]).is_err());
+}

@@ -8,7 +8,8 @@ use vlc::Index;
 ///
 /// The new vectors are assigned to the index's anchors and encoded with its codecs as trained
 /// at build time (nothing is retrained), so adding is fast and leaves the stored vectors as
-/// they were. New vector i gets id N + i, N being the index's size before. The result is
+/// they were. New vector i gets id N + i, N being the index's size before (or, once vectors
+/// were removed, one past the largest id it has held: ids are never given twice). The result is
 /// written atomically (a temporary file, then renamed): the index, or the --output file, is
 /// replaced only once the whole result is written, and left as it was on any error.
 ///

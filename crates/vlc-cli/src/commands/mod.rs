@@ -6,6 +6,7 @@ mod build;
 mod demo;
 mod eval;
 mod info;
+mod remove;
 mod search;
 mod test_cuda;
 mod train_bench;
@@ -19,6 +20,8 @@ pub enum Command {
     Build(build::Args),
     /// Add vectors to an index (encoded against its anchors and codecs; nothing retrained).
     Add(add::Args),
+    /// Remove vectors from an index by id (the others keep their codes and ids).
+    Remove(remove::Args),
     /// Search an index with query vectors; writes ids and distances (.npy or .json).
     Search(search::Args),
     /// Measure recall@1/10/100 and queries per second against ground truth over an nprobe sweep.
@@ -42,6 +45,7 @@ pub fn run(command: Command) -> Result<()> {
     match command {
         Command::Build(a) => build::run(a),
         Command::Add(a) => add::run(a),
+        Command::Remove(a) => remove::run(a),
         Command::Search(a) => search::run(a),
         Command::Eval(a) => eval::run(a),
         Command::Info(a) => info::run(a),
