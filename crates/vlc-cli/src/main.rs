@@ -30,6 +30,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    exit_quietly_on_closed_pipe();
     quiet_vulkan_device_select();
     let cli = Cli::parse();
     if let Some(t) = cli.threads {
@@ -51,6 +52,18 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Rust programs ignore SIGPIPE, so writing to a closed pipe (`vlc info x.vlc | head -3`)
+/// makes `println!` panic. Restoring the default action makes `vlc` end silently there, as
+/// other command-line tools do.
+fn exit_quietly_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in `main`, before any other thread exists; setting a signal's
+    // disposition to SIG_DFL installs no handler code, so nothing runs in signal context.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

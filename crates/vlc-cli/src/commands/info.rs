@@ -32,13 +32,18 @@ pub fn run(a: Args) -> Result<()> {
             "file_bytes": info.file_size, "bytes_per_vector": bpv, "compression_vs_f32": (4 * info.dim) as f64 / bpv,
             "list_sizes": {"min": min, "median": median, "max": max, "empty": empty},
             "sections": info.sections.iter().map(|(t, o, l)| serde_json::json!({"tag": t, "offset": o, "bytes": l})).collect::<Vec<_>>(),
-            "build": report,
+            "build": report, "next_id": index.next_id(),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
         return Ok(());
     }
     println!("{} (VLC index format v{})", a.index.display(), info.version);
-    println!("  vectors     {} x {}", info.num_vectors, info.dim);
+    println!(
+        "  vectors     {} x {} (the next added gets id {})",
+        info.num_vectors,
+        info.dim,
+        index.next_id()
+    );
     println!(
         "  metric      {}{}",
         info.metric.name(),
