@@ -32,3 +32,13 @@ for name, steps in [
 for a, b in [("cpu build", "cuda build"), ("cpu build 16k + cpu add 4k", "cuda build 16k + cuda add 4k")]:
     ov = np.mean([len(set(res[a][i]) & set(res[b][i])) / 10 for i in range(len(q))])
     print(f"{a} vs {b}: top-10 overlap {ov:.4f}")
+# `vlc remove`: every tenth id out of the CPU-built index, then CPU and CUDA search of the result.
+np.save("doomed.npy", np.arange(0, 20000, 10, dtype=np.int64))
+run("remove", "a.vlc", "--ids-file", "doomed.npy", "-o", "r.vlc")
+found = {}
+for backend in ["cpu", "cuda"]:
+    run("search", "r.vlc", "q1k.npy", "-k", "10", "--nprobe", "64", "--backend", backend, "-o", f"r_{backend}.npy")
+    found[backend] = np.load(f"r_{backend}.npy")
+    print(f"removed every tenth id, {backend} search: removed ids returned {int((found[backend] % 10 == 0).sum())}")
+ov = np.mean([len(set(found["cpu"][i]) & set(found["cuda"][i])) / 10 for i in range(len(q))])
+print(f"removed index, cpu vs cuda search: top-10 overlap {ov:.4f}")
