@@ -47,11 +47,15 @@ pub struct QueryLut {
 impl FastScan {
     /// Transpose the first stage (`pairs` bytes of bit planes, then its two factors in
     /// `factors`' format) of list-ordered codes of `code_size` bytes into blocks.
+    /// `parallel`: fill the blocks on rayon's threads. Pass false where the caller may hold a
+    /// lock that other rayon tasks wait on (a lazy initialiser): a thread waiting for its own
+    /// parallel work may run one of those tasks, which would then wait for it.
     pub fn build(
         list_offsets: &[u64],
         codes: &[u8],
         (pairs, factors): (usize, FactorFormat),
         code_size: usize,
+        parallel: bool,
     ) -> FastScan {
         let cs = code_size;
         assert!(
@@ -75,10 +79,10 @@ impl FastScan {
                 starts.push((lo + b * BLOCK, hi));
             }
         }
-        out.par_chunks_mut(pairs * BLOCK)
-            .zip(f1.par_chunks_mut(BLOCK).zip(f2.par_chunks_mut(BLOCK)))
-            .zip(starts.par_iter())
-            .for_each(|((blk, (f1, f2)), &(start, end))| {
+        // One block: its codes' bytes (pairs, BLOCK), its two factors (BLOCK,) each, and its
+        // (first position, list end).
+        let fill =
+            |blk: &mut [u8], f1: &mut [f32], f2: &mut [f32], (start, end): (usize, usize)| {
                 for j in 0..BLOCK.min(end - start) {
                     let code = &codes[(start + j) * cs..(start + j + 1) * cs];
                     for p in 0..pairs {
@@ -86,7 +90,18 @@ impl FastScan {
                     }
                     (f1[j], f2[j]) = factors.read(&code[pairs..]);
                 }
-            });
+            };
+        if parallel {
+            out.par_chunks_mut(pairs * BLOCK)
+                .zip(f1.par_chunks_mut(BLOCK).zip(f2.par_chunks_mut(BLOCK)))
+                .zip(starts.par_iter())
+                .for_each(|((blk, (f1, f2)), &range)| fill(blk, f1, f2, range));
+        } else {
+            out.chunks_mut(pairs * BLOCK)
+                .zip(f1.chunks_mut(BLOCK).zip(f2.chunks_mut(BLOCK)))
+                .zip(starts.iter())
+                .for_each(|((blk, (f1, f2)), &range)| fill(blk, f1, f2, range));
+        }
         FastScan {
             pairs,
             block_offsets,

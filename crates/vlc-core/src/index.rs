@@ -756,23 +756,32 @@ impl Index {
     /// they open; an index just built or grown does it at its first search, so that a build
     /// that only saves never spends the time and memory. Call it before timing searches.
     pub fn prepare_search(&self) {
-        self.fastscan();
+        if self.fastscan.get().is_none() {
+            // Built on rayon's threads outside the cell: no lock is held while they run.
+            let layout = self.build_fastscan(true);
+            let _ = self.fastscan.set(layout);
+        }
     }
 
-    /// The fast-scan layout, built on first use.
+    /// The fast-scan layout, built on first use. The lazy build runs on the calling thread
+    /// only: inside the cell's initialiser, a thread that waited for rayon work could pick up
+    /// another search of this index, which would wait for the initialiser (a deadlock).
     pub(crate) fn fastscan(&self) -> Option<&FastScan> {
         self.fastscan
-            .get_or_init(|| {
-                self.codec.fast_scan_bytes().map(|stage1| {
-                    FastScan::build(
-                        &self.list_offsets,
-                        &self.codes,
-                        stage1,
-                        self.codec.code_size(),
-                    )
-                })
-            })
+            .get_or_init(|| self.build_fastscan(false))
             .as_ref()
+    }
+
+    fn build_fastscan(&self, parallel: bool) -> Option<FastScan> {
+        self.codec.fast_scan_bytes().map(|stage1| {
+            FastScan::build(
+                &self.list_offsets,
+                &self.codes,
+                stage1,
+                self.codec.code_size(),
+                parallel,
+            )
+        })
     }
 
     pub fn dim(&self) -> usize {

@@ -284,6 +284,8 @@ impl Index {
     ) -> Result<SearchResults> {
         self.check_search(params)?;
         validate_vectors(queries, self.dim, "queries")?;
+        // Before the queries go parallel: the layout is then built in parallel, once.
+        self.prepare_search();
         let dim = self.dim;
         let nq = queries.len() / dim;
         let k = params.k;

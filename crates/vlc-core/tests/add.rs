@@ -234,3 +234,60 @@ fn removing_refuses_unknown_ids_and_emptying_the_index() {
     let (smaller, _) = base.remove_ids(&[3]).unwrap();
     assert!(smaller.remove_ids(&[3]).is_err());
 }
+
+/// An index just built, grown or shrunk builds its fast-scan layout at its first search. Many
+/// threads searching it at once (here inside a rayon pool, as a caller's `par_iter` would)
+/// must neither deadlock nor answer differently from an index opened from a file. A layout
+/// built with rayon inside the lazy initialiser once deadlocked here: a thread waiting for its
+/// own parallel work picked up another search, which waited for the same initialiser.
+#[test]
+fn concurrent_first_searches_of_a_fresh_index_agree_and_finish() {
+    use rayon::prelude::*;
+    let data = clustered(30_000, DIM, 40, 0.5, 12);
+    let (fresh, _) = Index::build(&data, DIM, &params(), &CpuBackend, &mut |_| {}).unwrap();
+    let reopened = Index::from_bytes(&vlc::format::to_bytes(&fresh)).unwrap();
+    let queries = data[..2000 * DIM].to_vec();
+    let expected = hits(&reopened, &queries, 10, 8);
+    let fresh = std::sync::Arc::new(fresh);
+    for round in 0..4 {
+        // A new copy each round, its layout not yet built.
+        let copy = Index::from_bytes(&vlc::format::to_bytes(&fresh)).unwrap();
+        let (grown, _) = copy
+            .add_from(
+                &SliceSource::new(&data[..DIM], DIM).unwrap(),
+                &CpuBackend,
+                &mut |_| {},
+            )
+            .unwrap();
+        let (index, _) = grown.remove_ids(&[30_000]).unwrap();
+        let queries = queries.clone();
+        let (done, wait) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(8)
+                .build()
+                .unwrap();
+            let p = SearchParams {
+                k: 10,
+                nprobe: 8,
+                ..Default::default()
+            };
+            let got: Vec<(u32, u32)> = pool.install(|| {
+                queries
+                    .par_chunks(DIM)
+                    .flat_map_iter(|q| index.search(q, &p).unwrap())
+                    .map(|h| (h.id, h.distance.to_bits()))
+                    .collect()
+            });
+            done.send(got).unwrap();
+        });
+        let got = wait
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "round {round}: concurrent first searches did not finish in 120 s (deadlock)"
+                )
+            });
+        assert_eq!(got, expected, "round {round}");
+    }
+}
