@@ -272,6 +272,12 @@ fn concurrent_first_searches_of_a_fresh_index_agree_and_finish() {
                 nprobe: 8,
                 ..Default::default()
             };
+            // A batch search of a fresh copy first (the CUDA search suite's pattern, which hung
+            // on a 16-core machine), then single searches from the pool's threads.
+            let batch_copy = Index::from_bytes(&vlc::format::to_bytes(&index)).unwrap();
+            let fresh_batch = batch_copy.remove_ids(&[1]).unwrap().0;
+            let batch =
+                pool.install(|| fresh_batch.search_batch(&queries, &p, &CpuBackend).unwrap());
             let got: Vec<(u32, u32)> = pool.install(|| {
                 queries
                     .par_chunks(DIM)
@@ -279,9 +285,9 @@ fn concurrent_first_searches_of_a_fresh_index_agree_and_finish() {
                     .map(|h| (h.id, h.distance.to_bits()))
                     .collect()
             });
-            done.send(got).unwrap();
+            done.send((got, batch.ids.len())).unwrap();
         });
-        let got = wait
+        let (got, batch_len) = wait
             .recv_timeout(std::time::Duration::from_secs(120))
             .unwrap_or_else(|_| {
                 panic!(
@@ -289,5 +295,6 @@ fn concurrent_first_searches_of_a_fresh_index_agree_and_finish() {
                 )
             });
         assert_eq!(got, expected, "round {round}");
+        assert_eq!(batch_len, 2000 * 10, "round {round}");
     }
 }
