@@ -10,9 +10,7 @@ use crate::fastscan::FastScan;
 use crate::format::{file_size_for, Section};
 use crate::ids::{packed_len, width_for, Ids};
 use crate::train::{train_anchors_from, IterationStats, TrainParams, TrainReport};
-use crate::vectors::{
-    gather_rows, read_block_rows, validate_vectors, PreparedRows, SliceSource, VectorSource,
-};
+use crate::vectors::{gather_rows, read_block_rows, PreparedRows, SliceSource, VectorSource};
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -276,7 +274,7 @@ impl Index {
         backend: &dyn Backend,
         progress: &mut dyn FnMut(&BuildEvent),
     ) -> Result<(Index, BuildReport)> {
-        validate_vectors(data, dim, "input vectors")?;
+        // The rows are checked as `build_from` reads them, as a file's are.
         Index::build_from(&SliceSource::new(data, dim)?, params, backend, progress)
     }
 
@@ -672,6 +670,7 @@ impl Index {
             offsets.push(kept_positions.len() as u64);
         }
         let new_ids: Vec<u32> = kept_positions.iter().map(|&p| held[p]).collect();
+        // The kept codes in their new order (none for a code size of 0: `out` is then empty).
         let gather = |codes: &[u8], cs: usize| -> Vec<u8> {
             let mut out = vec![0u8; total * cs];
             for (o, &p) in out.chunks_exact_mut(cs.max(1)).zip(&kept_positions) {
@@ -679,12 +678,7 @@ impl Index {
             }
             out
         };
-        let cs = self.codec.code_size();
-        let codes = if cs == 0 {
-            Vec::new()
-        } else {
-            gather(&self.codes, cs)
-        };
+        let codes = gather(&self.codes, self.codec.code_size());
         let refine = self.refine.as_ref().map(|(codec, codes)| {
             (
                 codec.clone(),
