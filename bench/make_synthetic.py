@@ -3,11 +3,16 @@
 
 Usage: python3 bench/make_synthetic.py OUT_DIR [--n 50000] [--dim 768] [--queries 2000] [--seed 1]
                                                 [--latent 64] [--clusters 500]
+                                                [--offset 0] [--norm-spread 0]
 
 Documents: unit vectors from a mixture of `clusters` anisotropic Gaussian clusters in a
 `latent`-dim latent space lifted to `dim` dimensions plus isotropic noise. Queries: other draws from the
 same clusters, moved toward the clusters' means and given their own noise, so that, as with
-real short queries, they are not distributed like the documents. Writes base.npy (float32),
+real short queries, they are not distributed like the documents. `--offset O` adds a common
+direction of length O to every vector before it is normalised, as many embedding models'
+outputs share one (O = 1.5 puts the mean cosine between unrelated vectors near 0.7);
+`--norm-spread S` leaves the vectors unnormalised, their norms log-normal with sigma S around
+1 (S = 0 keeps unit norm). Writes base.npy (float32),
 query.npy and groundtruth.npy (int32, exact top-100 by L2).
 """
 import argparse
@@ -23,6 +28,8 @@ ap.add_argument("--queries", type=int, default=2000)
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--latent", type=int, default=64)
 ap.add_argument("--clusters", type=int, default=500)
+ap.add_argument("--offset", type=float, default=0.0)
+ap.add_argument("--norm-spread", type=float, default=0.0)
 a = ap.parse_args()
 rng = np.random.default_rng(a.seed)
 latent, clusters = a.latent, a.clusters
@@ -31,13 +38,22 @@ centres = rng.standard_normal((clusters, latent)).astype(np.float32)
 scales = rng.uniform(0.3, 1.0, (clusters, latent)).astype(np.float32)
 weights = rng.uniform(0.2, 1.0, clusters)
 weights /= weights.sum()
+if a.offset:  # drawn only when asked for, so the default datasets stay as they were
+    common = rng.standard_normal(a.dim).astype(np.float32)
+    common *= a.offset / np.linalg.norm(common)
 
 
 def draw(count, pull, noise):
     c = rng.choice(clusters, count, p=weights)
     z = centres[c] * (1 + pull) + rng.standard_normal((count, latent)).astype(np.float32) * scales[c]
     x = z @ lift + noise * rng.standard_normal((count, a.dim)).astype(np.float32)
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    if a.offset:
+        x = x + common
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+    if a.norm_spread:
+        x *= np.exp(a.norm_spread * rng.standard_normal((count, 1))).astype(np.float32)
+    return x.astype(np.float32)
 
 
 base = draw(a.n, 0.0, 0.15)
