@@ -307,6 +307,42 @@ pub fn npy_bytes(ty: NpyType, rows: usize, cols: usize, body: &[u8]) -> Vec<u8> 
     out
 }
 
+/// The shape of a `*vecs` file from its length and first 4 bytes (`head`, fewer when the file
+/// is shorter): (rows, dimension, record size in bytes). Every record must have the first
+/// one's dimension; readers check that as they read each record.
+fn vecs_shape(
+    path: &Path,
+    kind: &'static str,
+    elem: usize,
+    len: usize,
+    head: &[u8],
+) -> Result<(usize, usize, usize)> {
+    if len == 0 {
+        return Err(VlcError::EmptyInput {
+            what: path.display().to_string(),
+        });
+    }
+    let Ok(first) = <[u8; 4]>::try_from(head) else {
+        return Err(malformed(path, kind, "shorter than one record header"));
+    };
+    let d = i32::from_le_bytes(first);
+    if d <= 0 {
+        return Err(malformed(path, kind, format!("record 0 has dimension {d}")));
+    }
+    let d = d as usize;
+    let record = 4 + d * elem;
+    if !len.is_multiple_of(record) {
+        return Err(malformed(
+            path,
+            kind,
+            format!(
+                "file length {len} is not a multiple of the record size {record} (dimension {d})"
+            ),
+        ));
+    }
+    Ok((len / record, d, record))
+}
+
 /// Read `*vecs` files: records of an i32 dimension followed by that many elements of `elem`
 /// bytes, all records the same dimension.
 fn read_vecs<T>(
@@ -316,31 +352,7 @@ fn read_vecs<T>(
     conv: impl Fn(&[u8]) -> T,
 ) -> Result<Matrix<T>> {
     let bytes = read_all(path)?;
-    if bytes.is_empty() {
-        return Err(VlcError::EmptyInput {
-            what: path.display().to_string(),
-        });
-    }
-    if bytes.len() < 4 {
-        return Err(malformed(path, kind, "shorter than one record header"));
-    }
-    let d = i32::from_le_bytes(bytes[..4].try_into().unwrap());
-    if d <= 0 {
-        return Err(malformed(path, kind, format!("record 0 has dimension {d}")));
-    }
-    let d = d as usize;
-    let rec = 4 + d * elem;
-    if bytes.len() % rec != 0 {
-        return Err(malformed(
-            path,
-            kind,
-            format!(
-                "file length {} is not a multiple of the record size {rec} (dimension {d})",
-                bytes.len()
-            ),
-        ));
-    }
-    let rows = bytes.len() / rec;
+    let (rows, d, rec) = vecs_shape(path, kind, elem, bytes.len(), &bytes[..bytes.len().min(4)])?;
     let mut data = Vec::with_capacity(rows * d);
     for (r, chunk) in bytes.chunks_exact(rec).enumerate() {
         let rd = i32::from_le_bytes(chunk[..4].try_into().unwrap());
@@ -460,34 +472,12 @@ impl VectorFile {
                 } else {
                     ("bvecs", Elem::U8)
                 };
-                if len == 0 {
-                    return Err(VlcError::EmptyInput {
-                        what: path.display().to_string(),
-                    });
-                }
-                if len < 4 {
-                    return Err(malformed(path, kind, "shorter than one record header"));
-                }
                 let first = head(&vf, 4)?;
-                let d = i32::from_le_bytes(first[..4].try_into().unwrap());
-                if d <= 0 {
-                    return Err(malformed(path, kind, format!("record 0 has dimension {d}")));
-                }
-                let d = d as usize;
-                let record = 4 + d * elem.size();
-                if !len.is_multiple_of(record) {
-                    return Err(malformed(
-                        path,
-                        kind,
-                        format!(
-                            "file length {len} is not a multiple of the record size {record} (dimension {d})"
-                        ),
-                    ));
-                }
+                let (rows, d, record) = vecs_shape(path, kind, elem.size(), len, &first)?;
                 vf.elem = elem;
                 vf.stride = record;
                 vf.record_dims = true;
-                (vf.rows, vf.cols) = (len / record, d);
+                (vf.rows, vf.cols) = (rows, d);
             }
             VectorFormat::RawF32 => {
                 let d = dim.ok_or_else(|| {
