@@ -126,16 +126,16 @@ fn anchor_ranking(c: &mut Criterion) {
                 .unwrap()
         })
     });
-    // What an index holds by default: 8-bit anchors, which rank on AMX tiles where the CPU has
-    // them (VLC_NO_AMX=1 gives the GEMM path for comparison).
+    // What an index holds by default: 8-bit anchors, which rank on AMX tiles or AVX-512 VNNI
+    // where the CPU has them (VLC_NO_AMX=1 VLC_NO_VNNI=1 give the GEMM path for comparison).
     let int8 = vlc::anchor_store::StoredAnchors::encode(&anchors, dim, vlc::AnchorPrecision::Int8)
         .decode(dim);
     let name = format!(
         "256 queries, nprobe 64, 8-bit anchors ({})",
-        if vlc::amx::available() {
-            "AMX"
-        } else {
-            "GEMM form, no AMX"
+        match vlc::amx::kernel() {
+            Some(vlc::amx::Kernel::Amx) => "AMX",
+            Some(vlc::amx::Kernel::Vnni) => "AVX-512 VNNI",
+            None => "GEMM form, no AMX or VNNI",
         }
     );
     g.bench_function(name, |b| {

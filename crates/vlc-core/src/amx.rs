@@ -1,5 +1,6 @@
-//! Intel AMX (Advanced Matrix Extensions, Xeon "Sapphire Rapids" and later) for anchor ranking
-//! against 8-bit (or 4-bit) anchors.
+//! Integer anchor ranking against 8-bit (or 4-bit) anchors: on Intel AMX (Advanced Matrix
+//! Extensions, Xeon "Sapphire Rapids" and later), or else on AVX-512 VNNI (Intel Ice Lake and
+//! later, AMD Zen 4 and later), which computes the same integer sums 16 anchors at a time.
 //!
 //! An index stores its anchors as 8 bits by default: each anchor row is `scale · q` with
 //! integers `q` in −127..=127 (−7..=7 for 4-bit anchors; see [`crate::anchor_store`]). Such rows are exact in int8, so
@@ -9,9 +10,12 @@
 //! ([`RANKING_ROUNDING`] bounds what that does to a ranking). Each piece is multiplied exactly
 //! in int32; the two are combined in f32.
 //!
-//! Detected once ([`available`]): the CPU must report AMX-TILE and AMX-INT8, the OS must enable
-//! the tile state, and Linux must grant it to the process (`arch_prctl(ARCH_REQ_XCOMP_PERM)`);
-//! a small product is then checked against the exact result. `VLC_NO_AMX=1` turns it off.
+//! Detected once ([`available`]): for AMX the CPU must report AMX-TILE and AMX-INT8, the OS must
+//! enable the tile state, and Linux must grant it to the process
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); for VNNI the CPU must report AVX-512F, BW and VNNI. A
+//! small product is then checked against the exact result. `VLC_NO_AMX=1` turns AMX off,
+//! `VLC_NO_VNNI=1` the VNNI kernel. Both give the same integer sums and combine them with the
+//! same f32 operations, so their results are identical.
 //! Anchors that are not in 8-bit or 4-bit form (f16 or f32 storage, training) keep the f32
 //! GEMM.
 
@@ -31,20 +35,62 @@ const LOW_WEIGHT: f32 = 254.0;
 /// the split summed over typical dimensions.
 pub const RANKING_ROUNDING: f32 = 1.0 / 4096.0;
 
-static SUPPORTED: LazyLock<bool> = LazyLock::new(supported_here);
-static AVAILABLE: LazyLock<bool> = LazyLock::new(|| *SUPPORTED && self_check());
+/// The integer kernel [`dots`] runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// AMX tiles (`TDPBSSD`), 16 queries by 32 anchors per step.
+    Amx,
+    /// AVX-512 VNNI (`VPDPBUSD`), 4 queries by 32 anchors per step.
+    Vnni,
+}
 
-/// Whether [`dots`] runs: [`supported`] and the self-check passed (detected once;
-/// `VLC_NO_AMX=1` disables it).
+static SUPPORTED: LazyLock<bool> = LazyLock::new(supported_here);
+static VNNI_SUPPORTED: LazyLock<bool> = LazyLock::new(vnni_supported_here);
+static KERNEL: LazyLock<Option<Kernel>> = LazyLock::new(|| {
+    if *SUPPORTED && self_check(Kernel::Amx) {
+        Some(Kernel::Amx)
+    } else if *VNNI_SUPPORTED && self_check(Kernel::Vnni) {
+        Some(Kernel::Vnni)
+    } else {
+        None
+    }
+});
+
+/// Whether [`dots`] runs: AMX or VNNI is supported and its self-check passed (detected once;
+/// `VLC_NO_AMX=1` and `VLC_NO_VNNI=1` disable them).
 pub fn available() -> bool {
-    *AVAILABLE
+    KERNEL.is_some()
+}
+
+/// The kernel [`dots`] runs on, when it runs.
+pub fn kernel() -> Option<Kernel> {
+    *KERNEL
 }
 
 /// Whether the CPU and OS offer AMX-TILE and AMX-INT8 to this process (and `VLC_NO_AMX` is not
-/// set), before the self-check. Where this holds and [`available`] does not, the kernel is
+/// set), before the self-check. Where this holds and the AMX kernel is not chosen, the kernel is
 /// wrong on this machine (the tests fail on that).
 pub fn supported() -> bool {
     *SUPPORTED
+}
+
+/// Whether the CPU offers AVX-512F, BW and VNNI (and `VLC_NO_VNNI` is not set), before the
+/// self-check.
+pub fn vnni_supported() -> bool {
+    *VNNI_SUPPORTED
+}
+
+#[cfg(target_arch = "x86_64")]
+fn vnni_supported_here() -> bool {
+    std::env::var_os("VLC_NO_VNNI").is_none()
+        && crate::simd::has_avx512()
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn vnni_supported_here() -> bool {
+    false
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -93,15 +139,15 @@ fn supported_here() -> bool {
     false
 }
 
-/// Run a small product through the tiles and compare it with the f64 result.
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-fn self_check() -> bool {
+/// No integer kernel runs off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+fn self_check(_: Kernel) -> bool {
     false
 }
 
-/// Run a small product through the tiles and compare it with the f64 result.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn self_check() -> bool {
+/// Run a small product through `kernel` and compare it with the f64 result.
+#[cfg(target_arch = "x86_64")]
+fn self_check(kernel: Kernel) -> bool {
     let (m, n, k) = (17, 35, 70);
     let a: Vec<f32> = (0..m * k)
         .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.37)
@@ -121,8 +167,8 @@ fn self_check() -> bool {
         return false;
     };
     let mut out = Vec::new();
-    // SAFETY: the CPU and OS checks passed and the permission was granted.
-    unsafe { dots_unchecked(&a, m, &packed, &mut out) };
+    // SAFETY: the caller checked the CPU (and for AMX the OS and the permission) for `kernel`.
+    unsafe { dots_with(kernel, &a, m, &packed, &mut out) };
     (0..m).all(|i| {
         (0..n).all(|j| {
             let want: f64 = (0..k)
@@ -175,6 +221,9 @@ pub struct PackedAnchors {
     steps: usize,
     /// Per-row scales. Layout: (padded_rows,), zero past `rows`.
     scales: Vec<f32>,
+    /// Per-row sums of the levels, for the VNNI kernel's unsigned query bytes. Layout:
+    /// (padded_rows,), zero past `rows`.
+    level_sums: Vec<i32>,
     /// Layout: (padded_rows / 16, steps, 16, 64) int8. Tile (g, s), row r holds, for the 16
     /// rows j of group g in turn, the 4 levels 64·s + 4r .. 64·s + 4r + 4 of row j
     /// (zero-padded): the 4-way interleaved B layout of `TDPBSSD`.
@@ -192,10 +241,12 @@ impl PackedAnchors {
         let steps = k.div_ceil(TILE_K);
         let padded_rows = n.div_ceil(2 * TILE_ROWS) * 2 * TILE_ROWS;
         let mut scales = vec![0f32; padded_rows];
+        let mut level_sums = vec![0i32; padded_rows];
         let mut levels = vec![0i8; steps * TILE_K];
         let mut tiles = vec![0i8; padded_rows * steps * TILE_K];
         for j in 0..n {
             scales[j] = integer_levels(&b[j * k..(j + 1) * k], &mut levels[..k])?;
+            level_sums[j] = levels[..k].iter().map(|&l| l as i32).sum();
             let (g, col) = (j / TILE_ROWS, j % TILE_ROWS);
             for s in 0..steps {
                 let tile = &mut tiles[(g * steps + s) * TILE_ROWS * TILE_K..][..TILE_ROWS * TILE_K];
@@ -211,6 +262,7 @@ impl PackedAnchors {
             dim: k,
             steps,
             scales,
+            level_sums,
             tiles,
         })
     }
@@ -270,12 +322,148 @@ pub fn packed_anchors(anchors: &[f32], n: usize, k: usize) -> Option<Arc<PackedA
 
 /// `out = a · bᵀ` for `a` (m, k) row-major (finite values) and packed 8-bit anchors `b`;
 /// `out` is resized to (⌈m/16⌉·16, `b.stride()`), row-major, and entry (i, j) for i < m,
-/// j < `b.rows()` holds the product. Panics when AMX is not [`available`].
+/// j < `b.rows()` holds the product. Panics when no integer kernel is [`available`].
 pub fn dots(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
-    assert!(available(), "AMX is not available on this machine");
+    let kernel = kernel().expect("neither AMX nor AVX-512 VNNI is available on this machine");
     assert!(a.len() >= m * b.dim);
-    // SAFETY: AMX was detected, enabled by the OS and granted to this process.
-    unsafe { dots_unchecked(a, m, b, out) }
+    // SAFETY: the kernel was detected (for AMX, enabled by the OS and granted to this process).
+    unsafe { dots_with(kernel, a, m, b, out) }
+}
+
+/// [`dots`] on a chosen kernel (tests compare the two where both run).
+///
+/// # Safety
+/// The CPU must offer `kernel` (see [`supported`] and [`vnni_supported`]); `a` holds m rows.
+unsafe fn dots_with(kernel: Kernel, a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
+    // SAFETY: passed on from the caller.
+    unsafe {
+        match kernel {
+            Kernel::Amx => dots_unchecked(a, m, b, out),
+            Kernel::Vnni => dots_vnni(a, m, b, out),
+        }
+    }
+}
+
+/// The query pieces of `a` (m, k) for the integer kernels: (high, low, scales), the pieces
+/// (⌈m/16⌉·16, `b.steps`·64) int8 each, zero past each row's k values and past row m.
+///
+/// # Safety
+/// AVX-512F and BW must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn split_queries(a: &[f32], m: usize, b: &PackedAnchors) -> (Vec<i8>, Vec<i8>, Vec<f32>) {
+    let (k, row_len) = (b.dim, b.steps * TILE_K);
+    let padded_m = m.div_ceil(TILE_ROWS) * TILE_ROWS;
+    let mut high = vec![0i8; padded_m * row_len];
+    let mut low = vec![0i8; padded_m * row_len];
+    let mut query_scales = vec![0f32; padded_m];
+    for i in 0..m {
+        let x = &a[i * k..(i + 1) * k];
+        let (high, low) = (
+            &mut high[i * row_len..(i + 1) * row_len],
+            &mut low[i * row_len..(i + 1) * row_len],
+        );
+        // SAFETY: AVX-512F/BW are enabled for this function; the rows hold k <= row_len values.
+        query_scales[i] = unsafe { split_query(x, high, low) };
+    }
+    (high, low, query_scales)
+}
+
+/// Queries per step of the VNNI kernel: 4 queries x 2 pieces x 2 groups of 16 anchors are 16
+/// accumulators, which with the two anchor rows and the broadcasts fit the 32 registers.
+const VNNI_QUERIES: usize = 4;
+
+/// The VNNI kernel: the same integer sums as the tiles, 16 anchors per register. `VPDPBUSD`
+/// multiplies unsigned by signed bytes, so the query pieces go in as `x + 128` (in 1..=255)
+/// and `128 · Σ levels` of each anchor comes off the sum.
+///
+/// # Safety
+/// AVX-512F, BW and VNNI must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn dots_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
+    use std::arch::x86_64::*;
+    // SAFETY: AVX-512F/BW are enabled for this function.
+    let (mut high, mut low, query_scales) = unsafe { split_queries(a, m, b) };
+    // x + 128 as a byte is x with its top bit flipped.
+    for v in high.iter_mut().chain(low.iter_mut()) {
+        *v ^= i8::MIN;
+    }
+    let steps = b.steps;
+    let row_len = steps * TILE_K;
+    let padded_m = query_scales.len();
+    let stride = b.padded_rows;
+    out.clear();
+    out.resize(padded_m * stride, 0.0);
+    let tile_elems = TILE_ROWS * TILE_K;
+    let groups = b.padded_rows / TILE_ROWS;
+    let third = _mm512_set1_ps(1.0 / LOW_WEIGHT);
+    let offset = _mm512_set1_epi32(128);
+    for i0 in (0..padded_m).step_by(VNNI_QUERIES) {
+        for g in (0..groups).step_by(2) {
+            // acc[q][2·piece + half]: query i0 + q, piece (high, low), anchors (g + half)·16..
+            let mut acc = [[_mm512_setzero_si512(); 4]; VNNI_QUERIES];
+            for s in 0..steps {
+                for r in 0..TILE_ROWS {
+                    // SAFETY: groups g and g + 1 < groups and s < steps address a tile inside
+                    // `b.tiles`, and row r < 16 a 64-byte row of it; query rows i0 + q <
+                    // padded_m and bytes s·64 + 4r + 4 <= row_len lie inside `high` and `low`.
+                    unsafe {
+                        let row = ((g * steps + s) * TILE_ROWS + r) * TILE_K;
+                        let b0 = _mm512_loadu_si512(b.tiles.as_ptr().add(row) as *const _);
+                        let b1 = _mm512_loadu_si512(
+                            b.tiles.as_ptr().add(row + steps * tile_elems) as *const _
+                        );
+                        let at = s * TILE_K + 4 * r;
+                        for (q, acc) in acc.iter_mut().enumerate() {
+                            let base = (i0 + q) * row_len + at;
+                            let h = _mm512_set1_epi32(
+                                (high.as_ptr().add(base) as *const i32).read_unaligned(),
+                            );
+                            let l = _mm512_set1_epi32(
+                                (low.as_ptr().add(base) as *const i32).read_unaligned(),
+                            );
+                            acc[0] = _mm512_dpbusd_epi32(acc[0], h, b0);
+                            acc[1] = _mm512_dpbusd_epi32(acc[1], h, b1);
+                            acc[2] = _mm512_dpbusd_epi32(acc[2], l, b0);
+                            acc[3] = _mm512_dpbusd_epi32(acc[3], l, b1);
+                        }
+                    }
+                }
+            }
+            for (q, acc) in acc.iter().enumerate() {
+                let qs = _mm512_set1_ps(query_scales[i0 + q]);
+                for half in 0..2 {
+                    let col = (g + half) * TILE_ROWS;
+                    // SAFETY: col + 16 <= padded_rows, the length of `scales` and
+                    // `level_sums` and the row stride of `out`, which has padded_m rows.
+                    unsafe {
+                        let sums = _mm512_mullo_epi32(
+                            _mm512_loadu_si512(b.level_sums.as_ptr().add(col) as *const _),
+                            offset,
+                        );
+                        let hi = _mm512_sub_epi32(acc[half], sums);
+                        let lo = _mm512_sub_epi32(acc[2 + half], sums);
+                        // The same operations, in the same order, as the AMX kernel.
+                        let sum = _mm512_add_ps(
+                            _mm512_cvtepi32_ps(hi),
+                            _mm512_mul_ps(_mm512_cvtepi32_ps(lo), third),
+                        );
+                        let scales = _mm512_loadu_ps(b.scales.as_ptr().add(col));
+                        _mm512_storeu_ps(
+                            out.as_mut_ptr().add((i0 + q) * stride + col),
+                            _mm512_mul_ps(sum, _mm512_mul_ps(qs, scales)),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn dots_vnni(_: &[f32], _: usize, _: &PackedAnchors, _: &mut Vec<f32>) {
+    unreachable!("AVX-512 VNNI exists only on x86-64")
 }
 
 /// Split `x` into `high` and `low` int8 pieces (both zero past `x.len()`), `x ≈ s (high +
@@ -344,22 +532,12 @@ unsafe fn split_query(x: &[f32], high: &mut [i8], low: &mut [i8]) -> f32 {
 unsafe fn dots_unchecked(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
     use std::arch::asm;
     use std::arch::x86_64::*;
-    let (k, steps) = (b.dim, b.steps);
+    let steps = b.steps;
     let row_len = steps * TILE_K;
-    let padded_m = m.div_ceil(TILE_ROWS) * TILE_ROWS;
     // The query pieces X₁ (high) and X₂ (low), (padded_m, row_len) int8 each, and s per row.
-    let mut high = vec![0i8; padded_m * row_len];
-    let mut low = vec![0i8; padded_m * row_len];
-    let mut query_scales = vec![0f32; padded_m];
-    for i in 0..m {
-        let x = &a[i * k..(i + 1) * k];
-        let (high, low) = (
-            &mut high[i * row_len..(i + 1) * row_len],
-            &mut low[i * row_len..(i + 1) * row_len],
-        );
-        // SAFETY: AVX-512F/BW are enabled for this function; the rows hold k <= row_len values.
-        query_scales[i] = unsafe { split_query(x, high, low) };
-    }
+    // SAFETY: AVX-512F/BW are enabled for this function.
+    let (high, low, query_scales) = unsafe { split_queries(a, m, b) };
+    let padded_m = query_scales.len();
     let stride = b.padded_rows;
     out.clear();
     out.resize(padded_m * stride, 0.0);
@@ -513,16 +691,67 @@ mod tests {
         packed_anchors(v, 10, 33).expect("8-bit rows pack")
     }
 
+    /// The kernels this machine offers, each after its self-check passed (a kernel offered but
+    /// failing its self-check fails the test).
+    fn kernels_here() -> Vec<Kernel> {
+        let mut kernels = Vec::new();
+        if supported() {
+            assert!(
+                self_check(Kernel::Amx),
+                "AMX is supported here but its self-check failed"
+            );
+            kernels.push(Kernel::Amx);
+        }
+        if vnni_supported() {
+            assert!(
+                self_check(Kernel::Vnni),
+                "AVX-512 VNNI is supported here but its self-check failed"
+            );
+            kernels.push(Kernel::Vnni);
+        }
+        if kernels.is_empty() {
+            eprintln!("SKIPPED: neither AMX nor AVX-512 VNNI is available on this machine (or VLC_NO_AMX / VLC_NO_VNNI is set)");
+        }
+        kernels
+    }
+
     #[test]
-    fn amx_dots_match_f64_over_odd_shapes() {
-        if !supported() {
-            eprintln!("SKIPPED: AMX is not available on this machine (or VLC_NO_AMX is set)");
+    fn integer_dots_match_f64_over_odd_shapes() {
+        for kernel in kernels_here() {
+            check_against_f64(kernel);
+        }
+    }
+
+    #[test]
+    fn amx_and_vnni_give_identical_dots() {
+        let kernels = kernels_here();
+        if kernels.len() < 2 {
+            eprintln!("SKIPPED: AMX and VNNI are not both available on this machine");
             return;
         }
-        assert!(
-            available(),
-            "AMX is supported here but the self-check failed"
-        );
+        let mut r = Rng::new(8);
+        for (m, n, k) in [(1, 1, 1), (19, 70, 65), (64, 300, 384)] {
+            let a: Vec<f32> = (0..m * k).map(|_| r.normal() as f32).collect();
+            let b = int8_anchors(&mut r, n, k);
+            let packed = PackedAnchors::new(&b, n, k).expect("8-bit rows pack");
+            let (mut amx, mut vnni) = (Vec::new(), Vec::new());
+            // SAFETY: both kernels were detected above.
+            unsafe {
+                dots_with(Kernel::Amx, &a, m, &packed, &mut amx);
+                dots_with(Kernel::Vnni, &a, m, &packed, &mut vnni);
+            }
+            for i in 0..m {
+                let row = i * packed.stride();
+                assert_eq!(
+                    amx[row..row + n],
+                    vnni[row..row + n],
+                    "({m},{n},{k}) row {i}"
+                );
+            }
+        }
+    }
+
+    fn check_against_f64(kernel: Kernel) {
         let mut r = Rng::new(6);
         for (m, n, k, precision) in [
             (1, 1, 1, AnchorPrecision::Int8),
@@ -539,7 +768,8 @@ mod tests {
             let b = stored_anchors(&mut r, n, k, precision);
             let packed = PackedAnchors::new(&b, n, k).expect("8-bit and 4-bit rows pack");
             let mut out = Vec::new();
-            dots(&a, m, &packed, &mut out);
+            // SAFETY: `kernel` was detected on this machine (kernels_here).
+            unsafe { dots_with(kernel, &a, m, &packed, &mut out) };
             for i in 0..m {
                 let max = a[i * k..(i + 1) * k]
                     .iter()
@@ -555,7 +785,7 @@ mod tests {
                     let got = out[i * packed.stride() + j] as f64;
                     assert!(
                         (got - want).abs() <= bound,
-                        "({m},{n},{k}) [{i}][{j}]: {got} vs {want} (bound {bound})"
+                        "{kernel:?} ({m},{n},{k}) [{i}][{j}]: {got} vs {want} (bound {bound})"
                     );
                 }
             }

@@ -62,7 +62,8 @@ pub fn has_avx512() -> bool {
 }
 
 /// The CPU kernels this process uses, for logs and benchmark records: `scalar`, `neon`, or
-/// `avx2` followed by `avx512` and `amx-int8` where those are detected and enabled.
+/// `avx2` followed by `avx512` and `amx-int8` or `avx512-vnni` (the anchor-ranking kernel) where
+/// those are detected and enabled.
 pub fn kernels() -> String {
     let mut parts = vec![match level() {
         SimdLevel::Scalar => "scalar",
@@ -72,8 +73,10 @@ pub fn kernels() -> String {
     if has_avx512() {
         parts.push("avx512");
     }
-    if crate::amx::available() {
-        parts.push("amx-int8");
+    match crate::amx::kernel() {
+        Some(crate::amx::Kernel::Amx) => parts.push("amx-int8"),
+        Some(crate::amx::Kernel::Vnni) => parts.push("avx512-vnni"),
+        None => {}
     }
     parts.join("+")
 }

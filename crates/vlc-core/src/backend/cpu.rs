@@ -9,8 +9,8 @@ use crate::error::Result;
 use crate::linalg::{block_rows, gemm_nt, key_id, row_norms_sq, smallest_keys};
 use rayon::prelude::*;
 
-/// Calls with fewer points rank anchors with the f32 GEMM even where AMX is available.
-const AMX_MIN_POINTS: usize = 64;
+/// Calls with fewer points rank anchors with the f32 GEMM even where AMX or VNNI is available.
+const INTEGER_MIN_POINTS: usize = 64;
 
 /// CPU implementation of [`Backend`]; deterministic regardless of thread count.
 #[derive(Clone, Copy, Debug, Default)]
@@ -50,7 +50,8 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
-    /// `f32::EPSILON`, or [`amx::RANKING_ROUNDING`] where 8-bit anchors may rank on AMX.
+    /// `f32::EPSILON`, or [`amx::RANKING_ROUNDING`] where 8-bit anchors may rank on the
+    /// integer kernels (AMX or AVX-512 VNNI).
     fn ranking_rounding(&self) -> f32 {
         if amx::available() {
             amx::RANKING_ROUNDING
@@ -68,10 +69,10 @@ impl Backend for CpuBackend {
     ) -> Result<Nearest> {
         let (num_points, num_anchors) = check_nearest_args(points, anchors, dim, per_point)?;
         let anchor_norms = row_norms_sq(anchors, dim);
-        // 8-bit anchors (an index's, by default) rank on AMX where the CPU has it; the packing
+        // 8-bit anchors (an index's, by default) rank on AMX or VNNI where the CPU has it; the packing
         // is cached, but hashing the anchors to find it costs about as much as ranking a few
         // dozen points the f32 way, so small calls keep the GEMM.
-        let packed = if amx::available() && num_points >= AMX_MIN_POINTS {
+        let packed = if amx::available() && num_points >= INTEGER_MIN_POINTS {
             amx::packed_anchors(anchors, num_anchors, dim)
         } else {
             None
