@@ -371,6 +371,7 @@ unsafe fn split_queries(a: &[f32], m: usize, b: &PackedAnchors) -> (Vec<i8>, Vec
 
 /// Queries per step of the VNNI kernel: 4 queries x 2 pieces x 2 groups of 16 anchors are 16
 /// accumulators, which with the two anchor rows and the broadcasts fit the 32 registers.
+#[cfg(target_arch = "x86_64")]
 const VNNI_QUERIES: usize = 4;
 
 /// The VNNI kernel: the same integer sums as the tiles, 16 anchors per register. `VPDPBUSD`
