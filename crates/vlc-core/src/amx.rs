@@ -369,6 +369,37 @@ unsafe fn split_queries(a: &[f32], m: usize, b: &PackedAnchors) -> (Vec<i8>, Vec
     (high, low, query_scales)
 }
 
+/// Write 16 products of one query row: `(high + low / 254) · s · scale` per anchor, from the
+/// int32 sums of the two query pieces, to `out` (16 values). Both kernels combine through
+/// this, which is what makes their results identical.
+///
+/// # Safety
+/// AVX-512F must be available; `scales` and `out` hold at least 16 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn combine(
+    high: std::arch::x86_64::__m512i,
+    low: std::arch::x86_64::__m512i,
+    query_scale: f32,
+    scales: *const f32,
+    out: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    let sum = _mm512_add_ps(
+        _mm512_cvtepi32_ps(high),
+        _mm512_mul_ps(_mm512_cvtepi32_ps(low), _mm512_set1_ps(1.0 / LOW_WEIGHT)),
+    );
+    // SAFETY: the caller guarantees 16 values at `scales` and at `out`.
+    unsafe {
+        let scales = _mm512_loadu_ps(scales);
+        _mm512_storeu_ps(
+            out,
+            _mm512_mul_ps(sum, _mm512_mul_ps(_mm512_set1_ps(query_scale), scales)),
+        );
+    }
+}
+
 /// Queries per step of the VNNI kernel: 4 queries x 2 pieces x 2 groups of 16 anchors are 16
 /// accumulators, which with the two anchor rows and the broadcasts fit the 32 registers.
 #[cfg(target_arch = "x86_64")]
@@ -398,7 +429,6 @@ unsafe fn dots_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) 
     out.resize(padded_m * stride, 0.0);
     let tile_elems = TILE_ROWS * TILE_K;
     let groups = b.padded_rows / TILE_ROWS;
-    let third = _mm512_set1_ps(1.0 / LOW_WEIGHT);
     let offset = _mm512_set1_epi32(128);
     for i0 in (0..padded_m).step_by(VNNI_QUERIES) {
         for g in (0..groups).step_by(2) {
@@ -433,7 +463,6 @@ unsafe fn dots_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) 
                 }
             }
             for (q, acc) in acc.iter().enumerate() {
-                let qs = _mm512_set1_ps(query_scales[i0 + q]);
                 for half in 0..2 {
                     let col = (g + half) * TILE_ROWS;
                     // SAFETY: col + 16 <= padded_rows, the length of `scales` and
@@ -443,17 +472,12 @@ unsafe fn dots_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) 
                             _mm512_loadu_si512(b.level_sums.as_ptr().add(col) as *const _),
                             offset,
                         );
-                        let hi = _mm512_sub_epi32(acc[half], sums);
-                        let lo = _mm512_sub_epi32(acc[2 + half], sums);
-                        // The same operations, in the same order, as the AMX kernel.
-                        let sum = _mm512_add_ps(
-                            _mm512_cvtepi32_ps(hi),
-                            _mm512_mul_ps(_mm512_cvtepi32_ps(lo), third),
-                        );
-                        let scales = _mm512_loadu_ps(b.scales.as_ptr().add(col));
-                        _mm512_storeu_ps(
+                        combine(
+                            _mm512_sub_epi32(acc[half], sums),
+                            _mm512_sub_epi32(acc[2 + half], sums),
+                            query_scales[i0 + q],
+                            b.scales.as_ptr().add(col),
                             out.as_mut_ptr().add((i0 + q) * stride + col),
-                            _mm512_mul_ps(sum, _mm512_mul_ps(qs, scales)),
                         );
                     }
                 }
@@ -610,31 +634,23 @@ unsafe fn dots_unchecked(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f
                     options(nostack)
                 );
                 let tile = TILE_ROWS * TILE_ROWS;
-                let third = _mm512_set1_ps(1.0 / LOW_WEIGHT);
                 for r in 0..TILE_ROWS {
-                    let qs = _mm512_set1_ps(query_scales[i0 + r]);
                     for half in 0..2 {
                         // (In the unsafe block above: acc holds 4 tiles of 16 x 16, scales
                         // padded_rows values, out (padded_m, stride); (g + half)·16 + 16 <=
                         // stride.)
-                        {
-                            let hi = _mm512_loadu_si512(
-                                acc.as_ptr().add(2 * half * tile + r * TILE_ROWS) as *const _,
-                            );
-                            let lo = _mm512_loadu_si512(
+                        let col = (g + half) * TILE_ROWS;
+                        combine(
+                            _mm512_loadu_si512(
+                                acc.as_ptr().add(2 * half * tile + r * TILE_ROWS) as *const _
+                            ),
+                            _mm512_loadu_si512(
                                 acc.as_ptr().add((2 * half + 1) * tile + r * TILE_ROWS) as *const _,
-                            );
-                            let sum = _mm512_add_ps(
-                                _mm512_cvtepi32_ps(hi),
-                                _mm512_mul_ps(_mm512_cvtepi32_ps(lo), third),
-                            );
-                            let col = (g + half) * TILE_ROWS;
-                            let scales = _mm512_loadu_ps(b.scales.as_ptr().add(col));
-                            _mm512_storeu_ps(
-                                out.as_mut_ptr().add((i0 + r) * stride + col),
-                                _mm512_mul_ps(sum, _mm512_mul_ps(qs, scales)),
-                            );
-                        }
+                            ),
+                            query_scales[i0 + r],
+                            b.scales.as_ptr().add(col),
+                            out.as_mut_ptr().add((i0 + r) * stride + col),
+                        );
                     }
                 }
             }
