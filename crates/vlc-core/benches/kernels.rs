@@ -135,6 +135,7 @@ fn anchor_ranking(c: &mut Criterion) {
         match vlc::amx::kernel() {
             Some(vlc::amx::Kernel::Amx) => "AMX",
             Some(vlc::amx::Kernel::Vnni) => "AVX-512 VNNI",
+            Some(vlc::amx::Kernel::AvxVnni) => "AVX-VNNI",
             None => "GEMM form, no AMX or VNNI",
         }
     );

@@ -1,6 +1,8 @@
 //! Integer anchor ranking against 8-bit (or 4-bit) anchors: on Intel AMX (Advanced Matrix
 //! Extensions, Xeon "Sapphire Rapids" and later), or else on AVX-512 VNNI (Intel Ice Lake and
-//! later, AMD Zen 4 and later), which computes the same integer sums 16 anchors at a time.
+//! later, AMD Zen 4 and later), which computes the same integer sums 16 anchors at a time, or
+//! else on AVX-VNNI (the same instruction on 256-bit registers: Intel's client CPUs from Alder
+//! Lake, which have no AVX-512), 8 anchors at a time.
 //!
 //! An index stores its anchors as 8 bits by default: each anchor row is `scale · q` with
 //! integers `q` in −127..=127 (−7..=7 for 4-bit anchors; see [`crate::anchor_store`]). Such rows are exact in int8, so
@@ -12,10 +14,11 @@
 //!
 //! Detected once ([`available`]): for AMX the CPU must report AMX-TILE and AMX-INT8, the OS must
 //! enable the tile state, and Linux must grant it to the process
-//! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); for VNNI the CPU must report AVX-512F, BW and VNNI. A
-//! small product is then checked against the exact result. `VLC_NO_AMX=1` turns AMX off,
-//! `VLC_NO_VNNI=1` the VNNI kernel. Both give the same integer sums and combine them with the
-//! same f32 operations, so their results are identical.
+//! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); for VNNI the CPU must report AVX-512F, BW and VNNI, for
+//! AVX-VNNI AVX2 and AVX-VNNI. A small product is then checked against the exact result.
+//! `VLC_NO_AMX=1` turns AMX off, `VLC_NO_VNNI=1` both VNNI kernels (`VLC_NO_AVX512=1` the
+//! AVX-512 one). All three give the same integer sums and combine them with the same f32
+//! operations, so their results are identical.
 //! Anchors that are not in 8-bit or 4-bit form (f16 or f32 storage, training) keep the f32
 //! GEMM.
 
@@ -42,22 +45,30 @@ pub enum Kernel {
     Amx,
     /// AVX-512 VNNI (`VPDPBUSD`), 4 queries by 32 anchors per step.
     Vnni,
+    /// AVX-VNNI (the same instruction on 256-bit registers, VEX-encoded: Intel Alder Lake and
+    /// later client CPUs, which have no AVX-512), 2 queries by 16 anchors per step.
+    AvxVnni,
 }
 
 static SUPPORTED: LazyLock<bool> = LazyLock::new(supported_here);
 static VNNI_SUPPORTED: LazyLock<bool> = LazyLock::new(vnni_supported_here);
+static AVX_VNNI_SUPPORTED: LazyLock<bool> = LazyLock::new(avx_vnni_supported_here);
 static KERNEL: LazyLock<Option<Kernel>> = LazyLock::new(|| {
     if *SUPPORTED && self_check(Kernel::Amx) {
         Some(Kernel::Amx)
     } else if *VNNI_SUPPORTED && self_check(Kernel::Vnni) {
         Some(Kernel::Vnni)
+    } else if *AVX_VNNI_SUPPORTED && self_check(Kernel::AvxVnni) {
+        Some(Kernel::AvxVnni)
     } else {
         None
     }
 });
 
-/// Whether [`dots`] runs: AMX or VNNI is supported and its self-check passed (detected once;
-/// `VLC_NO_AMX=1` and `VLC_NO_VNNI=1` disable them).
+/// Whether [`dots`] runs: AMX, AVX-512 VNNI or AVX-VNNI is supported and its self-check passed
+/// (detected once, in that order of preference; `VLC_NO_AMX=1` disables AMX, `VLC_NO_VNNI=1`
+/// both VNNI kernels, and `VLC_NO_AVX512=1`, which turns off every AVX-512 kernel, the AVX-512
+/// VNNI one).
 pub fn available() -> bool {
     KERNEL.is_some()
 }
@@ -90,6 +101,24 @@ fn vnni_supported_here() -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn vnni_supported_here() -> bool {
+    false
+}
+
+/// Whether the CPU offers AVX2 and AVX-VNNI (and `VLC_NO_VNNI` is not set), before the
+/// self-check.
+pub fn avx_vnni_supported() -> bool {
+    *AVX_VNNI_SUPPORTED
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx_vnni_supported_here() -> bool {
+    std::env::var_os("VLC_NO_VNNI").is_none()
+        && crate::simd::level() == crate::simd::SimdLevel::Avx2
+        && is_x86_feature_detected!("avxvnni")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx_vnni_supported_here() -> bool {
     false
 }
 
@@ -324,7 +353,7 @@ pub fn packed_anchors(anchors: &[f32], n: usize, k: usize) -> Option<Arc<PackedA
 /// `out` is resized to (⌈m/16⌉·16, `b.stride()`), row-major, and entry (i, j) for i < m,
 /// j < `b.rows()` holds the product. Panics when no integer kernel is [`available`].
 pub fn dots(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
-    let kernel = kernel().expect("neither AMX nor AVX-512 VNNI is available on this machine");
+    let kernel = kernel().expect("no integer kernel (AMX, AVX-512 VNNI, AVX-VNNI) runs here");
     assert!(a.len() >= m * b.dim);
     // SAFETY: the kernel was detected (for AMX, enabled by the OS and granted to this process).
     unsafe { dots_with(kernel, a, m, b, out) }
@@ -340,6 +369,7 @@ unsafe fn dots_with(kernel: Kernel, a: &[f32], m: usize, b: &PackedAnchors, out:
         match kernel {
             Kernel::Amx => dots_unchecked(a, m, b, out),
             Kernel::Vnni => dots_vnni(a, m, b, out),
+            Kernel::AvxVnni => dots_avx_vnni(a, m, b, out),
         }
     }
 }
@@ -489,6 +519,166 @@ unsafe fn dots_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) 
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn dots_vnni(_: &[f32], _: usize, _: &PackedAnchors, _: &mut Vec<f32>) {
     unreachable!("AVX-512 VNNI exists only on x86-64")
+}
+
+/// Queries per step of the AVX-VNNI kernel: 3 queries x 2 pieces x 2 halves of 16 anchors are
+/// 12 accumulators, which with the two anchor rows and two broadcasts fill the 16 registers.
+/// (Query rows come in multiples of 16, so the last step takes the one row left.)
+#[cfg(target_arch = "x86_64")]
+const AVX_VNNI_QUERIES: usize = 3;
+
+/// The AVX-VNNI kernel: [`dots_vnni`] on 256-bit registers, 8 anchors per register, with the
+/// query split and the combination done with the same f32 operations in scalar and AVX2 code,
+/// so its results are identical to the other two kernels'.
+///
+/// # Safety
+/// AVX2 and AVX-VNNI must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avxvnni")]
+unsafe fn dots_avx_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
+    let (k, steps) = (b.dim, b.steps);
+    let row_len = steps * TILE_K;
+    let padded_m = m.div_ceil(TILE_ROWS) * TILE_ROWS;
+    let mut high = vec![0i8; padded_m * row_len];
+    let mut low = vec![0i8; padded_m * row_len];
+    let mut query_scales = vec![0f32; padded_m];
+    for i in 0..m {
+        query_scales[i] = split_query_scalar(
+            &a[i * k..(i + 1) * k],
+            &mut high[i * row_len..(i + 1) * row_len],
+            &mut low[i * row_len..(i + 1) * row_len],
+        );
+    }
+    // x + 128 as a byte is x with its top bit flipped.
+    for v in high.iter_mut().chain(low.iter_mut()) {
+        *v ^= i8::MIN;
+    }
+    out.clear();
+    out.resize(padded_m * b.padded_rows, 0.0);
+    let pieces = QueryPieces {
+        high: &high,
+        low: &low,
+        scales: &query_scales,
+        row_len,
+    };
+    let mut i0 = 0;
+    while i0 < padded_m {
+        if padded_m - i0 >= AVX_VNNI_QUERIES {
+            // SAFETY: AVX2 and AVX-VNNI are enabled here; rows i0..i0 + 3 < padded_m.
+            unsafe { avx_vnni_block::<AVX_VNNI_QUERIES>(&pieces, i0, b, out) };
+            i0 += AVX_VNNI_QUERIES;
+        } else {
+            // SAFETY: as above, for the one row i0 < padded_m.
+            unsafe { avx_vnni_block::<1>(&pieces, i0, b, out) };
+            i0 += 1;
+        }
+    }
+}
+
+/// The split query rows of [`dots_avx_vnni`]: pieces (rows, `row_len`) as unsigned bytes.
+#[cfg(target_arch = "x86_64")]
+struct QueryPieces<'a> {
+    high: &'a [i8],
+    low: &'a [i8],
+    scales: &'a [f32],
+    row_len: usize,
+}
+
+/// Query rows `i0..i0 + Q` of [`dots_avx_vnni`] against every anchor, written to `out`.
+///
+/// # Safety
+/// AVX2 and AVX-VNNI must be available; rows `i0..i0 + Q` exist in `q` and in `out`, which is
+/// (rows, `b.padded_rows`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avxvnni")]
+#[inline]
+unsafe fn avx_vnni_block<const Q: usize>(
+    q: &QueryPieces,
+    i0: usize,
+    b: &PackedAnchors,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let (steps, row_len, stride) = (b.steps, q.row_len, b.padded_rows);
+    let offset = _mm256_set1_epi32(128);
+    for g in 0..b.padded_rows / TILE_ROWS {
+        // acc[j][2·piece + half]: query i0 + j, piece (high, low), anchors g·16 + 8·half..
+        let mut acc = [[_mm256_setzero_si256(); 4]; Q];
+        for s in 0..steps {
+            for r in 0..TILE_ROWS {
+                // SAFETY: group g and s < steps address a tile inside `b.tiles`, and row
+                // r < 16 a 64-byte row of it (two 32-byte halves); query rows i0 + j and bytes
+                // s·64 + 4r + 4 <= row_len lie inside the pieces.
+                unsafe {
+                    let row = ((g * steps + s) * TILE_ROWS + r) * TILE_K;
+                    let b0 = _mm256_loadu_si256(b.tiles.as_ptr().add(row) as *const _);
+                    let b1 = _mm256_loadu_si256(b.tiles.as_ptr().add(row + 32) as *const _);
+                    let at = s * TILE_K + 4 * r;
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let base = (i0 + j) * row_len + at;
+                        let h = _mm256_set1_epi32(
+                            (q.high.as_ptr().add(base) as *const i32).read_unaligned(),
+                        );
+                        acc[0] = _mm256_dpbusd_avx_epi32(acc[0], h, b0);
+                        acc[1] = _mm256_dpbusd_avx_epi32(acc[1], h, b1);
+                        let l = _mm256_set1_epi32(
+                            (q.low.as_ptr().add(base) as *const i32).read_unaligned(),
+                        );
+                        acc[2] = _mm256_dpbusd_avx_epi32(acc[2], l, b0);
+                        acc[3] = _mm256_dpbusd_avx_epi32(acc[3], l, b1);
+                    }
+                }
+            }
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            for half in 0..2 {
+                let col = g * TILE_ROWS + 8 * half;
+                // SAFETY: col + 8 <= padded_rows, the length of `scales` and `level_sums` and
+                // the row stride of `out`, which holds row i0 + j.
+                unsafe {
+                    let sums = _mm256_mullo_epi32(
+                        _mm256_loadu_si256(b.level_sums.as_ptr().add(col) as *const _),
+                        offset,
+                    );
+                    let high = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[half], sums));
+                    let low = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[2 + half], sums));
+                    // combine's operations, in its order, on 8 lanes.
+                    let sum =
+                        _mm256_add_ps(high, _mm256_mul_ps(low, _mm256_set1_ps(1.0 / LOW_WEIGHT)));
+                    let scales = _mm256_loadu_ps(b.scales.as_ptr().add(col));
+                    _mm256_storeu_ps(
+                        out.as_mut_ptr().add((i0 + j) * stride + col),
+                        _mm256_mul_ps(sum, _mm256_mul_ps(_mm256_set1_ps(q.scales[i0 + j]), scales)),
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn dots_avx_vnni(_: &[f32], _: usize, _: &PackedAnchors, _: &mut Vec<f32>) {
+    unreachable!("AVX-VNNI exists only on x86-64")
+}
+
+/// [`split_query`] in scalar code: the same f32 operations (the largest magnitude, its 127th,
+/// the clamped quotient rounded to nearest even, the remainder times 254 rounded), so the
+/// same bytes and scale.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by the x86-64 kernel
+fn split_query_scalar(x: &[f32], high: &mut [i8], low: &mut [i8]) -> f32 {
+    let max = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    if max == 0.0 {
+        return 0.0;
+    }
+    let s = max / 127.0;
+    let inverse = 1.0 / s;
+    for ((&v, h), l) in x.iter().zip(high.iter_mut()).zip(low.iter_mut()) {
+        let scaled = (v * inverse).clamp(-127.0, 127.0);
+        let rounded = scaled.round_ties_even();
+        *h = rounded as i8;
+        *l = ((scaled - rounded) * LOW_WEIGHT).round_ties_even() as i8;
+    }
+    s
 }
 
 /// Split `x` into `high` and `low` int8 pieces (both zero past `x.len()`), `x ≈ s (high +
@@ -726,8 +916,15 @@ mod tests {
             );
             kernels.push(Kernel::Vnni);
         }
+        if avx_vnni_supported() {
+            assert!(
+                self_check(Kernel::AvxVnni),
+                "AVX-VNNI is supported here but its self-check failed"
+            );
+            kernels.push(Kernel::AvxVnni);
+        }
         if kernels.is_empty() {
-            eprintln!("SKIPPED: neither AMX nor AVX-512 VNNI is available on this machine (or VLC_NO_AMX / VLC_NO_VNNI is set)");
+            eprintln!("SKIPPED: no integer kernel (AMX, AVX-512 VNNI, AVX-VNNI) is available on this machine (or VLC_NO_AMX / VLC_NO_VNNI is set)");
         }
         kernels
     }
@@ -740,32 +937,96 @@ mod tests {
     }
 
     #[test]
-    fn amx_and_vnni_give_identical_dots() {
+    fn integer_kernels_give_identical_dots() {
         let kernels = kernels_here();
         if kernels.len() < 2 {
-            eprintln!("SKIPPED: AMX and VNNI are not both available on this machine");
+            eprintln!("SKIPPED: fewer than two integer kernels (AMX, AVX-512 VNNI, AVX-VNNI) are available on this machine");
             return;
         }
         let mut r = Rng::new(8);
-        for (m, n, k) in [(1, 1, 1), (19, 70, 65), (64, 300, 384)] {
-            let a: Vec<f32> = (0..m * k).map(|_| r.normal() as f32).collect();
+        for (m, n, k) in [
+            (1, 1, 1),
+            (3, 17, 5),
+            (19, 70, 65),
+            (64, 300, 384),
+            (5, 40, 1030),
+        ] {
+            let mut a: Vec<f32> = (0..m * k).map(|_| r.normal() as f32).collect();
+            // A zero row, and a row whose largest value is 127 (so its split scale is 1) and
+            // whose others lie halfway between integers: ties of the split's rounding.
+            a[..k].fill(0.0);
+            if m > 1 {
+                for (t, v) in a[k..2 * k].iter_mut().enumerate() {
+                    *v = if t == 0 {
+                        127.0
+                    } else {
+                        (t % 251) as f32 - 125.5
+                    };
+                }
+            }
             let b = int8_anchors(&mut r, n, k);
             let packed = PackedAnchors::new(&b, n, k).expect("8-bit rows pack");
-            let (mut amx, mut vnni) = (Vec::new(), Vec::new());
-            // SAFETY: both kernels were detected above.
-            unsafe {
-                dots_with(Kernel::Amx, &a, m, &packed, &mut amx);
-                dots_with(Kernel::Vnni, &a, m, &packed, &mut vnni);
-            }
-            for i in 0..m {
-                let row = i * packed.stride();
-                assert_eq!(
-                    amx[row..row + n],
-                    vnni[row..row + n],
-                    "({m},{n},{k}) row {i}"
-                );
+            let results: Vec<Vec<f32>> = kernels
+                .iter()
+                .map(|&kernel| {
+                    let mut out = Vec::new();
+                    // SAFETY: every kernel in the list was detected above.
+                    unsafe { dots_with(kernel, &a, m, &packed, &mut out) };
+                    out
+                })
+                .collect();
+            for (kernel, out) in kernels.iter().zip(&results).skip(1) {
+                for i in 0..m {
+                    let row = i * packed.stride();
+                    assert_eq!(
+                        results[0][row..row + n],
+                        out[row..row + n],
+                        "{:?} against {kernel:?}: ({m},{n},{k}) row {i}",
+                        kernels[0]
+                    );
+                }
             }
         }
+    }
+
+    #[test]
+    fn scalar_split_gives_the_avx512_split_bytes() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !(crate::simd::has_avx512() && is_x86_feature_detected!("avx512bw")) {
+                eprintln!("SKIPPED: no AVX-512F/BW here to compare the scalar split with");
+                return;
+            }
+            let mut r = Rng::new(12);
+            let mut rows: Vec<Vec<f32>> = vec![vec![0.0; 9], vec![-3.0], vec![1e-30, -2e-30]];
+            for k in [1, 15, 16, 17, 100, 384, 1031] {
+                rows.push((0..k).map(|_| r.normal() as f32).collect());
+            }
+            // Largest value 127 (split scale 1), the others halfway between integers.
+            rows.push(
+                (0..300)
+                    .map(|t| {
+                        if t == 0 {
+                            127.0
+                        } else {
+                            (t % 251) as f32 - 125.5
+                        }
+                    })
+                    .collect(),
+            );
+            for x in &rows {
+                let (mut high, mut low) = (vec![0i8; x.len()], vec![0i8; x.len()]);
+                let (mut high_s, mut low_s) = (vec![0i8; x.len()], vec![0i8; x.len()]);
+                // SAFETY: AVX-512F and BW were detected above; the pieces hold x.len() bytes.
+                let scale = unsafe { split_query(x, &mut high, &mut low) };
+                let scale_s = split_query_scalar(x, &mut high_s, &mut low_s);
+                assert_eq!(scale.to_bits(), scale_s.to_bits(), "{} values", x.len());
+                assert_eq!(high, high_s, "{} values", x.len());
+                assert_eq!(low, low_s, "{} values", x.len());
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        eprintln!("SKIPPED: the AVX-512 split exists only on x86-64");
     }
 
     fn check_against_f64(kernel: Kernel) {

@@ -76,6 +76,7 @@ pub fn kernels() -> String {
     match crate::amx::kernel() {
         Some(crate::amx::Kernel::Amx) => parts.push("amx-int8"),
         Some(crate::amx::Kernel::Vnni) => parts.push("avx512-vnni"),
+        Some(crate::amx::Kernel::AvxVnni) => parts.push("avx-vnni"),
         None => {}
     }
     parts.join("+")
