@@ -46,7 +46,7 @@ pub enum Kernel {
     /// AVX-512 VNNI (`VPDPBUSD`), 4 queries by 32 anchors per step.
     Vnni,
     /// AVX-VNNI (the same instruction on 256-bit registers, VEX-encoded: Intel Alder Lake and
-    /// later client CPUs, which have no AVX-512), 2 queries by 16 anchors per step.
+    /// later client CPUs, which have no AVX-512), 3 queries by 16 anchors per step.
     AvxVnni,
 }
 
