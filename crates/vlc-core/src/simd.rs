@@ -303,27 +303,81 @@ pub fn bit_sum_scalar(weights: &[f32], bits: &[u8]) -> f32 {
     acc.iter().sum()
 }
 
+/// Lane masks of the bits of a byte: entry `b`, lane `l` is all ones where bit `l` of `b` is
+/// set. Layout: (256, 8) i32, each entry one 32-byte row.
+#[cfg(target_arch = "x86_64")]
+#[repr(C, align(32))]
+struct ByteMasks([[i32; 8]; 256]);
+
+#[cfg(target_arch = "x86_64")]
+static BYTE_MASKS: ByteMasks = {
+    let mut masks = [[0i32; 8]; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut l = 0;
+        while l < 8 {
+            masks[b][l] = if b >> l & 1 == 1 { -1 } else { 0 };
+            l += 1;
+        }
+        b += 1;
+    }
+    ByteMasks(masks)
+};
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn bit_sum_avx2(weights: &[f32], bits: &[u8]) -> f32 {
     use std::arch::x86_64::*;
-    // Lane l tests bit l of the broadcast byte.
-    let select = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for (j, &byte) in bits.iter().enumerate() {
-        let set = _mm256_cmpeq_epi32(
-            _mm256_and_si256(_mm256_set1_epi32(byte as i32), select),
-            select,
-        );
-        // SAFETY: the caller checked weights.len() >= 8 · bits.len(), so j·8 + 8 is in bounds.
-        let w = unsafe { _mm256_loadu_ps(weights.as_ptr().add(j * 8)) };
-        acc[j & 3] = _mm256_add_ps(acc[j & 3], _mm256_and_ps(w, _mm256_castsi256_ps(set)));
-    }
-    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    // SAFETY: AVX2 is enabled here; the caller's length guarantee is plane_sum_avx2's.
+    let sum = unsafe { plane_sum_avx2(weights, bits) };
     let mut lanes = [0f32; 8];
     // SAFETY: `lanes` holds exactly 8 floats.
     unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
     lanes.iter().sum()
+}
+
+/// Lane sums of the weights over the set bits of `bits`: each byte's lane mask comes from
+/// [`BYTE_MASKS`] (one load instead of a broadcast, an and and a compare), bytes `j` added
+/// into accumulator `j % 4`.
+///
+/// # Safety
+/// AVX2 must be available, and `weights.len() >= 8 · bits.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn plane_sum_avx2(weights: &[f32], bits: &[u8]) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let (mut a0, mut a1, mut a2, mut a3) = (
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+    );
+    // SAFETY (both loads): a mask row is 8 i32 of BYTE_MASKS; the caller guarantees
+    // weights.len() >= 8 · bits.len() >= 8·j + 8 for every byte j.
+    let term = |j: usize| unsafe {
+        let mask = _mm256_load_ps(BYTE_MASKS.0[bits[j] as usize].as_ptr() as *const f32);
+        _mm256_and_ps(_mm256_loadu_ps(weights.as_ptr().add(8 * j)), mask)
+    };
+    let quads = bits.len() / 4;
+    for q in 0..quads {
+        let j = 4 * q;
+        a0 = _mm256_add_ps(a0, term(j));
+        a1 = _mm256_add_ps(a1, term(j + 1));
+        a2 = _mm256_add_ps(a2, term(j + 2));
+        a3 = _mm256_add_ps(a3, term(j + 3));
+    }
+    let tail = 4 * quads;
+    if tail < bits.len() {
+        a0 = _mm256_add_ps(a0, term(tail));
+    }
+    if tail + 1 < bits.len() {
+        a1 = _mm256_add_ps(a1, term(tail + 1));
+    }
+    if tail + 2 < bits.len() {
+        a2 = _mm256_add_ps(a2, term(tail + 2));
+    }
+    _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))
 }
 
 /// [`bit_sum`] with AVX-512F.
@@ -423,11 +477,15 @@ pub fn weighted_bit_sums_checked(
         // SAFETY: AVX-512F was detected at run time; the lengths were checked above.
         return unsafe { weighted_bit_sums_avx512(terms, check_from, go_on) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if level() == SimdLevel::Avx2 {
+        // SAFETY: AVX2 and FMA were detected at run time; the lengths were checked above.
+        return unsafe { weighted_bit_sums_avx2(terms, check_from, go_on) };
+    }
     weighted_bit_sums_scalar_checked(terms, check_from, go_on)
 }
 
-/// Scalar reference of [`weighted_bit_sums`] (and the AVX2 and NEON levels' path, through
-/// [`bit_sum`]).
+/// Scalar reference of [`weighted_bit_sums`] (and the NEON level's path, through [`bit_sum`]).
 pub fn weighted_bit_sums_scalar(terms: &[BitTerm]) -> f32 {
     weighted_bit_sums_scalar_checked(terms, terms.len(), |_, _| true)
         .expect("no check runs, so nothing stops the sum")
@@ -466,6 +524,34 @@ unsafe fn weighted_bit_sums_avx512(
         }
     }
     Some(_mm512_reduce_add_ps(total))
+}
+
+/// [`weighted_bit_sums_checked`] on AVX2: the planes' lane sums scaled into one vector, reduced
+/// once at the end (and at each check), as the AVX-512 variant does.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weighted_bit_sums_avx2(
+    terms: &[BitTerm],
+    check_from: usize,
+    mut go_on: impl FnMut(usize, f32) -> bool,
+) -> Option<f32> {
+    use std::arch::x86_64::*;
+    let reduce = |v: __m256| {
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` holds exactly 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+        lanes.iter().sum::<f32>()
+    };
+    let mut total = _mm256_setzero_ps();
+    for (i, t) in terms.iter().enumerate() {
+        // SAFETY: AVX2 is enabled here; the caller checked every term's lengths.
+        let sum = unsafe { plane_sum_avx2(t.weights, t.bits) };
+        total = _mm256_fmadd_ps(sum, _mm256_set1_ps(t.scale), total);
+        if i >= check_from && i + 1 < terms.len() && !go_on(i, reduce(total)) {
+            return None;
+        }
+    }
+    Some(reduce(total))
 }
 
 /// Bit j of the result is set when `values[j] < limit`, for the first min(len, 32) values
@@ -853,9 +939,17 @@ mod tests {
                 .iter()
                 .map(|(w, _, s)| (s.abs() * w.iter().map(|v| v.abs()).sum::<f32>()) as f64)
                 .sum();
-            // Only x86-64 has a variant of its own (AVX-512); NEON's is `bit_sum`'s, above.
+            // Only x86-64 has variants of its own (AVX2, AVX-512); NEON's is `bit_sum`'s, above.
             #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
             let mut variants = vec![weighted_bit_sums(&terms), weighted_bit_sums_scalar(&terms)];
+            #[cfg(target_arch = "x86_64")]
+            if level() == SimdLevel::Avx2 {
+                // SAFETY: AVX2 and FMA were detected; every term has 8 weights per plane byte.
+                variants.push(
+                    unsafe { weighted_bit_sums_avx2(&terms, terms.len(), |_, _| true) }
+                        .expect("no check"),
+                );
+            }
             #[cfg(target_arch = "x86_64")]
             if has_avx512() {
                 // SAFETY: AVX-512F was detected; every term has 8 weights per plane byte.
@@ -893,7 +987,7 @@ mod tests {
                     "case {case}, term {t}"
                 );
             }
-            // The scalar path (machines without AVX-512) keeps the same contract.
+            // The scalar path (the NEON level's) keeps the same contract.
             let scalar = weighted_bit_sums_scalar_checked(&terms, 0, |t, partial| {
                 partial.to_bits() == weighted_bit_sums_scalar(&terms[..=t]).to_bits()
             });
@@ -902,6 +996,23 @@ mod tests {
                 Some(weighted_bit_sums_scalar(&terms).to_bits()),
                 "case {case}"
             );
+            // So does the AVX2 one (machines without AVX-512).
+            #[cfg(target_arch = "x86_64")]
+            if level() == SimdLevel::Avx2 {
+                let full = |terms: &[BitTerm]| {
+                    // SAFETY: AVX2 and FMA were detected; 8 weights per plane byte.
+                    unsafe { weighted_bit_sums_avx2(terms, terms.len(), |_, _| true) }
+                        .expect("no check")
+                        .to_bits()
+                };
+                // SAFETY: as above.
+                let avx2 = unsafe {
+                    weighted_bit_sums_avx2(&terms, 0, |t, partial| {
+                        partial.to_bits() == full(&terms[..=t])
+                    })
+                };
+                assert_eq!(avx2.map(f32::to_bits), Some(full(&terms)), "case {case}");
+            }
             if count > 2 {
                 let mut calls = 0;
                 let stopped = weighted_bit_sums_checked(&terms, 0, |_, _| {
