@@ -126,8 +126,8 @@ fn anchor_ranking(c: &mut Criterion) {
                 .unwrap()
         })
     });
-    // What an index holds by default: 8-bit anchors, which rank on AMX tiles or AVX-512 VNNI
-    // where the CPU has them (VLC_NO_AMX=1 VLC_NO_VNNI=1 give the GEMM path for comparison).
+    // What an index holds by default: 8-bit anchors, which rank on AMX tiles, AVX-512 VNNI or
+    // AVX-VNNI where the CPU has them (VLC_NO_AMX=1 VLC_NO_VNNI=1 give the GEMM path for comparison).
     let int8 = vlc::anchor_store::StoredAnchors::encode(&anchors, dim, vlc::AnchorPrecision::Int8)
         .decode(dim);
     let name = format!(

@@ -250,7 +250,7 @@ pub struct PackedAnchors {
     steps: usize,
     /// Per-row scales. Layout: (padded_rows,), zero past `rows`.
     scales: Vec<f32>,
-    /// Per-row sums of the levels, for the VNNI kernel's unsigned query bytes. Layout:
+    /// Per-row sums of the levels, for the VNNI kernels' unsigned query bytes. Layout:
     /// (padded_rows,), zero past `rows`.
     level_sums: Vec<i32>,
     /// Layout: (padded_rows / 16, steps, 16, 64) int8. Tile (g, s), row r holds, for the 16
@@ -359,10 +359,11 @@ pub fn dots(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
     unsafe { dots_with(kernel, a, m, b, out) }
 }
 
-/// [`dots`] on a chosen kernel (tests compare the two where both run).
+/// [`dots`] on a chosen kernel (tests compare the kernels that run here).
 ///
 /// # Safety
-/// The CPU must offer `kernel` (see [`supported`] and [`vnni_supported`]); `a` holds m rows.
+/// The CPU must offer `kernel` (see [`supported`], [`vnni_supported`] and
+/// [`avx_vnni_supported`]); `a` holds m rows.
 unsafe fn dots_with(kernel: Kernel, a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
     // SAFETY: passed on from the caller.
     unsafe {
@@ -374,34 +375,63 @@ unsafe fn dots_with(kernel: Kernel, a: &[f32], m: usize, b: &PackedAnchors, out:
     }
 }
 
-/// The query pieces of `a` (m, k) for the integer kernels: (high, low, scales), the pieces
-/// (⌈m/16⌉·16, `b.steps`·64) int8 each, zero past each row's k values and past row m.
-///
-/// # Safety
-/// AVX-512F and BW must be available.
+/// The query rows of [`dots`] split for the integer kernels, `x ≈ s (high + low / 254)`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn split_queries(a: &[f32], m: usize, b: &PackedAnchors) -> (Vec<i8>, Vec<i8>, Vec<f32>) {
-    let (k, row_len) = (b.dim, b.steps * TILE_K);
-    let padded_m = m.div_ceil(TILE_ROWS) * TILE_ROWS;
-    let mut high = vec![0i8; padded_m * row_len];
-    let mut low = vec![0i8; padded_m * row_len];
-    let mut query_scales = vec![0f32; padded_m];
-    for i in 0..m {
-        let x = &a[i * k..(i + 1) * k];
-        let (high, low) = (
-            &mut high[i * row_len..(i + 1) * row_len],
-            &mut low[i * row_len..(i + 1) * row_len],
-        );
-        // SAFETY: AVX-512F/BW are enabled for this function; the rows hold k <= row_len values.
-        query_scales[i] = unsafe { split_query(x, high, low) };
+struct SplitQueries {
+    /// Layout: (⌈m/16⌉·16, `row_len`) int8, zero past each row's k values and past row m.
+    high: Vec<i8>,
+    /// Layout: as `high`.
+    low: Vec<i8>,
+    /// Each row's `s`. Layout: (⌈m/16⌉·16,), zero past row m.
+    scales: Vec<f32>,
+    /// Bytes per row: the anchors' tile steps times 64.
+    row_len: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl SplitQueries {
+    /// Split the m rows of `a` (m, k) with `split(row, high, low)`, which writes one row's
+    /// pieces and returns its scale ([`split_query`] or [`split_query_scalar`]).
+    fn new(
+        a: &[f32],
+        m: usize,
+        b: &PackedAnchors,
+        mut split: impl FnMut(&[f32], &mut [i8], &mut [i8]) -> f32,
+    ) -> SplitQueries {
+        let (k, row_len) = (b.dim, b.steps * TILE_K);
+        let padded_m = m.div_ceil(TILE_ROWS) * TILE_ROWS;
+        let mut high = vec![0i8; padded_m * row_len];
+        let mut low = vec![0i8; padded_m * row_len];
+        let mut scales = vec![0f32; padded_m];
+        for i in 0..m {
+            scales[i] = split(
+                &a[i * k..(i + 1) * k],
+                &mut high[i * row_len..(i + 1) * row_len],
+                &mut low[i * row_len..(i + 1) * row_len],
+            );
+        }
+        SplitQueries {
+            high,
+            low,
+            scales,
+            row_len,
+        }
     }
-    (high, low, query_scales)
+
+    /// The pieces as unsigned bytes `x + 128`, what `VPDPBUSD` multiplies (x + 128 as a byte
+    /// is x with its top bit flipped).
+    fn into_unsigned(mut self) -> SplitQueries {
+        for v in self.high.iter_mut().chain(self.low.iter_mut()) {
+            *v ^= i8::MIN;
+        }
+        self
+    }
 }
 
 /// Write 16 products of one query row: `(high + low / 254) · s · scale` per anchor, from the
-/// int32 sums of the two query pieces, to `out` (16 values). Both kernels combine through
-/// this, which is what makes their results identical.
+/// int32 sums of the two query pieces, to `out` (16 values). The AMX and AVX-512 VNNI kernels
+/// combine through this and the AVX-VNNI kernel with the same operations on 8 lanes, which is
+/// what makes their results identical.
 ///
 /// # Safety
 /// AVX-512F must be available; `scales` and `out` hold at least 16 values.
@@ -445,14 +475,15 @@ const VNNI_QUERIES: usize = 4;
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn dots_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
     use std::arch::x86_64::*;
-    // SAFETY: AVX-512F/BW are enabled for this function.
-    let (mut high, mut low, query_scales) = unsafe { split_queries(a, m, b) };
-    // x + 128 as a byte is x with its top bit flipped.
-    for v in high.iter_mut().chain(low.iter_mut()) {
-        *v ^= i8::MIN;
-    }
+    // SAFETY: AVX-512F/BW are enabled for this function; the rows hold k <= row_len values.
+    let queries = SplitQueries::new(a, m, b, |x, h, l| unsafe { split_query(x, h, l) });
+    let SplitQueries {
+        high,
+        low,
+        scales: query_scales,
+        row_len,
+    } = queries.into_unsigned();
     let steps = b.steps;
-    let row_len = steps * TILE_K;
     let padded_m = query_scales.len();
     let stride = b.padded_rows;
     out.clear();
@@ -536,31 +567,10 @@ const AVX_VNNI_QUERIES: usize = 3;
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,avxvnni")]
 unsafe fn dots_avx_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
-    let (k, steps) = (b.dim, b.steps);
-    let row_len = steps * TILE_K;
-    let padded_m = m.div_ceil(TILE_ROWS) * TILE_ROWS;
-    let mut high = vec![0i8; padded_m * row_len];
-    let mut low = vec![0i8; padded_m * row_len];
-    let mut query_scales = vec![0f32; padded_m];
-    for i in 0..m {
-        query_scales[i] = split_query_scalar(
-            &a[i * k..(i + 1) * k],
-            &mut high[i * row_len..(i + 1) * row_len],
-            &mut low[i * row_len..(i + 1) * row_len],
-        );
-    }
-    // x + 128 as a byte is x with its top bit flipped.
-    for v in high.iter_mut().chain(low.iter_mut()) {
-        *v ^= i8::MIN;
-    }
+    let pieces = SplitQueries::new(a, m, b, split_query_scalar).into_unsigned();
+    let padded_m = pieces.scales.len();
     out.clear();
     out.resize(padded_m * b.padded_rows, 0.0);
-    let pieces = QueryPieces {
-        high: &high,
-        low: &low,
-        scales: &query_scales,
-        row_len,
-    };
     let mut i0 = 0;
     while i0 < padded_m {
         if padded_m - i0 >= AVX_VNNI_QUERIES {
@@ -575,25 +585,16 @@ unsafe fn dots_avx_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f3
     }
 }
 
-/// The split query rows of [`dots_avx_vnni`]: pieces (rows, `row_len`) as unsigned bytes.
-#[cfg(target_arch = "x86_64")]
-struct QueryPieces<'a> {
-    high: &'a [i8],
-    low: &'a [i8],
-    scales: &'a [f32],
-    row_len: usize,
-}
-
 /// Query rows `i0..i0 + Q` of [`dots_avx_vnni`] against every anchor, written to `out`.
 ///
 /// # Safety
-/// AVX2 and AVX-VNNI must be available; rows `i0..i0 + Q` exist in `q` and in `out`, which is
-/// (rows, `b.padded_rows`).
+/// AVX2 and AVX-VNNI must be available; rows `i0..i0 + Q` exist in `q` (as unsigned bytes) and
+/// in `out`, which is (rows, `b.padded_rows`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,avxvnni")]
 #[inline]
 unsafe fn avx_vnni_block<const Q: usize>(
-    q: &QueryPieces,
+    q: &SplitQueries,
     i0: usize,
     b: &PackedAnchors,
     out: &mut [f32],
@@ -750,8 +751,13 @@ unsafe fn dots_unchecked(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f
     let steps = b.steps;
     let row_len = steps * TILE_K;
     // The query pieces X₁ (high) and X₂ (low), (padded_m, row_len) int8 each, and s per row.
-    // SAFETY: AVX-512F/BW are enabled for this function.
-    let (high, low, query_scales) = unsafe { split_queries(a, m, b) };
+    // SAFETY: AVX-512F/BW are enabled for this function; the rows hold k <= row_len values.
+    let SplitQueries {
+        high,
+        low,
+        scales: query_scales,
+        ..
+    } = SplitQueries::new(a, m, b, |x, h, l| unsafe { split_query(x, h, l) });
     let padded_m = query_scales.len();
     let stride = b.padded_rows;
     out.clear();

@@ -20,7 +20,7 @@ fn naive_dist(a: &[f32], b: &[f32]) -> f64 {
 
 /// Nearest anchors (1, 3 and 8 per point) against brute force; shapes straddle the 64-row and
 /// 64-anchor tiles of the GPU kernels. Each shape runs with f32 anchors and with 8-bit anchors
-/// (what an index holds by default, which the CPU backend ranks on AMX or AVX-512 VNNI where it can).
+/// (what an index holds by default, which the CPU backend ranks on its integer kernels where it can).
 pub fn check_nearest(backend: &dyn Backend) {
     for &dim in &[1usize, 7, 65, 384] {
         for (&(n, k, m), eight_bit) in [

@@ -62,8 +62,8 @@ pub fn has_avx512() -> bool {
 }
 
 /// The CPU kernels this process uses, for logs and benchmark records: `scalar`, `neon`, or
-/// `avx2` followed by `avx512` and `amx-int8` or `avx512-vnni` (the anchor-ranking kernel) where
-/// those are detected and enabled.
+/// `avx2` followed by `avx512` and `amx-int8`, `avx512-vnni` or `avx-vnni` (the anchor-ranking
+/// kernel) where those are detected and enabled.
 pub fn kernels() -> String {
     let mut parts = vec![match level() {
         SimdLevel::Scalar => "scalar",
@@ -191,6 +191,19 @@ unsafe fn dot_f16_avx2(weights: &[f32], halves: &[u8]) -> f32 {
     simd + dot_f16_scalar(&weights[chunks * 16..], &halves[chunks * 32..])
 }
 
+/// The sum of the 8 lanes of `v`, added in lane order (the AVX2 kernels all reduce this way).
+///
+/// # Safety
+/// AVX must be available.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn sum_lanes_avx2(v: std::arch::x86_64::__m256) -> f32 {
+    let mut lanes = [0f32; 8];
+    // SAFETY: the caller guarantees AVX; `lanes` holds exactly 8 floats.
+    unsafe { std::arch::x86_64::_mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+    lanes.iter().sum()
+}
+
 /// Σ weights[i] · v[i] over the first 16·⌊n/16⌋ weights, `load(i)` giving values i..i + 8 and
 /// i + 8..i + 16 as two vectors; the caller adds the tail. Inlined into AVX2 kernels.
 ///
@@ -206,7 +219,7 @@ unsafe fn dot16_avx2(
     use std::arch::x86_64::*;
     let chunks = weights.len() / 16;
     // SAFETY (for every intrinsic below): the caller guarantees AVX2 and FMA; the weight
-    // loads at i and i + 8 end at i + 16 <= weights.len(); `lanes` holds exactly 8 floats.
+    // loads at i and i + 8 end at i + 16 <= weights.len().
     unsafe {
         let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         for c in 0..chunks {
@@ -217,9 +230,7 @@ unsafe fn dot16_avx2(
             a0 = _mm256_fmadd_ps(w0, v0, a0);
             a1 = _mm256_fmadd_ps(w1, v1, a1);
         }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(a0, a1));
-        lanes.iter().sum::<f32>()
+        sum_lanes_avx2(_mm256_add_ps(a0, a1))
     }
 }
 
@@ -327,13 +338,8 @@ static BYTE_MASKS: ByteMasks = {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn bit_sum_avx2(weights: &[f32], bits: &[u8]) -> f32 {
-    use std::arch::x86_64::*;
     // SAFETY: AVX2 is enabled here; the caller's length guarantee is plane_sum_avx2's.
-    let sum = unsafe { plane_sum_avx2(weights, bits) };
-    let mut lanes = [0f32; 8];
-    // SAFETY: `lanes` holds exactly 8 floats.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
-    lanes.iter().sum()
+    unsafe { sum_lanes_avx2(plane_sum_avx2(weights, bits)) }
 }
 
 /// Lane sums of the weights over the set bits of `bits`: each byte's lane mask comes from
@@ -536,22 +542,18 @@ unsafe fn weighted_bit_sums_avx2(
     mut go_on: impl FnMut(usize, f32) -> bool,
 ) -> Option<f32> {
     use std::arch::x86_64::*;
-    let reduce = |v: __m256| {
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` holds exactly 8 floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
-        lanes.iter().sum::<f32>()
-    };
     let mut total = _mm256_setzero_ps();
     for (i, t) in terms.iter().enumerate() {
         // SAFETY: AVX2 is enabled here; the caller checked every term's lengths.
         let sum = unsafe { plane_sum_avx2(t.weights, t.bits) };
         total = _mm256_fmadd_ps(sum, _mm256_set1_ps(t.scale), total);
-        if i >= check_from && i + 1 < terms.len() && !go_on(i, reduce(total)) {
+        // SAFETY: AVX2 is enabled here.
+        if i >= check_from && i + 1 < terms.len() && !go_on(i, unsafe { sum_lanes_avx2(total) }) {
             return None;
         }
     }
-    Some(reduce(total))
+    // SAFETY: AVX2 is enabled here.
+    Some(unsafe { sum_lanes_avx2(total) })
 }
 
 /// Bit j of the result is set when `values[j] < limit`, for the first min(len, 32) values

@@ -9,7 +9,8 @@ use crate::error::Result;
 use crate::linalg::{block_rows, gemm_nt, key_id, row_norms_sq, smallest_keys};
 use rayon::prelude::*;
 
-/// Calls with fewer points rank anchors with the f32 GEMM even where AMX or VNNI is available.
+/// Calls with fewer points rank anchors with the f32 GEMM even where an integer kernel (AMX,
+/// AVX-512 VNNI, AVX-VNNI) is available.
 const INTEGER_MIN_POINTS: usize = 64;
 
 /// CPU implementation of [`Backend`]; deterministic regardless of thread count.
@@ -51,7 +52,7 @@ impl Backend for CpuBackend {
     }
 
     /// `f32::EPSILON`, or [`amx::RANKING_ROUNDING`] where 8-bit anchors may rank on the
-    /// integer kernels (AMX or AVX-512 VNNI).
+    /// integer kernels (AMX, AVX-512 VNNI or AVX-VNNI).
     fn ranking_rounding(&self) -> f32 {
         if amx::available() {
             amx::RANKING_ROUNDING
