@@ -149,5 +149,22 @@ fn anchor_ranking(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, scan_kernels, anchor_ranking);
+/// `pcaq`'s query rotation: a block of 256 queries times the (dim, dim) basis, the per-query
+/// cost that does not shrink with nprobe (a large share of a query at 768-d and above).
+fn query_rotation(c: &mut Criterion) {
+    let mut rng = Rng::new(3);
+    let mut g = c.benchmark_group("query rotation, 256 queries");
+    g.throughput(Throughput::Elements(256));
+    for dim in [384usize, 768, 1536] {
+        let basis: Vec<f32> = (0..dim * dim).map(|_| rng.normal() as f32).collect();
+        let queries: Vec<f32> = (0..256 * dim).map(|_| rng.normal() as f32).collect();
+        let mut out = vec![0f32; 256 * dim];
+        g.bench_function(BenchmarkId::new("gemm_nt", dim), |b| {
+            b.iter(|| vlc::linalg::gemm_nt(black_box(&queries), 256, &basis, dim, dim, &mut out))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, scan_kernels, anchor_ranking, query_rotation);
 criterion_main!(benches);

@@ -571,6 +571,7 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
         (36, CodecKind::RaBitQ1, None, false, Metric::L2),
         (64, CodecKind::RaBitQ3, None, false, Metric::L2),
         (36, CodecKind::RaBitQ4, None, false, Metric::Cosine),
+        (35, CodecKind::RaBitQ7, None, false, Metric::L2),
         (
             64,
             CodecKind::RaBitQ2,

@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "VLCINDEX"
-//!      8     4  format version (u32) = 6 (versions 1 to 5 are read too)
+//!      8     4  format version (u32) = 7 (versions 1 to 6 are read too)
 //!     12     4  header size (u32) = 64
 //!     16     4  dim (u32)
 //!     20     4  num_anchors (u32)
@@ -44,6 +44,11 @@
 //! see [`crate::codec::FactorFormat`]), 2 or 4 bytes a stage instead of f16's 4: 2 to 4 bytes
 //! less per vector. Older files keep their f16 or f32 factors.
 //!
+//! Version 7 added codec kinds 10 to 13, `rabitq5` to `rabitq8` (extended RaBitQ with 5 to 8
+//! bits per dimension, laid out like `rabitq2`-`4` with more low planes). Nothing else
+//! changed: the version tells a reader built before them that it cannot read such a file,
+//! and a file of an earlier version that names one of them is rejected as corrupt.
+//!
 //! Every size read from a file is checked against the file length with checked arithmetic
 //! before anything is allocated or indexed.
 
@@ -59,7 +64,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"VLCINDEX";
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 pub const HEADER_SIZE: usize = 64;
 const ENTRY_SIZE: usize = 32;
 const MAX_SECTIONS: usize = 16;
@@ -422,6 +427,14 @@ fn parse(bytes: &[u8]) -> Result<(FileInfo, SectionRanges)> {
                 .ok_or_else(|| corrupt(format!("unknown refine codec {v}"), 34))?,
         ),
     };
+    for (kind, at) in std::iter::once((codec, 33)).chain(refine.map(|r| (r, 34))) {
+        if kind.rabitq_bits().is_some_and(|b| b > 4) && version < 7 {
+            return Err(corrupt(
+                format!("codec {kind} in a version {version} file (it needs version 7)"),
+                at,
+            ));
+        }
+    }
     let anchor_precision = match (h[35], version) {
         (0, _) => AnchorPrecision::F32,
         (FLAG_F16_ANCHORS, _) => AnchorPrecision::F16,

@@ -130,11 +130,15 @@ fn grid_estimates_equal_distance_to_decoded_vector() {
     }
 }
 
-const RABITQ: [CodecKind; 4] = [
+const RABITQ: [CodecKind; 8] = [
     CodecKind::RaBitQ1,
     CodecKind::RaBitQ2,
     CodecKind::RaBitQ3,
     CodecKind::RaBitQ4,
+    CodecKind::RaBitQ5,
+    CodecKind::RaBitQ6,
+    CodecKind::RaBitQ7,
+    CodecKind::RaBitQ8,
 ];
 
 fn train(f: &Fixture, kind: CodecKind) -> Codec {
@@ -149,12 +153,16 @@ fn train(f: &Fixture, kind: CodecKind) -> Codec {
     .unwrap()
 }
 
-/// The RaBitQ family: the four fixed widths and `pcaq` (default 3 bits per dimension).
-const RABITQ_FAMILY: [CodecKind; 5] = [
+/// The RaBitQ family: the eight fixed widths and `pcaq` (default 3 bits per dimension).
+const RABITQ_FAMILY: [CodecKind; 9] = [
     CodecKind::RaBitQ1,
     CodecKind::RaBitQ2,
     CodecKind::RaBitQ3,
     CodecKind::RaBitQ4,
+    CodecKind::RaBitQ5,
+    CodecKind::RaBitQ6,
+    CodecKind::RaBitQ7,
+    CodecKind::RaBitQ8,
     CodecKind::PcaRaBitQ,
 ];
 
@@ -725,6 +733,7 @@ fn estimate_below_is_scan_or_a_proven_miss() {
             CodecKind::RaBitQ1,
             CodecKind::RaBitQ3,
             CodecKind::RaBitQ4,
+            CodecKind::RaBitQ8,
             CodecKind::Sq8,
         ] {
             codecs.push((kind.to_string(), train(&f, kind)));

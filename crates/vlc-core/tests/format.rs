@@ -129,6 +129,23 @@ fn anchor_flags_need_their_format_version_and_unknown_flags_are_rejected() {
     }
 }
 
+/// `rabitq5`-`8` came with format version 7: a file of an earlier version that names one (as
+/// its codec or its refine tier) is corrupt, and says which codec and version; at version 7 the
+/// same file opens.
+#[test]
+fn codecs_need_the_format_version_that_brought_them() {
+    let b = to_bytes(&small_index(CodecKind::RaBitQ6, Some(CodecKind::Sq8)));
+    assert_eq!(b[33], CodecKind::RaBitQ6 as u8);
+    assert!(Index::from_bytes(&b).is_ok());
+    let err = Index::from_bytes(&with_header_field(&b, 8, &6u32.to_le_bytes())).unwrap_err();
+    assert!(matches!(err, VlcError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("rabitq6"), "{err}");
+    assert!(err.to_string().contains("version 7"), "{err}");
+    let refine = with_header_field(bytes(), 34, &[CodecKind::RaBitQ8 as u8]);
+    let err = Index::from_bytes(&with_header_field(&refine, 8, &5u32.to_le_bytes())).unwrap_err();
+    assert!(err.to_string().contains("rabitq8"), "{err}");
+}
+
 #[test]
 fn every_anchor_precision_round_trips_with_the_same_answers() {
     let data = clustered(300, DIM, 6, 0.3, 4);

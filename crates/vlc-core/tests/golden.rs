@@ -4,9 +4,9 @@
 //! factors, `pcaq`, the `f16` codec), `v3-*.vlc` by version 3 (bit-packed ids, int4
 //! anchors) and `v4-*.vlc` by version 4 (f16 full-code factors of the multi-bit RaBitQ codes
 //! and `pcaq`, `pcaq` allocated from zero bits), `v5-*.vlc` by version 5 (`pcaq`'s rotation
-//! as int8 rows, orthonormalised when read) and `v6-*.vlc` by version 6 (8- and 16-bit
-//! factors: `v6-pcaq6` holds both widths), with the search results they gave recorded beside
-//! them (`.expected.json`).
+//! as int8 rows, orthonormalised when read), `v6-*.vlc` by version 6 (8- and 16-bit
+//! factors: `v6-pcaq6` holds both widths) and `v7-*.vlc` by version 7 (codecs `rabitq5`-`8`:
+//! `v7-rabitq7`), with the search results they gave recorded beside them (`.expected.json`).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
 //! `v{FORMAT_VERSION}-*` files for the current version (existing files are never overwritten).
@@ -70,6 +70,12 @@ fn cases() -> Vec<(&'static str, BuildParams)> {
             BuildParams::default()
                 .with_codec(CodecKind::AnchorOnly)
                 .with_num_anchors(5),
+        ),
+        (
+            "rabitq7-l2",
+            BuildParams::default()
+                .with_codec(CodecKind::RaBitQ7)
+                .with_num_anchors(6),
         ),
         ("pcaq6-l2", {
             let mut p = BuildParams::default()

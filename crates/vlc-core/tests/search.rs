@@ -28,6 +28,7 @@ fn recall_on_clustered_data_per_codec() {
         (CodecKind::RaBitQ2, None, 0.65),
         (CodecKind::RaBitQ3, None, 0.78),
         (CodecKind::RaBitQ4, None, 0.85),
+        (CodecKind::RaBitQ7, None, 0.90),
         (CodecKind::PcaRaBitQ, None, 0.78),
         (CodecKind::AnchorOnly, None, 0.0),
     ];

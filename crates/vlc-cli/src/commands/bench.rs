@@ -31,11 +31,14 @@ pub struct Args {
     /// dimension on average (e.g. pcaq3.2 or pcaq0.75; see `vlc build --help`). The default
     /// sweep's `pcaq0.125@int4` is its smallest code: at high dimensions and few vectors the
     /// anchors are a large share of such a file, and int4 halves them. `pcaq:NB` is pcaq at
-    /// the largest rate whose file fits N bytes per vector (see --match-peers).
+    /// the largest rate whose file fits N bytes per vector (see --match-peers). `rabitq7` is
+    /// the sweep's high-rate code without a stored rotation: on small collections of
+    /// high-dimensional vectors it fits under a D + 8 byte footprint (an 8-bit scalar code
+    /// and its id) where `pcaq`'s rotation costs D x D bytes and a matrix product per query.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "rabitq1+f32,rabitq1+f16,rabitq1+sq8,rabitq1+sq4,pcaq0.125@int4,pcaq0.25,pcaq0.5,pcaq0.75,pcaq1,rabitq1,rabitq2,rabitq3,rabitq4,pcaq1.5,pcaq2,pcaq2.5,pcaq3,pcaq4,pcaq5,pcaq7.5,sq8,anchor-only"
+        default_value = "rabitq1+f32,rabitq1+f16,rabitq1+sq8,rabitq1+sq4,pcaq0.125@int4,pcaq0.25,pcaq0.5,pcaq0.75,pcaq1,rabitq1,rabitq2,rabitq3,rabitq4,rabitq7,pcaq1.5,pcaq2,pcaq2.5,pcaq3,pcaq4,pcaq5,pcaq7.5,sq8,anchor-only"
     )]
     pub configs: Vec<String>,
     /// nprobe values (values above the anchor count are skipped).

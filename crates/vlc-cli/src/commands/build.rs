@@ -20,9 +20,12 @@ pub struct Args {
     #[arg(short, long)]
     pub output: PathBuf,
     /// Residual codec, by bytes per vector at dim D: anchor-only (0), rabitq1 (D/8 + 4),
-    /// rabitq2 (D/4 + 8), rabitq3 (3D/8 + 8), rabitq4 (D/2 + 8), sq4 (D/2 + 4), sq8 (D + 4),
-    /// f16 (2·D + 4, half-float residuals), f32 (4·D + 4; both mostly refine tiers, see
-    /// --refine), or pcaqB.
+    /// rabitqB for B = 2 to 8 bits per dimension (B·D/8 + 8: rabitq2 D/4 + 8, rabitq4 D/2 + 8,
+    /// rabitq7 7D/8 + 8), sq4 (D/2 + 4), sq8 (D + 4), f16 (2·D + 4, half-float residuals),
+    /// f32 (4·D + 4; both mostly refine tiers, see --refine), or pcaqB. rabitq's rotation is
+    /// regenerated from a seed, so it stores nothing and costs O(D log D) per query: at high
+    /// rates on small collections of high-dimensional vectors rabitq5-8 are smaller and
+    /// faster than pcaq, whose rotation is stored (D x D bytes) and applied as a matrix.
     /// pcaqB is RaBitQ codes in the principal axes of the residuals with B·D/8 bytes of bits
     /// (B above 0 and up to 8, e.g. pcaq0.75, pcaq1.5 or pcaq3.2) allocated where they lower
     /// the ranking error most: axes that are noise stay uncoded, axes with structure get

@@ -25,7 +25,7 @@ pub struct Args {
     /// Lists to probe, comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128])]
     pub nprobe: Vec<usize>,
-    /// Candidates rescored by the second stage (a refine tier, or the full code of `rabitq1-4` and
+    /// Candidates rescored by the second stage (a refine tier, or the full code of `rabitq2-8` and
     /// `pcaq` after their fast scan); 0 = 10·k. Smaller pools are faster and lose recall only
     /// where the first stage ranks poorly.
     #[arg(long, default_value_t = 0)]

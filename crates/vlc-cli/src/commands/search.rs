@@ -21,7 +21,7 @@ pub struct Args {
     /// Inverted lists to scan per query (more = higher recall, slower).
     #[arg(long, default_value_t = 32)]
     pub nprobe: usize,
-    /// Candidates rescored by the second stage (a refine tier, or the full code of `rabitq1-4` and
+    /// Candidates rescored by the second stage (a refine tier, or the full code of `rabitq2-8` and
     /// `pcaq` after their fast scan); 0 = 10·k. Smaller pools are faster and lose recall only
     /// where the first stage ranks poorly.
     #[arg(long, default_value_t = 0)]

@@ -53,10 +53,21 @@ pub enum CodecKind {
     /// Each residual dimension as an f32 (4 bytes per dimension): the exact refine tier
     /// (`rabitq1+f32`), which also orders neighbours whose distances `f16` cannot separate.
     F32 = 9,
+    /// Extended RaBitQ with 5 bits per dimension (1-bit pass, then four finer planes). Like
+    /// the 6- to 8-bit codes below, a high-rate code with nothing stored for its rotation and
+    /// an O(D log D) query rotation, where `pcaq` stores up to D x D bytes and multiplies by
+    /// them: the codec for high rates on small collections of high-dimensional vectors.
+    RaBitQ5 = 10,
+    /// Extended RaBitQ with 6 bits per dimension.
+    RaBitQ6 = 11,
+    /// Extended RaBitQ with 7 bits per dimension.
+    RaBitQ7 = 12,
+    /// Extended RaBitQ with 8 bits per dimension.
+    RaBitQ8 = 13,
 }
 
 impl CodecKind {
-    pub const ALL: [CodecKind; 10] = [
+    pub const ALL: [CodecKind; 14] = [
         CodecKind::AnchorOnly,
         CodecKind::Sq8,
         CodecKind::Sq4,
@@ -67,6 +78,10 @@ impl CodecKind {
         CodecKind::PcaRaBitQ,
         CodecKind::F16,
         CodecKind::F32,
+        CodecKind::RaBitQ5,
+        CodecKind::RaBitQ6,
+        CodecKind::RaBitQ7,
+        CodecKind::RaBitQ8,
     ];
 
     pub fn from_u8(v: u8) -> Option<Self> {
@@ -83,6 +98,10 @@ impl CodecKind {
             CodecKind::RaBitQ2 => "rabitq2",
             CodecKind::RaBitQ3 => "rabitq3",
             CodecKind::RaBitQ4 => "rabitq4",
+            CodecKind::RaBitQ5 => "rabitq5",
+            CodecKind::RaBitQ6 => "rabitq6",
+            CodecKind::RaBitQ7 => "rabitq7",
+            CodecKind::RaBitQ8 => "rabitq8",
             CodecKind::PcaRaBitQ => "pcaq",
             CodecKind::F16 => "f16",
             CodecKind::F32 => "f32",
@@ -96,6 +115,10 @@ impl CodecKind {
             CodecKind::RaBitQ2 => Some(2),
             CodecKind::RaBitQ3 => Some(3),
             CodecKind::RaBitQ4 => Some(4),
+            CodecKind::RaBitQ5 => Some(5),
+            CodecKind::RaBitQ6 => Some(6),
+            CodecKind::RaBitQ7 => Some(7),
+            CodecKind::RaBitQ8 => Some(8),
             _ => None,
         }
     }
@@ -124,7 +147,7 @@ impl std::str::FromStr for CodecKind {
             .ok_or_else(|| {
                 VlcError::param(
                     "codec",
-                    format!("unknown codec `{s}` (expected anchor-only, sq8, sq4, f16, f32, rabitq1, rabitq2, rabitq3, rabitq4 or pcaq)"),
+                    format!("unknown codec `{s}` (expected anchor-only, sq8, sq4, f16, f32, rabitq1 to rabitq8, or pcaq)"),
                 )
             })
     }
@@ -443,16 +466,21 @@ impl Codec {
                     dim,
                 )?)
             }
-            CodecKind::RaBitQ1 | CodecKind::RaBitQ2 | CodecKind::RaBitQ3 | CodecKind::RaBitQ4 => {
-                Codec::RaBitQ(RaBitQ::train(
-                    dim,
-                    kind.rabitq_bits().unwrap(),
-                    params.seed,
-                    points,
-                    anchors,
-                    assignment,
-                ))
-            }
+            CodecKind::RaBitQ1
+            | CodecKind::RaBitQ2
+            | CodecKind::RaBitQ3
+            | CodecKind::RaBitQ4
+            | CodecKind::RaBitQ5
+            | CodecKind::RaBitQ6
+            | CodecKind::RaBitQ7
+            | CodecKind::RaBitQ8 => Codec::RaBitQ(RaBitQ::train(
+                dim,
+                kind.rabitq_bits().unwrap(),
+                params.seed,
+                points,
+                anchors,
+                assignment,
+            )),
             CodecKind::PcaRaBitQ => Codec::Pca(PcaRaBitQ::train(
                 dim,
                 params.bits,
@@ -492,13 +520,18 @@ impl Codec {
             CodecKind::Sq8 | CodecKind::Sq4 => {
                 Codec::Scalar(ScalarQuantizer::read_params(kind, dim, num_anchors, bytes)?)
             }
-            CodecKind::RaBitQ1 | CodecKind::RaBitQ2 | CodecKind::RaBitQ3 | CodecKind::RaBitQ4 => {
-                Codec::RaBitQ(RaBitQ::read_params(
-                    dim,
-                    kind.rabitq_bits().unwrap(),
-                    bytes,
-                )?)
-            }
+            CodecKind::RaBitQ1
+            | CodecKind::RaBitQ2
+            | CodecKind::RaBitQ3
+            | CodecKind::RaBitQ4
+            | CodecKind::RaBitQ5
+            | CodecKind::RaBitQ6
+            | CodecKind::RaBitQ7
+            | CodecKind::RaBitQ8 => Codec::RaBitQ(RaBitQ::read_params(
+                dim,
+                kind.rabitq_bits().unwrap(),
+                bytes,
+            )?),
             CodecKind::PcaRaBitQ => Codec::Pca(PcaRaBitQ::read_params(dim, version, bytes)?),
         })
     }

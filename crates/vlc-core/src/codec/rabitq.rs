@@ -1,5 +1,5 @@
 //! RaBitQ-family residual codes: 1 bit per dimension with per-vector correction factors, and
-//! extended codes of 2-4 bits per dimension whose top bit is that same 1-bit code.
+//! extended codes of 2-8 bits per dimension whose top bit is that same 1-bit code.
 //!
 //! A random orthogonal rotation `P` ([`FastRotation`], regenerated from the stored seed) spreads
 //! the residual `r` over all dimensions. A `b`-bit code stores per dimension an unsigned integer
@@ -45,7 +45,7 @@ use rayon::prelude::*;
 /// Rows encoded per parallel task.
 const ENCODE_BLOCK: usize = 1024;
 
-/// Bytes of one vector's code at `dim` dimensions and `bits` bits per dimension (1..=4),
+/// Bytes of one vector's code at `dim` dimensions and `bits` bits per dimension (1..=8),
 /// with the first stage's factors in `factors` and the full code's in `full_factors`.
 pub fn code_size(
     dim: usize,
@@ -63,12 +63,12 @@ pub fn code_size(
 }
 
 /// Most bits per dimension.
-pub const MAX_BITS: u32 = 4;
+pub const MAX_BITS: u32 = 8;
 
 #[derive(Clone, Debug)]
 pub struct RaBitQ {
     dim: usize,
-    /// Bits per dimension, 1..=4.
+    /// Bits per dimension, 1..=8.
     bits: u32,
     seed: u64,
     rotation: FastRotation,
@@ -164,7 +164,7 @@ impl RaBitQ {
         factors: FactorFormat,
         full_factors: FactorFormat,
     ) -> Self {
-        assert!((1..=MAX_BITS).contains(&bits), "RaBitQ bits must be 1..=4");
+        assert!((1..=MAX_BITS).contains(&bits), "RaBitQ bits must be 1..=8");
         RaBitQ {
             dim,
             bits,
@@ -372,7 +372,11 @@ impl ResidualCodec for RaBitQ {
             1 => CodecKind::RaBitQ1,
             2 => CodecKind::RaBitQ2,
             3 => CodecKind::RaBitQ3,
-            _ => CodecKind::RaBitQ4,
+            4 => CodecKind::RaBitQ4,
+            5 => CodecKind::RaBitQ5,
+            6 => CodecKind::RaBitQ6,
+            7 => CodecKind::RaBitQ7,
+            _ => CodecKind::RaBitQ8,
         }
     }
     fn dim(&self) -> usize {
