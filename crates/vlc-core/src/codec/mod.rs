@@ -66,6 +66,20 @@ pub enum CodecKind {
     RaBitQ8 = 13,
 }
 
+/// The pattern that matches every fixed-width RaBitQ kind (`rabitq1` to `rabitq8`).
+macro_rules! rabitq_kinds {
+    () => {
+        CodecKind::RaBitQ1
+            | CodecKind::RaBitQ2
+            | CodecKind::RaBitQ3
+            | CodecKind::RaBitQ4
+            | CodecKind::RaBitQ5
+            | CodecKind::RaBitQ6
+            | CodecKind::RaBitQ7
+            | CodecKind::RaBitQ8
+    };
+}
+
 impl CodecKind {
     pub const ALL: [CodecKind; 14] = [
         CodecKind::AnchorOnly,
@@ -466,14 +480,7 @@ impl Codec {
                     dim,
                 )?)
             }
-            CodecKind::RaBitQ1
-            | CodecKind::RaBitQ2
-            | CodecKind::RaBitQ3
-            | CodecKind::RaBitQ4
-            | CodecKind::RaBitQ5
-            | CodecKind::RaBitQ6
-            | CodecKind::RaBitQ7
-            | CodecKind::RaBitQ8 => Codec::RaBitQ(RaBitQ::train(
+            rabitq_kinds!() => Codec::RaBitQ(RaBitQ::train(
                 dim,
                 kind.rabitq_bits().unwrap(),
                 params.seed,
@@ -520,14 +527,7 @@ impl Codec {
             CodecKind::Sq8 | CodecKind::Sq4 => {
                 Codec::Scalar(ScalarQuantizer::read_params(kind, dim, num_anchors, bytes)?)
             }
-            CodecKind::RaBitQ1
-            | CodecKind::RaBitQ2
-            | CodecKind::RaBitQ3
-            | CodecKind::RaBitQ4
-            | CodecKind::RaBitQ5
-            | CodecKind::RaBitQ6
-            | CodecKind::RaBitQ7
-            | CodecKind::RaBitQ8 => Codec::RaBitQ(RaBitQ::read_params(
+            rabitq_kinds!() => Codec::RaBitQ(RaBitQ::read_params(
                 dim,
                 kind.rabitq_bits().unwrap(),
                 bytes,
