@@ -74,10 +74,15 @@ pub struct BuildParams {
     /// assigned and encoded against the stored values, so this costs no code accuracy.
     pub anchor_precision: AnchorPrecision,
     /// A footprint to fill, in bytes per vector of the whole file (ids, anchors, codec
-    /// parameters and codes; the refine tier too, when there is one): `pcaq` only, whose rate
-    /// (`codec_params.bits`) is then chosen as the largest that fits, after the anchors are
-    /// trained. `None` (the default): the rate is `codec_params.bits`.
+    /// parameters and codes; the refine tier too, when there is one): `pcaq` at the largest
+    /// rate (`codec_params.bits`) that fits, chosen after the anchors are trained, unless
+    /// `pcaq_only` is false and the widest of `rabitq5`-`8` that fits decodes the training
+    /// sample more closely (high budgets on small collections of high-dimensional vectors,
+    /// where `pcaq`'s stored rotation costs rate). `None` (the default): `codec` at
+    /// `codec_params.bits`.
     pub bytes_per_vector: Option<f64>,
+    /// With `bytes_per_vector`: fill it with `pcaq` only, never `rabitq5`-`8` (default false).
+    pub pcaq_only: bool,
 }
 
 impl Default for BuildParams {
@@ -91,6 +96,7 @@ impl Default for BuildParams {
             codec_training_points: 65_536,
             anchor_precision: AnchorPrecision::default(),
             bytes_per_vector: None,
+            pcaq_only: false,
         }
     }
 }
@@ -118,7 +124,8 @@ impl BuildParams {
         self.codec_params.seed = seed ^ 0x5eed;
         self
     }
-    /// Fill `bytes_per_vector` with a `pcaq` code (see [`BuildParams::bytes_per_vector`]).
+    /// Fill `bytes_per_vector` with a `pcaq` code, or a `rabitq5`-`8` code where that decodes
+    /// more closely and `pcaq_only` is false (see [`BuildParams::bytes_per_vector`]).
     pub fn with_bytes_per_vector(mut self, bytes_per_vector: f64) -> Self {
         self.codec = CodecKind::PcaRaBitQ;
         self.bytes_per_vector = Some(bytes_per_vector);
@@ -155,6 +162,55 @@ fn budget_rate(dim: usize, n: usize, budget: f64, file_size: impl Fn(f32) -> u64
         }
     }
     Ok(bits(lo))
+}
+
+/// Rows of the training sample that [`relative_reconstruction_error`] encodes.
+const RECONSTRUCTION_ROWS: usize = 1024;
+
+/// How closely `codec` decodes the residuals of (evenly spaced rows, at most
+/// [`RECONSTRUCTION_ROWS`], of) `points` (m, dim) against their `anchors` (num_anchors, dim)
+/// under `assignment` (m,): mean squared error over mean squared norm. A distance estimate's
+/// error along a random query direction grows with it.
+fn relative_reconstruction_error(
+    codec: &Codec,
+    points: &[f32],
+    anchors: &[f32],
+    assignment: &[u32],
+) -> f64 {
+    let dim = codec.dim();
+    let m = assignment.len();
+    let rows: Vec<usize> = (0..m)
+        .step_by(m.div_ceil(RECONSTRUCTION_ROWS).max(1))
+        .collect();
+    let sample: Vec<f32> = rows
+        .iter()
+        .flat_map(|&i| points[i * dim..(i + 1) * dim].iter().copied())
+        .collect();
+    let sample_assignment: Vec<u32> = rows.iter().map(|&i| assignment[i]).collect();
+    let cs = codec.code_size();
+    let mut codes = vec![0u8; rows.len() * cs];
+    let prepared = codec.prepare_anchors(anchors);
+    codec.encode_prepared(&prepared, &sample, anchors, &sample_assignment, &mut codes);
+    let (mut error, mut norm) = (0f64, 0f64);
+    let mut decoded = vec![0f32; dim];
+    for (r, (&a, code)) in sample_assignment
+        .iter()
+        .zip(codes.chunks_exact(cs))
+        .enumerate()
+    {
+        codec.decode(code, a, &mut decoded);
+        let anchor = &anchors[a as usize * dim..(a as usize + 1) * dim];
+        for d in 0..dim {
+            let residual = (sample[r * dim + d] - anchor[d]) as f64;
+            error += (decoded[d] as f64 - residual).powi(2);
+            norm += residual * residual;
+        }
+    }
+    if norm > 0.0 {
+        error / norm
+    } else {
+        0.0
+    }
 }
 
 /// Bytes left in the metadata section for what is known only after the rate of a byte budget
@@ -431,7 +487,61 @@ impl Index {
                 };
                 let bits = budget_rate(dim, n, budget, file_size)?;
                 report_params.codec_params.bits = bits;
-                Codec::Pca(fit.codec(bits, &sample_points, &anchors, &sample_assignment)?)
+                let pcaq =
+                    Codec::Pca(fit.codec(bits, &sample_points, &anchors, &sample_assignment)?);
+                // The high-rate codes without a stored rotation, widest first: the widest that
+                // fits is kept over `pcaq` where it decodes the training sample more closely
+                // (small collections of high-dimensional vectors, where the rotation's bytes
+                // cost `pcaq` rate, and data whose leading axes `pcaq` holds at its 8-bit cap).
+                let mut chosen = pcaq;
+                let candidates = if params.pcaq_only {
+                    &[][..]
+                } else {
+                    &[
+                        CodecKind::RaBitQ8,
+                        CodecKind::RaBitQ7,
+                        CodecKind::RaBitQ6,
+                        CodecKind::RaBitQ5,
+                    ][..]
+                };
+                for &kind in candidates {
+                    // Its bit planes and the smallest factors (a byte each, two stages) first:
+                    // no need to train a code that cannot fit.
+                    let least = dim.div_ceil(8) * kind.rabitq_bits().unwrap_or(8) as usize + 4;
+                    if (least * n) as f64 > budget * n as f64 {
+                        continue;
+                    }
+                    let rabitq = train_codec(kind, 0)?;
+                    let mut rabitq_params = Vec::new();
+                    rabitq.write_params(&mut rabitq_params);
+                    let mut lengths = vec![
+                        stored_anchors.bytes.len(),
+                        (num_anchors + 1) * 8,
+                        ids,
+                        rabitq_params.len(),
+                        n * rabitq.code_size(),
+                        meta,
+                    ];
+                    lengths.extend(&refine_sections);
+                    if file_size_for(lengths.into_iter()) as f64 > budget * n as f64 {
+                        continue;
+                    }
+                    let error = |c: &Codec| {
+                        relative_reconstruction_error(
+                            c,
+                            &sample_points,
+                            &anchors,
+                            &sample_assignment,
+                        )
+                    };
+                    if error(&rabitq) < error(&chosen) {
+                        report_params.codec = kind;
+                        report_params.codec_params.bits = kind.rabitq_bits().unwrap_or(0) as f32;
+                        chosen = rabitq;
+                    }
+                    break;
+                }
+                chosen
             }
         };
 

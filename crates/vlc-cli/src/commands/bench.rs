@@ -78,7 +78,7 @@ pub struct Args {
     /// JSON-lines files of peer points (e.g. from bench/faiss_bench.py).
     #[arg(long)]
     pub peers: Vec<PathBuf>,
-    /// Also build `pcaq` at each peer's footprint (`pcaq:NB`, `vlc build --bytes-per-vector
+    /// Also build `pcaq` at each peer's footprint (`pcaq:NB`, `vlc build --codec pcaq --bytes-per-vector
     /// N`), for every distinct bytes per vector among the --peers points up to dim + 16 (about
     /// pcaq's size at 8 bits per dimension), so that each peer meets VLC at its own size.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
@@ -140,7 +140,7 @@ struct Config {
     codec: CodecKind,
     /// `pcaq`'s bits per dimension, when the spec gives them.
     bits: Option<f32>,
-    /// The footprint `pcaq:NB` fills (`vlc build --bytes-per-vector N`).
+    /// The footprint `pcaq:NB` fills (`vlc build --codec pcaq --bytes-per-vector N`).
     bytes_per_vector: Option<f64>,
     refine: Option<CodecKind>,
     /// How anchors are stored (`None`: the build default).
@@ -303,6 +303,8 @@ pub fn run(a: Args) -> Result<()> {
         }
         if let Some(budget) = config.bytes_per_vector {
             params = params.with_bytes_per_vector(budget);
+            // `pcaq:NB` is pcaq, as its name says (`vlc build --codec pcaq --bytes-per-vector N`).
+            params.pcaq_only = true;
         }
         params.train.num_anchors = a.anchors.unwrap_or(0);
         if let Some(precision) = config.precision {

@@ -39,8 +39,12 @@ pub struct Args {
     /// Fill this footprint: bytes per vector of the whole index file (ids, anchors, codec
     /// parameters, codes, and the --refine tier when there is one). Builds pcaq at the largest
     /// rate that fits, chosen after the anchors are trained (at most 8 bits per dimension, so a
-    /// budget above that size is not filled). Fails, naming the smallest size possible, when
-    /// the budget cannot hold the ids, anchors and factors plus one byte of code per vector.
+    /// budget above that size is not filled), or the widest of rabitq5-8 that fits where it
+    /// decodes a training sample more closely (high budgets on small collections of
+    /// high-dimensional vectors: pcaq stores its rotation, rabitq does not; --codec pcaq keeps
+    /// pcaq whatever the budget). Fails, naming the
+    /// smallest size possible, when the budget cannot hold the ids, anchors and factors plus
+    /// one byte of code per vector.
     #[arg(long, value_name = "BYTES")]
     pub bytes_per_vector: Option<f64>,
     /// Finer codec stored beside the primary one to rerank the candidate pool: none, sq4
@@ -135,6 +139,8 @@ pub fn run(a: Args) -> Result<()> {
             );
         }
         params = params.with_bytes_per_vector(budget);
+        // An explicit --codec pcaq asks for pcaq; without it the budget may keep rabitq5-8.
+        params.pcaq_only = a.codec.is_some();
     }
     params.train.num_anchors = a.anchors.unwrap_or(0);
     if a.anchors == Some(0) {
