@@ -472,8 +472,8 @@ impl Index {
                 }
                 // The sections `format::sections` writes (a new section there must be added
                 // here too: the budget test would see the file pass its budget).
-                let file_size = |bits: f32| {
-                    let (code_size, params_len) = fit.sizes(bits);
+                // The file's size with a primary codec of these parameter and code sizes.
+                let file_with = |params_len: usize, code_size: usize| {
                     let mut lengths = vec![
                         stored_anchors.bytes.len(),
                         (num_anchors + 1) * 8,
@@ -484,6 +484,10 @@ impl Index {
                     ];
                     lengths.extend(&refine_sections);
                     file_size_for(lengths.into_iter())
+                };
+                let file_size = |bits: f32| {
+                    let (code_size, params_len) = fit.sizes(bits);
+                    file_with(params_len, code_size)
                 };
                 let bits = budget_rate(dim, n, budget, file_size)?;
                 report_params.codec_params.bits = bits;
@@ -514,16 +518,8 @@ impl Index {
                     let rabitq = train_codec(kind, 0)?;
                     let mut rabitq_params = Vec::new();
                     rabitq.write_params(&mut rabitq_params);
-                    let mut lengths = vec![
-                        stored_anchors.bytes.len(),
-                        (num_anchors + 1) * 8,
-                        ids,
-                        rabitq_params.len(),
-                        n * rabitq.code_size(),
-                        meta,
-                    ];
-                    lengths.extend(&refine_sections);
-                    if file_size_for(lengths.into_iter()) as f64 > budget * n as f64 {
+                    if file_with(rabitq_params.len(), rabitq.code_size()) as f64 > budget * n as f64
+                    {
                         continue;
                     }
                     let error = |c: &Codec| {
