@@ -509,10 +509,12 @@ impl Index {
                     ][..]
                 };
                 for &kind in candidates {
-                    // Its bit planes and the smallest factors (a byte each, two stages) first:
-                    // no need to train a code that cannot fit.
-                    let least = dim.div_ceil(8) * kind.rabitq_bits().unwrap_or(8) as usize + 4;
-                    if (least * n) as f64 > budget * n as f64 {
+                    let bits = kind.rabitq_bits().expect("a RaBitQ kind");
+                    // With its smallest factors (a byte each) first: no need to train a code
+                    // that cannot fit.
+                    let byte = crate::codec::FactorFormat::unfitted(8);
+                    let least = crate::codec::rabitq::code_size(dim, bits, byte, byte);
+                    if file_with(0, least) as f64 > budget * n as f64 {
                         continue;
                     }
                     let rabitq = train_codec(kind, 0)?;
@@ -532,7 +534,7 @@ impl Index {
                     };
                     if error(&rabitq) < error(&chosen) {
                         report_params.codec = kind;
-                        report_params.codec_params.bits = kind.rabitq_bits().unwrap_or(0) as f32;
+                        report_params.codec_params.bits = bits as f32;
                         chosen = rabitq;
                     }
                     break;
