@@ -9,8 +9,10 @@ Usage:
 For every query, each of its exact `--top` nearest neighbours (groundtruth.npy) that the
 search returned is compared with its exact squared L2 distance (recomputed in f64 from
 base.npy); prints how many were compared, the RMS of the differences, the RMS relative to the
-exact distance, and the mean difference (the bias). `vlc search -o` writes the estimates to
-`hits.distances.npy` beside the ids.
+exact distance, the mean difference (the bias), and the 99th percentile and the largest of
+the absolute differences (one vector whose estimate is far off, e.g. one whose factors lie
+beyond the range fitted at build time, can set the RMS alone). `vlc search -o` writes the
+estimates to `hits.distances.npy` beside the ids.
 """
 import argparse
 import os
@@ -41,4 +43,5 @@ for i, row in enumerate(ids):
 errors, relative = np.array(errors), np.array(relative)
 print(f"{a.hits}: {len(errors)} true top-{a.top} neighbours returned; RMS error "
       f"{np.sqrt((errors ** 2).mean()):.3e}, relative {np.sqrt((relative ** 2).mean()):.3e}, "
-      f"mean {errors.mean():+.2e}")
+      f"mean {errors.mean():+.2e}; |error| 99th percentile {np.percentile(np.abs(errors), 99):.3e}, "
+      f"largest {np.abs(errors).max():.3e}")
