@@ -5,10 +5,8 @@
 //! anchors) and `v4-*.vlc` by version 4 (f16 full-code factors of the multi-bit RaBitQ codes
 //! and `pcaq`, `pcaq` allocated from zero bits), `v5-*.vlc` by version 5 (`pcaq`'s rotation
 //! as int8 rows, orthonormalised when read), `v6-*.vlc` by version 6 (8- and 16-bit
-//! factors: `v6-pcaq6` holds both widths), `v7-*.vlc` by version 7 (codecs `rabitq5`-`8`:
-//! `v7-rabitq7`) and `v8-*.vlc` by version 8 (`pcaq` axes wider than 8 bits: `v8-pcaq7-wide`,
-//! built on the data with four dimensions spread 64 times wider), with the search results they
-//! gave recorded beside them (`.expected.json`).
+//! factors: `v6-pcaq6` holds both widths) and `v7-*.vlc` by version 7 (codecs `rabitq5`-`8`:
+//! `v7-rabitq7`), with the search results they gave recorded beside them (`.expected.json`).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
 //! `v{FORMAT_VERSION}-*` files for the current version (existing files are never overwritten).
@@ -86,27 +84,7 @@ fn cases() -> Vec<(&'static str, BuildParams)> {
             p.codec_params.bits = 6.0;
             p
         }),
-        ("pcaq7-wide-l2", {
-            let mut p = BuildParams::default()
-                .with_codec(CodecKind::PcaRaBitQ)
-                .with_num_anchors(6);
-            p.codec_params.bits = 7.0;
-            p
-        }),
     ]
-}
-
-/// The data a case is built on: cases named `*-wide-*` spread four dimensions 64 times wider,
-/// so that `pcaq` gives their axes more than 8 bits.
-fn data_for(name: &str) -> Vec<f32> {
-    let data = clustered(400, DIM, 7, 0.3, 11);
-    if !name.contains("-wide-") {
-        return data;
-    }
-    data.iter()
-        .enumerate()
-        .map(|(k, &x)| if k % DIM < 4 { 64.0 * x } else { x })
-        .collect()
 }
 
 fn queries() -> Vec<f32> {
@@ -215,17 +193,13 @@ fn write_golden_files_when_asked() {
     if std::env::var_os("VLC_WRITE_GOLDEN").is_none() {
         return;
     }
+    let data = clustered(400, DIM, 7, 0.3, 11);
     for (name, params) in cases() {
         let path = dir().join(format!("v{}-{name}.vlc", vlc::format::FORMAT_VERSION));
         if path.exists() {
             continue;
         }
-        let data = data_for(name);
         let (index, _) = Index::build(&data, DIM, &params, &CpuBackend, &mut |_| {}).unwrap();
-        if name.contains("-wide-") {
-            let widths = index.pcaq_widths().unwrap();
-            assert!(widths[0] > 8, "{name}: {widths:?}");
-        }
         index.save(&path).unwrap();
         let got = index
             .search_batch(&queries(), &PARAMS, &CpuBackend)

@@ -17,9 +17,8 @@
 //! then get one random rotation among themselves, so their coordinates are Gaussian-like and of
 //! equal variance, as extended RaBitQ's grid assumes.
 //!
-//! Codes are extended RaBitQ codes with a per-dimension width `b_i` (non-increasing in `i`, at
-//! most [`MAX_DIM_BITS`] = 12, 8 before format version 8; the `active` dimensions have
-//! `b_i ≥ 1`): an unsigned `u_i ∈ 0..2^b_i` whose grid point is
+//! Codes are extended RaBitQ codes with a per-dimension width `b_i` (non-increasing in `i`; the
+//! `active` dimensions have `b_i ≥ 1`): an unsigned `u_i ∈ 0..2^b_i` whose grid point is
 //! `w_i = u_i − (2^b_i − 1)/2`, all dimensions sharing one scale chosen per vector to maximise
 //! the cosine between `w` and the rotated residual (the same estimator and factors as
 //! [`super::rabitq`], with `√active` for `√D`). The residual energy outside the coded axes
@@ -73,18 +72,8 @@ use rayon::prelude::*;
 const ENCODE_BLOCK: usize = 1024;
 /// Most training residuals used for the covariance.
 const COVARIANCE_ROWS: usize = 16_384;
-/// Widest dimension, in bits (format version 8 on; 8 before). Every axis of a code shares one
-/// grid step, so where a few leading axes hold most of the residual variance they need several
-/// bits more than the rest for that step to suit both: at 8 the cap held them back and set the
-/// step for every axis, and from 5 to 7 bits per dimension the estimate stopped improving on
-/// such data. 12 bits serve axes with 4^11 times the variance of a one-bit axis: built with a
-/// cap of 16, `pcaq7.5` and `pcaq8` on the 768-, 1024- and 1536-d benchmark sets (the ones
-/// whose leading axes reach 12 bits) get the same widths.
-pub const MAX_DIM_BITS: u8 = 12;
-/// Most average bits per dimension.
-pub const MAX_AVERAGE_BITS: u8 = 8;
-/// The first format version whose files may hold widths above 8 bits.
-const WIDE_DIMS_VERSION: u32 = 8;
+/// Widest dimension, in bits.
+pub const MAX_DIM_BITS: u8 = 8;
 /// Average bits per dimension when none are given.
 pub const DEFAULT_BITS: f32 = 3.0;
 
@@ -170,18 +159,15 @@ struct EncodeScratch {
 
 /// Relative error variance of the unbiased inner-product estimate from a `b`-bit uniform grid
 /// of a Gaussian coordinate, `mse / (1 − mse)` with `mse` the optimal uniform quantiser's
-/// relative mean squared error at `b` bits (Max, 1960) for `b` in `1..=8`, and a quarter of
-/// the width before's above (the high-rate rule), for `b` in `1..=`[`MAX_DIM_BITS`].
+/// relative mean squared error at `b` bits (Max, 1960), for `b` in `1..=8`.
 pub(crate) const GRID_ERROR: [f64; MAX_DIM_BITS as usize] = {
     const MSE: [f64; 8] = [
         0.3634, 0.1188, 0.03744, 0.01154, 0.00349, 0.00104, 0.000303, 0.0000866,
     ];
-    let mut out = [0.0; MAX_DIM_BITS as usize];
-    let mut mse = 0.0;
+    let mut out = [0.0; 8];
     let mut b = 0;
-    while b < MAX_DIM_BITS as usize {
-        mse = if b < MSE.len() { MSE[b] } else { mse * 0.25 };
-        out[b] = mse / (1.0 - mse);
+    while b < 8 {
+        out[b] = MSE[b] / (1.0 - MSE[b]);
         b += 1;
     }
     out
@@ -429,7 +415,7 @@ fn random_orthogonal(n: usize, seed: u64) -> Vec<f32> {
 
 /// Refuse a rate outside (0, [`MAX_DIM_BITS`]] bits per dimension.
 fn check_bits(bits: f32) -> Result<()> {
-    if bits > 0.0 && bits <= MAX_AVERAGE_BITS as f32 {
+    if bits > 0.0 && bits <= MAX_DIM_BITS as f32 {
         Ok(())
     } else {
         Err(VlcError::param(
@@ -787,27 +773,14 @@ impl PcaRaBitQ {
             what: format!("pcaq codec parameters: {what}"),
             offset: 0,
         };
-        if !(bits > 0.0 && bits <= MAX_AVERAGE_BITS as f32) {
+        if !(bits > 0.0 && bits <= MAX_DIM_BITS as f32) {
             return Err(corrupt(&format!("average bits {bits} out of range")));
         }
-        let widest = if version >= WIDE_DIMS_VERSION {
-            MAX_DIM_BITS
-        } else {
-            8
-        };
         if active == 0
-            || dim_bits.iter().any(|&b| b > widest)
+            || dim_bits.iter().any(|&b| b > MAX_DIM_BITS)
             || dim_bits.windows(2).any(|w| w[0] < w[1])
         {
-            return Err(corrupt(&format!(
-                "dimension widths are not non-increasing in 0..={widest} (a version {version} \
-                 file{})",
-                if widest < MAX_DIM_BITS {
-                    format!("; widths above {widest} need version {WIDE_DIMS_VERSION}")
-                } else {
-                    String::new()
-                }
-            )));
+            return Err(corrupt("dimension widths are not non-increasing in 0..=8"));
         }
         if rotation.iter().any(|v| !v.is_finite()) {
             return Err(corrupt("non-finite rotation entry"));
@@ -1254,7 +1227,7 @@ mod tests {
         assert_eq!(flat, vec![3, 3, 3]);
         // The cap holds, and the budget left over goes to the next block.
         let capped = ErrorModel::new(&[1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1.0], &[0.0; 2])
-            .fill(MAX_DIM_BITS as usize + 2, MAX_DIM_BITS);
+            .fill(10, MAX_DIM_BITS);
         assert_eq!(capped, vec![MAX_DIM_BITS, 2]);
         // Single-bit widths fill leading blocks only.
         assert_eq!(model.fill(3, 1), vec![1, 1, 1, 0]);
