@@ -3,14 +3,23 @@
 more bytes/vector and no less recall@10, and its QPS over the peer's (below 1: not matched).
 Narrowest margins first.
 
-Usage: python3 bench/pareto_margins.py bench/results/synthetic-256/results.jsonl [ROWS]
+Usage: python3 bench/pareto_margins.py bench/results/synthetic-256/results.jsonl [ROWS] [--only PREFIX]
+
+`--only PREFIX` counts only the VLC configurations whose name starts with PREFIX (e.g. `pcaq`:
+whether that family alone matches each peer).
 """
 import json
 import sys
 
-points = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-rows_wanted = int(sys.argv[2]) if len(sys.argv) > 2 else 10
-vlc = [p for p in points if p["system"] == "vlc"]
+args = sys.argv[1:]
+only = ""
+if "--only" in args:
+    at = args.index("--only")
+    only = args[at + 1]
+    del args[at : at + 2]
+points = [json.loads(l) for l in open(args[0]) if l.strip()]
+rows_wanted = int(args[1]) if len(args) > 1 else 10
+vlc = [p for p in points if p["system"] == "vlc" and p["config"].startswith(only)]
 rows = []
 for peer in (p for p in points if p["system"] != "vlc"):
     fits = [v for v in vlc if v["bytes_per_vector"] <= peer["bytes_per_vector"] and v["recall@10"] >= peer["recall@10"]]
