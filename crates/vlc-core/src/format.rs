@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "VLCINDEX"
-//!      8     4  format version (u32) = 7 (versions 1 to 6 are read too)
+//!      8     4  format version (u32) = 8 (versions 1 to 7 are read too)
 //!     12     4  header size (u32) = 64
 //!     16     4  dim (u32)
 //!     20     4  num_anchors (u32)
@@ -49,6 +49,13 @@
 //! changed: the version tells a reader built before them that it cannot read such a file,
 //! and a file of an earlier version that names one of them is rejected as corrupt.
 //!
+//! Version 8 let `pcaq` give a principal axis up to 12 bits instead of 8 (the widths in its
+//! parameters; see [`crate::codec::pca::MAX_DIM_BITS`]). The first stage of a code with such
+//! axes holds one more bit plane per bit past 8 on them (the layout follows from the widths;
+//! see [`crate::codec::pca`]), and codes without them are laid out as before. Nothing else
+//! changed: a reader built before it reports the newer version, and an earlier version's file
+//! with a width above 8 is rejected as corrupt.
+//!
 //! Every size read from a file is checked against the file length with checked arithmetic
 //! before anything is allocated or indexed.
 
@@ -64,7 +71,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"VLCINDEX";
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 pub const HEADER_SIZE: usize = 64;
 const ENTRY_SIZE: usize = 32;
 const MAX_SECTIONS: usize = 16;

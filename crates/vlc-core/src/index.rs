@@ -496,7 +496,7 @@ impl Index {
                 // The high-rate codes without a stored rotation, widest first: the widest that
                 // fits is kept over `pcaq` where it decodes the training sample more closely
                 // (small collections of high-dimensional vectors, where the rotation's bytes
-                // cost `pcaq` rate, and data whose leading axes `pcaq` holds at its 8-bit cap).
+                // cost `pcaq` rate and the residuals have little variance to concentrate).
                 let mut chosen = pcaq;
                 let candidates = if params.pcaq_only {
                     &[][..]

@@ -146,6 +146,32 @@ fn codecs_need_the_format_version_that_brought_them() {
     assert!(err.to_string().contains("rabitq8"), "{err}");
 }
 
+/// `pcaq` widths above 8 bits came with format version 8: such a file read as version 7 is
+/// corrupt, not a codec that the reader would decode with the wrong widths.
+#[test]
+fn pcaq_widths_above_8_bits_need_format_version_8() {
+    // Four dimensions with 64 times the spread of the rest: their axes need the wide widths.
+    let data: Vec<f32> = clustered(300, DIM, 6, 0.3, 4)
+        .iter()
+        .enumerate()
+        .map(|(k, &x)| if k % DIM < 4 { 64.0 * x } else { x })
+        .collect();
+    let mut params = BuildParams::default()
+        .with_codec(CodecKind::PcaRaBitQ)
+        .with_num_anchors(8);
+    params.codec_params.bits = 7.0;
+    let index = Index::build(&data, DIM, &params, &CpuBackend, &mut |_| {})
+        .unwrap()
+        .0;
+    let widths = index.pcaq_widths().unwrap();
+    assert!(widths[0] > 8, "{widths:?}");
+    let b = to_bytes(&index);
+    assert!(Index::from_bytes(&b).is_ok());
+    let err = Index::from_bytes(&with_header_field(&b, 8, &7u32.to_le_bytes())).unwrap_err();
+    assert!(matches!(err, VlcError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("need version 8"), "{err}");
+}
+
 #[test]
 fn every_anchor_precision_round_trips_with_the_same_answers() {
     let data = clustered(300, DIM, 6, 0.3, 4);

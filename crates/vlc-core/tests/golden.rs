@@ -5,8 +5,11 @@
 //! anchors) and `v4-*.vlc` by version 4 (f16 full-code factors of the multi-bit RaBitQ codes
 //! and `pcaq`, `pcaq` allocated from zero bits), `v5-*.vlc` by version 5 (`pcaq`'s rotation
 //! as int8 rows, orthonormalised when read), `v6-*.vlc` by version 6 (8- and 16-bit
-//! factors: `v6-pcaq6` holds both widths) and `v7-*.vlc` by version 7 (codecs `rabitq5`-`8`:
-//! `v7-rabitq7`), with the search results they gave recorded beside them (`.expected.json`).
+//! factors: `v6-pcaq6` holds both widths), `v7-*.vlc` by version 7 (codecs `rabitq5`-`8`:
+//! `v7-rabitq7`) and `v8-*.vlc` by version 8 (`pcaq` axes wider than 8 bits: `v8-pcaq7-wide`,
+//! 24-d data with 8 dimensions spread 256 times wider, whose 12-bit axes the first stage reads
+//! down to their sixth bit), with the search results they gave recorded beside them
+//! (`.expected.json`).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
 //! `v{FORMAT_VERSION}-*` files for the current version (existing files are never overwritten).
@@ -84,11 +87,45 @@ fn cases() -> Vec<(&'static str, BuildParams)> {
             p.codec_params.bits = 6.0;
             p
         }),
+        ("pcaq7-wide-l2", {
+            let mut p = BuildParams::default()
+                .with_codec(CodecKind::PcaRaBitQ)
+                .with_num_anchors(6);
+            p.codec_params.bits = 7.0;
+            p
+        }),
     ]
 }
 
-fn queries() -> Vec<f32> {
-    queries_near(&clustered(400, DIM, 7, 0.3, 11), DIM, 12, 0.1, 12)
+/// Dimension of a case's data (a file's, by its name): 24 for cases named `*-wide-*`, whose
+/// 8 widest axes must be at most half of them to be read by the first stage's extra planes;
+/// [`DIM`] for the others.
+fn dim_of(name: &str) -> usize {
+    if name.contains("-wide-") {
+        24
+    } else {
+        DIM
+    }
+}
+
+/// The data a case is built on: cases named `*-wide-*` spread 8 of their 24 dimensions 256
+/// times wider, so that `pcaq` gives those axes more than 8 bits.
+fn data_for(name: &str) -> Vec<f32> {
+    let dim = dim_of(name);
+    let data = clustered(400, dim, 7, 0.3, 11);
+    if !name.contains("-wide-") {
+        return data;
+    }
+    data.iter()
+        .enumerate()
+        .map(|(k, &x)| if k % dim < 8 { 256.0 * x } else { x })
+        .collect()
+}
+
+/// The queries a case (a file, by its name) is searched with.
+fn queries(name: &str) -> Vec<f32> {
+    let dim = dim_of(name);
+    queries_near(&data_for(name), dim, 12, 0.1, 12)
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -113,6 +150,7 @@ fn golden_files_stay_readable_with_the_same_answers() {
             continue;
         }
         seen += 1;
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
         let expected: Expected =
             serde_json::from_slice(&std::fs::read(path.with_extension("expected.json")).unwrap())
                 .unwrap();
@@ -123,7 +161,7 @@ fn golden_files_stay_readable_with_the_same_answers() {
         let resaved = Index::from_bytes(&bytes).unwrap();
         for index in [loaded, Index::view(&path).unwrap(), resaved] {
             let got = index
-                .search_batch(&queries(), &PARAMS, &CpuBackend)
+                .search_batch(&queries(&name), &PARAMS, &CpuBackend)
                 .unwrap();
             assert_eq!(got.ids, expected.ids, "{}", path.display());
             for (g, e) in got.distances.iter().zip(&expected.distances) {
@@ -144,10 +182,6 @@ fn golden_files_stay_readable_with_the_same_answers() {
 /// vector onto the sphere, so those files are only grown).
 #[test]
 fn golden_files_can_be_grown_and_keep_their_answers() {
-    let far: Vec<f32> = (0..20 * DIM)
-        .map(|i| 1000.0 + 10.0 * (i / DIM) as f32 + (i % DIM) as f32)
-        .collect();
-    let source = vlc::SliceSource::new(&far, DIM).unwrap();
     let mut seen = 0;
     for entry in std::fs::read_dir(dir()).unwrap() {
         let path = entry.unwrap().path();
@@ -156,17 +190,22 @@ fn golden_files_can_be_grown_and_keep_their_answers() {
         }
         seen += 1;
         let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let dim = dim_of(&name);
+        let far: Vec<f32> = (0..20 * dim)
+            .map(|i| 1000.0 + 10.0 * (i / dim) as f32 + (i % dim) as f32)
+            .collect();
+        let source = vlc::SliceSource::new(&far, dim).unwrap();
         let loaded = Index::view(&path).unwrap();
         let (grown, report) = loaded.add_from(&source, &CpuBackend, &mut |_| {}).unwrap();
         assert_eq!(grown.len(), loaded.len() + 20, "{name}");
         assert_eq!(report.first_id as usize, loaded.len(), "{name}");
         let reopened = Index::from_bytes(&vlc::format::to_bytes(&grown)).unwrap();
         let got = grown
-            .search_batch(&queries(), &PARAMS, &CpuBackend)
+            .search_batch(&queries(&name), &PARAMS, &CpuBackend)
             .unwrap();
         assert_eq!(
             reopened
-                .search_batch(&queries(), &PARAMS, &CpuBackend)
+                .search_batch(&queries(&name), &PARAMS, &CpuBackend)
                 .unwrap(),
             got,
             "{name}"
@@ -193,16 +232,21 @@ fn write_golden_files_when_asked() {
     if std::env::var_os("VLC_WRITE_GOLDEN").is_none() {
         return;
     }
-    let data = clustered(400, DIM, 7, 0.3, 11);
     for (name, params) in cases() {
         let path = dir().join(format!("v{}-{name}.vlc", vlc::format::FORMAT_VERSION));
         if path.exists() {
             continue;
         }
-        let (index, _) = Index::build(&data, DIM, &params, &CpuBackend, &mut |_| {}).unwrap();
+        let data = data_for(name);
+        let (index, _) =
+            Index::build(&data, dim_of(name), &params, &CpuBackend, &mut |_| {}).unwrap();
+        if name.contains("-wide-") {
+            let widths = index.pcaq_widths().unwrap();
+            assert!(widths[0] > 8, "{name}: {widths:?}");
+        }
         index.save(&path).unwrap();
         let got = index
-            .search_batch(&queries(), &PARAMS, &CpuBackend)
+            .search_batch(&queries(name), &PARAMS, &CpuBackend)
             .unwrap();
         let e = Expected {
             ids: got.ids,

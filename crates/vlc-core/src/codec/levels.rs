@@ -42,7 +42,7 @@ pub(crate) struct LevelScratch {
     /// Intervals still to search.
     stack: Vec<Interval>,
     /// The chosen magnitude level of each dimension. Layout: (dim,).
-    pub(crate) levels: Vec<u8>,
+    pub(crate) levels: Vec<u16>,
 }
 
 /// The order of events: scale (the `f32` bits of `k · (1/|v_i|)`, which order like the value
@@ -188,9 +188,9 @@ pub(crate) fn choose_levels(
     levels.resize(dim, 0);
     let base = 0.5 * magnitude.iter().map(|&m| m as f64).sum::<f64>();
     let (magnitude, cap) = (&magnitude[..], &cap[..]);
-    let set_levels = |t: f32, levels: &mut Vec<u8>| {
+    let set_levels = |t: f32, levels: &mut Vec<u16>| {
         for ((l, &m), &c) in levels.iter_mut().zip(magnitude).zip(cap) {
-            *l = level(t, m, c) as u8;
+            *l = level(t, m, c) as u16;
         }
     };
     // A scale past the last finite event, where every level is at its cap except those of
@@ -309,7 +309,7 @@ mod tests {
 
     /// Extended RaBitQ's sweep over every event (a heap over levels), as `choose_levels` was
     /// before session 24: the reference the branch and bound must agree with.
-    fn sweep_levels(v: &[f32], max_level: impl Fn(usize) -> u32, top_level: u32) -> Vec<u8> {
+    fn sweep_levels(v: &[f32], max_level: impl Fn(usize) -> u32, top_level: u32) -> Vec<u16> {
         let dim = v.len();
         let mut order: Vec<u32> = (0..dim as u32).filter(|&i| v[i as usize] != 0.0).collect();
         order.sort_unstable_by(|&a, &b| {
@@ -350,14 +350,14 @@ mod tests {
                 heap.push(std::cmp::Reverse((t.to_bits(), k)));
             }
         }
-        let mut levels = vec![0u8; dim];
+        let mut levels = vec![0u16; dim];
         for &d in &events[..best.1] {
             levels[d as usize] += 1;
         }
         levels
     }
 
-    fn value(v: &[f32], levels: &[u8]) -> f64 {
+    fn value(v: &[f32], levels: &[u16]) -> f64 {
         let (mut n, mut s) = (0f64, 0f64);
         for (x, &l) in v.iter().zip(levels) {
             n += (l as f64 + 0.5) * x.abs() as f64;
@@ -366,8 +366,8 @@ mod tests {
         n * n / s
     }
 
-    /// Over dims with odd tails, caps from 1 to 127, uniform and non-increasing (as `pcaq`'s
-    /// widths are), vectors with zeros, repeated magnitudes (ties at one scale) and a wide
+    /// Over dims with odd tails, caps from 1 to 2047 (`pcaq`'s widest, 12 bits), uniform and
+    /// non-increasing (as `pcaq`'s widths are), vectors with zeros, repeated magnitudes (ties at one scale) and a wide
     /// dynamic range: the branch and bound reaches the reference sweep's value and chooses the
     /// sweep's levels.
     #[test]
@@ -389,20 +389,24 @@ mod tests {
                     })
                     .collect();
                 let widths: Vec<u32> = match trial % 3 {
-                    0 => vec![[1u32, 3, 7, 15, 127][trial % 5]; dim],
+                    0 => vec![[1u32, 3, 7, 15, 127, 2047][trial / 3 % 6]; dim],
                     1 => (0..dim)
                         .map(|i| 127 >> (7 * i / dim.max(1)).min(6))
                         .collect(),
                     _ => (0..dim)
-                        .map(|i| [127u32, 63, 15, 3, 1][i * 5 / dim])
+                        .map(|i| [2047u32, 511, 63, 3, 1][i * 5 / dim])
                         .collect(),
                 };
                 let top = *widths.iter().max().unwrap();
                 let reference = sweep_levels(&v, |i| widths[i], top);
                 choose_levels(&v, |i| widths[i], top, &mut scratch);
                 let (want, got) = (value(&v, &reference), value(&v, &scratch.levels));
+                // Past 127 levels an event's scale `k / |v_i|` in f32 can no longer separate
+                // every pair of events, so a state the sweep reaches by counting may have no
+                // scale of its own: the best one reachable is within about 1e-8.
+                let tolerance = if top <= 127 { 1e-9 } else { 1e-7 };
                 assert!(
-                    (got - want).abs() <= 1e-9 * want.max(1e-30),
+                    (got - want).abs() <= tolerance * want.max(1e-30),
                     "dim {dim} trial {trial}: value {got} against the sweep's {want}"
                 );
                 for (i, (&l, &w)) in scratch.levels.iter().zip(&widths).enumerate() {
@@ -411,12 +415,15 @@ mod tests {
                         "dim {dim} trial {trial}: level {l} over cap {w} at {i}"
                     );
                 }
-                cases += 1;
-                same += (scratch.levels == reference) as usize;
+                // Wide caps are held to the value only (see the tolerance).
+                if top <= 127 {
+                    cases += 1;
+                    same += (scratch.levels == reference) as usize;
+                }
             }
         }
         // Ties broken differently by rounding are rare; the same levels are the rule.
-        eprintln!("{same} of {cases} identical");
+        eprintln!("{same} of {cases} identical with at most 127 levels");
         assert!(
             same * 100 >= cases * 95,
             "{same} of {cases} identical to the sweep"
@@ -475,7 +482,7 @@ mod tests {
     fn zero_and_tiny_vectors_get_valid_levels() {
         let mut scratch = LevelScratch::default();
         choose_levels(&[0.0; 9], |_| 7, 7, &mut scratch);
-        assert_eq!(scratch.levels, vec![0; 9]);
+        assert_eq!(scratch.levels, vec![0u16; 9]);
         let v = [1.0, 1e-45, -1e-40, 0.0, 0.3];
         choose_levels(&v, |_| 15, 15, &mut scratch);
         assert_eq!(scratch.levels, sweep_levels(&v, |_| 15, 15));

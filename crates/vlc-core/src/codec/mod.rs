@@ -181,7 +181,7 @@ pub fn parse_codec_spec(text: &str) -> Result<(CodecKind, Option<f32>)> {
                 format!("`{text}`: expected pcaq followed by bits per dimension, e.g. pcaq3.2"),
             )
         })?;
-        if !(bits > 0.0 && bits <= pca::MAX_DIM_BITS as f32) {
+        if !(bits > 0.0 && bits <= pca::MAX_AVERAGE_BITS as f32) {
             return Err(VlcError::param(
                 "codec",
                 format!("`{text}`: pcaq needs more than 0 and at most 8 bits per dimension"),

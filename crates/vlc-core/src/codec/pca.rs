@@ -17,8 +17,9 @@
 //! then get one random rotation among themselves, so their coordinates are Gaussian-like and of
 //! equal variance, as extended RaBitQ's grid assumes.
 //!
-//! Codes are extended RaBitQ codes with a per-dimension width `b_i` (non-increasing in `i`; the
-//! `active` dimensions have `b_i ≥ 1`): an unsigned `u_i ∈ 0..2^b_i` whose grid point is
+//! Codes are extended RaBitQ codes with a per-dimension width `b_i` (non-increasing in `i`, at
+//! most [`MAX_DIM_BITS`] = 12, 8 before format version 8; the `active` dimensions have
+//! `b_i ≥ 1`): an unsigned `u_i ∈ 0..2^b_i` whose grid point is
 //! `w_i = u_i − (2^b_i − 1)/2`, all dimensions sharing one scale chosen per vector to maximise
 //! the cosine between `w` and the rotated residual (the same estimator and factors as
 //! [`super::rabitq`], with `√active` for `√D`). The residual energy outside the coded axes
@@ -26,18 +27,23 @@
 //!
 //! Search runs in two stages where some width exceeds one bit. The first stage reads the top
 //! bit of every active dimension and the second-highest bit of the widest ones (a prefix of
-//! `stage1_dims` axes, at most half of the active ones), i.e. the code truncated to its coarse
-//! grid, with factors of its own: this is what the fast scan scores (a sign-only first stage
-//! prunes poorly in this basis, where the variance is uneven). The full code then rescores
-//! the candidate pool. A code of one bit per active dimension is a single stage, scanned and
-//! rescored like `rabitq1`.
+//! axes, at most half of the active ones), i.e. the code truncated to its coarse grid, with
+//! factors of its own: this is what the fast scan scores (a sign-only first stage prunes
+//! poorly in this basis, where the variance is uneven). Axes wider than 8 bits (format version
+//! 8 on) give it one more bit per bit past 8, down to the cell of an 8-bit axis's top two
+//! bits, where the remaining planes stay prefixes (see `stage1_planes`): every axis shares
+//! one grid step, so a wide axis spans many steps, and its top two bits alone would split it
+//! far out in its tails. The full code then rescores the candidate pool. A code of one bit
+//! per active dimension is a single stage, scanned and rescored like `rabitq1`.
 //!
 //! Code layout, `nb = ⌈active/8⌉`, dimension `d` at byte `d/8`, bit `d%8` of each plane:
-//! - first stage: the sign plane (top bit of `u`, `nb` bytes), the second-highest bit of
-//!   dimensions `0..stage1_dims` (`⌈stage1_dims/8⌉` bytes), f1 and f2 of the coarse grid in
-//!   the codec's [`FactorFormat`] (8 or 16 bits each from format version 6, as fine as the
-//!   stage's error needs, see [`ResidualSpread::factor_bits`]; two scaled `f16` before; two
-//!   `f32` for data far from the origin);
+//! - first stage: the sign plane (top bit of `u`, `nb` bytes), then plane `j` below it (bit
+//!   `b_d − 2 − j`) of dimensions `0..stage1_planes[j]` (`⌈stage1_planes[j]/8⌉` bytes each;
+//!   one plane, the second-highest bit, where no axis is wider than 8 bits; none where every
+//!   width is 1 or no prefix of at most half the axes is 2 bits wide), f1 and f2 of the
+//!   coarse grid in the codec's [`FactorFormat`] (8 or 16 bits each from format version 6,
+//!   as fine as the stage's error needs, see [`ResidualSpread::factor_bits`]; two scaled `f16`
+//!   before; two `f32` for data far from the origin);
 //! - the remaining bits of `u`, low bit first: plane `j` holds bit `j` of the first
 //!   `plane_dims[j]` dimensions (a prefix, as the remaining widths are non-increasing), then
 //!   f1 and f2 of the full code in its own [`FactorFormat`] (8 or 16 bits each from format
@@ -72,8 +78,18 @@ use rayon::prelude::*;
 const ENCODE_BLOCK: usize = 1024;
 /// Most training residuals used for the covariance.
 const COVARIANCE_ROWS: usize = 16_384;
-/// Widest dimension, in bits.
-pub const MAX_DIM_BITS: u8 = 8;
+/// Widest dimension, in bits (format version 8 on; 8 before). Every axis of a code shares one
+/// grid step, so where a few leading axes hold most of the residual variance they need several
+/// bits more than the rest for that step to suit both: at 8 the cap held them back and set the
+/// step for every axis, and from 5 to 7 bits per dimension the estimate stopped improving on
+/// such data. 12 bits serve axes with 4^11 times the variance of a one-bit axis: built with a
+/// cap of 16, `pcaq7.5` and `pcaq8` on the 768-, 1024- and 1536-d benchmark sets (the ones
+/// whose leading axes reach 12 bits) get the same widths.
+pub const MAX_DIM_BITS: u8 = 12;
+/// Most average bits per dimension.
+pub const MAX_AVERAGE_BITS: u8 = 8;
+/// The first format version whose files may hold widths above 8 bits.
+const WIDE_DIMS_VERSION: u32 = 8;
 /// Average bits per dimension when none are given.
 pub const DEFAULT_BITS: f32 = 3.0;
 
@@ -87,8 +103,10 @@ pub struct PcaRaBitQ {
     /// Dimensions with at least one bit: `dim_bits[..active]` (all of them above one bit per
     /// dimension on average).
     active: usize,
-    /// Dimensions whose second-highest bit belongs to the first stage (a prefix).
-    stage1_dims: usize,
+    /// The first stage's bit planes below the sign plane, highest first: plane `j` holds bit
+    /// `b_i − 2 − j` of dimensions `0..stage1_planes[j]` (a prefix, non-increasing in `j`; see
+    /// [`stage1_planes`]).
+    stage1_planes: Vec<usize>,
     /// Plane `j` of the remaining bits covers dimensions `0..plane_dims[j]`.
     plane_dims: Vec<usize>,
     /// Rows are the basis vectors of the active dimensions, as decoded from `stored_rotation`.
@@ -159,15 +177,18 @@ struct EncodeScratch {
 
 /// Relative error variance of the unbiased inner-product estimate from a `b`-bit uniform grid
 /// of a Gaussian coordinate, `mse / (1 − mse)` with `mse` the optimal uniform quantiser's
-/// relative mean squared error at `b` bits (Max, 1960), for `b` in `1..=8`.
+/// relative mean squared error at `b` bits (Max, 1960) for `b` in `1..=8`, and a quarter of
+/// the width before's above (the high-rate rule), for `b` in `1..=`[`MAX_DIM_BITS`].
 pub(crate) const GRID_ERROR: [f64; MAX_DIM_BITS as usize] = {
     const MSE: [f64; 8] = [
         0.3634, 0.1188, 0.03744, 0.01154, 0.00349, 0.00104, 0.000303, 0.0000866,
     ];
-    let mut out = [0.0; 8];
+    let mut out = [0.0; MAX_DIM_BITS as usize];
+    let mut mse = 0.0;
     let mut b = 0;
-    while b < 8 {
-        out[b] = MSE[b] / (1.0 - MSE[b]);
+    while b < MAX_DIM_BITS as usize {
+        mse = if b < MSE.len() { MSE[b] } else { mse * 0.25 };
+        out[b] = mse / (1.0 - mse);
         b += 1;
     }
     out
@@ -395,10 +416,52 @@ fn stage1_prefix(dim_bits: &[u8]) -> usize {
         .unwrap_or(0)
 }
 
+/// Widest dimension whose first-stage view is at most two bits.
+const STAGE1_TWO_BIT_WIDTH: u8 = 8;
+
+/// The first stage's planes below the sign plane, as prefixes of dimensions, highest first:
+/// the second-highest bit of [`stage1_prefix`]'s dimensions, and the third-highest bit of
+/// those wider than [`STAGE1_TWO_BIT_WIDTH`] bits. Every axis of a code shares one grid step,
+/// so a wide axis spans many steps, and its top two bits split it at half its range, far out in
+/// its tails: nearly a sign. Its third bit splits at a quarter, where a coarse view of it
+/// still ranks well.
+fn stage1_planes(dim_bits: &[u8]) -> Vec<usize> {
+    let second = stage1_prefix(dim_bits);
+    let mut planes = Vec::new();
+    if second > 0 {
+        planes.push(second);
+        // Plane j (below the second) covers the dimensions at least 8 + j bits wide, while
+        // the bits left to the remaining planes stay non-increasing (they are stored as
+        // prefixes too).
+        for extra in 1.. {
+            let width = STAGE1_TWO_BIT_WIDTH + extra;
+            let n = dim_bits[..second]
+                .iter()
+                .take_while(|&&b| b >= width)
+                .count();
+            if n == 0 {
+                break;
+            }
+            planes.push(n);
+            let rest = |i: usize| dim_bits[i] as usize - 1 - stage1_covered(&planes, i);
+            if (1..dim_bits.len()).any(|i| rest(i) > rest(i - 1)) {
+                planes.pop();
+                break;
+            }
+        }
+    }
+    planes
+}
+
+/// How many of the first stage's planes below the sign cover dimension `i`.
+fn stage1_covered(stage1_planes: &[usize], i: usize) -> usize {
+    stage1_planes.iter().filter(|&&n| i < n).count()
+}
+
 /// Widths of the remaining planes' prefixes: plane `j` covers the dimensions with more than
 /// `j` bits left after the first stage.
-fn plane_prefixes(dim_bits: &[u8], stage1_dims: usize) -> Vec<usize> {
-    let rest = |i: usize| dim_bits[i] as usize - 1 - usize::from(i < stage1_dims);
+fn plane_prefixes(dim_bits: &[u8], stage1_planes: &[usize]) -> Vec<usize> {
+    let rest = |i: usize| dim_bits[i] as usize - 1 - stage1_covered(stage1_planes, i);
     let planes = (0..dim_bits.len()).map(rest).max().unwrap_or(0);
     (0..planes)
         .map(|j| (0..dim_bits.len()).filter(|&i| rest(i) > j).count())
@@ -415,7 +478,7 @@ fn random_orthogonal(n: usize, seed: u64) -> Vec<f32> {
 
 /// Refuse a rate outside (0, [`MAX_DIM_BITS`]] bits per dimension.
 fn check_bits(bits: f32) -> Result<()> {
-    if bits > 0.0 && bits <= MAX_DIM_BITS as f32 {
+    if bits > 0.0 && bits <= MAX_AVERAGE_BITS as f32 {
         Ok(())
     } else {
         Err(VlcError::param(
@@ -539,9 +602,9 @@ impl PcaFit {
         }
         // The first stage: one bit on every active dimension, two on a prefix.
         let active = dim_bits.iter().filter(|&&b| b > 0).count();
-        let stage1_dims = stage1_prefix(&dim_bits[..active]);
+        let planes = stage1_planes(&dim_bits[..active]);
         let stage1: Vec<u8> = (0..self.dim)
-            .map(|d| dim_bits[d].min(1 + u8::from(d < stage1_dims)))
+            .map(|d| dim_bits[d].min(1 + stage1_covered(&planes, d) as u8))
             .collect();
         let first = width(&stage1);
         (
@@ -574,7 +637,7 @@ impl PcaFit {
         (codec.code_size, params.len())
     }
 
-    /// The codec at `bits` per dimension on average (more than 0, at most [`MAX_DIM_BITS`]),
+    /// The codec at `bits` per dimension on average (more than 0, at most [`MAX_AVERAGE_BITS`]),
     /// its 8- or 16-bit factor ranges (if any) fitted to the training sample `points` (m, dim) under
     /// `assignment` (m,) against `anchors` (num_anchors, dim), the one [`new`](Self::new) saw.
     pub(crate) fn codec(
@@ -676,7 +739,7 @@ impl PcaRaBitQ {
     /// Whether every dimension has at most one bit: the first stage is then the whole code,
     /// which has no second set of factors.
     fn single_stage(&self) -> bool {
-        self.plane_dims.is_empty() && self.stage1_dims == 0
+        self.plane_dims.is_empty() && self.stage1_planes.is_empty()
     }
 
     /// `(f1, f2)` of the finest grid `code` holds: the full code's (its last 8 bytes), or the
@@ -705,15 +768,15 @@ impl PcaRaBitQ {
         full_factors: FactorFormat,
     ) -> Self {
         let active = dim_bits.iter().filter(|&&b| b > 0).count();
-        let stage1_dims = stage1_prefix(&dim_bits[..active]);
-        let plane_dims = plane_prefixes(&dim_bits[..active], stage1_dims);
-        let full_factor_bytes = if plane_dims.is_empty() && stage1_dims == 0 {
+        let stage1_planes = stage1_planes(&dim_bits[..active]);
+        let plane_dims = plane_prefixes(&dim_bits[..active], &stage1_planes);
+        let full_factor_bytes = if plane_dims.is_empty() && stage1_planes.is_empty() {
             0
         } else {
             full_factors.bytes()
         };
         let code_size = active.div_ceil(8)
-            + stage1_dims.div_ceil(8)
+            + stage1_planes.iter().map(|n| n.div_ceil(8)).sum::<usize>()
             + factors.bytes()
             + plane_dims.iter().map(|n| n.div_ceil(8)).sum::<usize>()
             + full_factor_bytes;
@@ -722,7 +785,7 @@ impl PcaRaBitQ {
             active,
             bits,
             dim_bits,
-            stage1_dims,
+            stage1_planes,
             plane_dims,
             rotation,
             stored_rotation,
@@ -773,14 +836,27 @@ impl PcaRaBitQ {
             what: format!("pcaq codec parameters: {what}"),
             offset: 0,
         };
-        if !(bits > 0.0 && bits <= MAX_DIM_BITS as f32) {
+        if !(bits > 0.0 && bits <= MAX_AVERAGE_BITS as f32) {
             return Err(corrupt(&format!("average bits {bits} out of range")));
         }
+        let widest = if version >= WIDE_DIMS_VERSION {
+            MAX_DIM_BITS
+        } else {
+            8
+        };
         if active == 0
-            || dim_bits.iter().any(|&b| b > MAX_DIM_BITS)
+            || dim_bits.iter().any(|&b| b > widest)
             || dim_bits.windows(2).any(|w| w[0] < w[1])
         {
-            return Err(corrupt("dimension widths are not non-increasing in 0..=8"));
+            return Err(corrupt(&format!(
+                "dimension widths are not non-increasing in 0..={widest} (a version {version} \
+                 file{})",
+                if widest < MAX_DIM_BITS {
+                    format!("; widths above {widest} need version {WIDE_DIMS_VERSION}")
+                } else {
+                    String::new()
+                }
+            )));
         }
         if rotation.iter().any(|v| !v.is_finite()) {
             return Err(corrupt("non-finite rotation entry"));
@@ -812,9 +888,14 @@ impl PcaRaBitQ {
         !self.single_stage()
     }
 
-    /// Bytes of the first stage's bit planes (sign plane, then the second-bit plane).
+    /// Bytes of the first stage's bit planes (sign plane, then the planes below it).
     pub fn stage1_bytes(&self) -> usize {
-        self.nb() + self.stage1_dims.div_ceil(8)
+        self.nb()
+            + self
+                .stage1_planes
+                .iter()
+                .map(|n| n.div_ceil(8))
+                .sum::<usize>()
     }
 
     /// The average bits per dimension asked for.
@@ -844,7 +925,7 @@ impl PcaRaBitQ {
 
     /// Bits of dimension `i` below the first stage's.
     fn shift(&self, i: usize) -> u32 {
-        self.dim_bits[i] as u32 - 1 - u32::from(i < self.stage1_dims)
+        self.dim_bits[i] as u32 - 1 - stage1_covered(&self.stage1_planes, i) as u32
     }
 
     /// `P q`, zero-padded to ⌈D/8⌉·8 entries.
@@ -870,20 +951,24 @@ impl PcaRaBitQ {
     }
 
     /// First-stage weights for the fast scan from a rotated query `rq`: the sign plane's bit
-    /// `i` weighs `2^(b_i−1) rq_i`, the second-bit plane's `2^(b_i−2) rq_i`; `weights` gets
-    /// `stage1_bytes · 8` entries. Returns the offset of [`crate::fastscan::FastScan::prepare`]
-    /// for scale 2/√D.
+    /// `i` weighs `2^(b_i−1) rq_i`, the `j`-th plane below it `2^(b_i−2−j) rq_i`; `weights`
+    /// gets `stage1_bytes · 8` entries. Returns the offset of
+    /// [`crate::fastscan::FastScan::prepare`] for scale 2/√D.
     pub fn stage1_weights(&self, rq: &[f32], weights: &mut Vec<f32>) -> f32 {
-        let nb8 = self.nb() * 8;
         weights.clear();
         weights.resize(self.stage1_bytes() * 8, 0.0);
+        let mut at = self.nb() * 8;
+        for (j, &n) in self.stage1_planes.iter().enumerate() {
+            for i in 0..n {
+                let b = self.dim_bits[i] as u32;
+                weights[at + i] = (1u32 << (b - 2 - j as u32)) as f32 * rq[i];
+            }
+            at += n.div_ceil(8) * 8;
+        }
         let mut constant = 0f32;
         for i in 0..self.active {
             let b = self.dim_bits[i] as u32;
             weights[i] = (1u32 << (b - 1)) as f32 * rq[i];
-            if i < self.stage1_dims {
-                weights[nb8 + i] = (1u32 << (b - 2)) as f32 * rq[i];
-            }
             // The coarse grid point is (prefix · 2^shift) + (2^shift − 1)/2 − centre.
             let step = (1u32 << self.shift(i)) as f32;
             constant += ((step - 1.0) * 0.5 - self.centre(i)) * rq[i];
@@ -891,25 +976,33 @@ impl PcaRaBitQ {
         -2.0 / self.root() * constant
     }
 
-    /// The full code's weights from a rotated query `rq`: three vectors of 8·⌈active/8⌉
-    /// (sign plane `2^(b_i−1) s rq_i`, second-bit plane `2^(b_i−2) s rq_i` on the first-stage
-    /// prefix, remaining planes `s rq_i`, with `s = 2/√active`), and the grid-centre term in
-    /// `constant`.
+    /// The full code's weights from a rotated query `rq`: `2 + E` vectors of 8·⌈active/8⌉,
+    /// `E` the first stage's planes below the sign (sign plane `2^(b_i−1) s rq_i`, the `j`-th
+    /// first-stage plane below it `2^(b_i−2−j) s rq_i` on its prefix, remaining planes
+    /// `s rq_i`, with `s = 2/√active`), and the grid-centre term in `constant`.
     pub fn prepare_rotated(&self, rq: &[f32], state: &mut QueryState) {
         let scale = 2.0 / self.root();
         let len = self.nb() * 8;
+        let extra = self.stage1_planes.len();
         state.table.clear();
-        state.table.resize(3 * len, 0.0);
+        state.table.resize((2 + extra) * len, 0.0);
         let (sign, rest) = state.table.split_at_mut(len);
-        let (second, low) = rest.split_at_mut(len);
+        let (stage1, low) = rest.split_at_mut(extra * len);
         for i in 0..self.active {
             let b = self.dim_bits[i] as u32;
             let v = scale * rq[i];
             sign[i] = (1u32 << (b - 1)) as f32 * v;
-            if i < self.stage1_dims {
-                second[i] = (1u32 << (b - 2)) as f32 * v;
-            }
             low[i] = v;
+        }
+        for (j, (plane, &n)) in stage1
+            .chunks_exact_mut(len)
+            .zip(&self.stage1_planes)
+            .enumerate()
+        {
+            for i in 0..n {
+                let b = self.dim_bits[i] as u32;
+                plane[i] = (1u32 << (b - 2 - j as u32)) as f32 * scale * rq[i];
+            }
         }
         state.constant = -scale
             * (0..self.active)
@@ -920,51 +1013,72 @@ impl PcaRaBitQ {
         // extends a running sum).
         let planes = self.plane_dims.len();
         let mut bounds = [[0f32; 2]; 2 + MAX_DIM_BITS as usize];
+        // An empty term stands for the first stage's planes where it has none (see `terms`).
+        let extra_terms = extra.max(1);
         bounds[0] = term_bounds(&sign[..self.active]);
-        bounds[1] = term_bounds(&second[..self.stage1_dims]);
+        for (j, (plane, &n)) in stage1
+            .chunks_exact(len)
+            .zip(&self.stage1_planes)
+            .enumerate()
+        {
+            bounds[1 + j] = term_bounds(&plane[..n]);
+        }
         let (mut covered, mut least, mut greatest) = (0, 0f32, 0f32);
         for (j, &n) in self.plane_dims.iter().enumerate().rev() {
             let [l, g] = term_bounds(&low[covered..n]);
             (least, greatest, covered) = (least + l, greatest + g, n);
             let scale = (1u32 << j) as f32;
-            bounds[1 + planes - j] = [scale * least, scale * greatest];
+            bounds[extra_terms + planes - j] = [scale * least, scale * greatest];
         }
-        fill_remaining(&bounds[..2 + planes], &mut state.remaining);
+        fill_remaining(&bounds[..1 + extra_terms + planes], &mut state.remaining);
     }
 
     /// The bit-plane terms of `code`'s estimate against the weights `table` of
     /// [`prepare_rotated`](Self::prepare_rotated), most significant first: the sign plane, the
-    /// first stage's second-bit plane, then the remaining planes from the highest down.
+    /// first stage's planes below it, then the remaining planes from the highest down.
     /// Returns how many of `terms` it filled.
     #[inline(always)]
     fn terms<'a>(&self, table: &'a [f32], code: &'a [u8], terms: &mut [BitTerm<'a>]) -> usize {
         let nb = self.nb();
         let weights = nb * 8;
+        let extra = self.stage1_planes.len();
         let (sign, rest) = table.split_at(weights);
-        let (second, low) = rest.split_at(weights);
-        let s1 = self.stage1_bytes();
+        let (stage1, low) = rest.split_at(extra * weights);
         terms[0] = BitTerm {
             weights: sign,
             bits: &code[..nb],
             scale: 1.0,
         };
+        // Without planes below the sign, an empty term stands in for them, so that the
+        // terms after the sign start at 2 as the early stop of `planes_estimate` expects.
         terms[1] = BitTerm {
-            weights: second,
-            bits: &code[nb..s1],
+            weights: sign,
+            bits: &[],
             scale: 1.0,
         };
+        let extra_terms = extra.max(1);
+        let mut at = nb;
+        for (j, &n) in self.stage1_planes.iter().enumerate() {
+            let len = n.div_ceil(8);
+            terms[1 + j] = BitTerm {
+                weights: &stage1[j * weights..(j + 1) * weights],
+                bits: &code[at..at + len],
+                scale: 1.0,
+            };
+            at += len;
+        }
         let planes = self.plane_dims.len();
-        let mut at = s1 + self.factors.bytes();
+        at += self.factors.bytes();
         for (j, &n) in self.plane_dims.iter().enumerate() {
             let len = n.div_ceil(8);
-            terms[1 + planes - j] = BitTerm {
+            terms[extra_terms + planes - j] = BitTerm {
                 weights: &low[..weights],
                 bits: &code[at..at + len],
                 scale: (1u32 << j) as f32,
             };
             at += len;
         }
-        2 + planes
+        1 + extra_terms + planes
     }
 
     /// Encode one rotated residual `rr` (active,) against its rotated anchor `pc` (active,);
@@ -1002,11 +1116,15 @@ impl PcaRaBitQ {
         for (i, &u) in units.iter().enumerate() {
             let b = self.dim_bits[i] as u32;
             code[i / 8] |= ((u >> (b - 1) & 1) as u8) << (i % 8);
-            if i < self.stage1_dims {
-                code[nb + i / 8] |= ((u >> (b - 2) & 1) as u8) << (i % 8);
-            }
         }
-        at += self.stage1_bytes();
+        at += nb;
+        for (j, &n) in self.stage1_planes.iter().enumerate() {
+            for (i, &u) in units[..n].iter().enumerate() {
+                let b = self.dim_bits[i] as u32;
+                code[at + i / 8] |= ((u >> (b - 2 - j as u32) & 1) as u8) << (i % 8);
+            }
+            at += n.div_ceil(8);
+        }
         let coarse = |i: usize| {
             let shift = self.shift(i);
             let step = (1u32 << shift) as f32;
@@ -1034,13 +1152,17 @@ impl PcaRaBitQ {
         let nb = self.nb();
         for (i, o) in out.iter_mut().enumerate() {
             let b = self.dim_bits[i] as u32;
-            let mut u = ((code[i / 8] >> (i % 8) & 1) as u32) << (b - 1);
-            if i < self.stage1_dims {
-                u |= ((code[nb + i / 8] >> (i % 8) & 1) as u32) << (b - 2);
-            }
-            *o = u;
+            *o = ((code[i / 8] >> (i % 8) & 1) as u32) << (b - 1);
         }
-        let mut at = self.stage1_bytes() + self.factors.bytes();
+        let mut at = nb;
+        for (j, &n) in self.stage1_planes.iter().enumerate() {
+            for (i, o) in out[..n].iter_mut().enumerate() {
+                let b = self.dim_bits[i] as u32;
+                *o |= ((code[at + i / 8] >> (i % 8) & 1) as u32) << (b - 2 - j as u32);
+            }
+            at += n.div_ceil(8);
+        }
+        at += self.factors.bytes();
         for (j, &n) in self.plane_dims.iter().enumerate() {
             for (i, o) in out[..n].iter_mut().enumerate() {
                 *o |= ((code[at + i / 8] >> (i % 8) & 1) as u32) << j;
@@ -1227,7 +1349,7 @@ mod tests {
         assert_eq!(flat, vec![3, 3, 3]);
         // The cap holds, and the budget left over goes to the next block.
         let capped = ErrorModel::new(&[1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1.0], &[0.0; 2])
-            .fill(10, MAX_DIM_BITS);
+            .fill(MAX_DIM_BITS as usize + 2, MAX_DIM_BITS);
         assert_eq!(capped, vec![MAX_DIM_BITS, 2]);
         // Single-bit widths fill leading blocks only.
         assert_eq!(model.fill(3, 1), vec![1, 1, 1, 0]);
@@ -1362,13 +1484,51 @@ mod tests {
     }
 
     #[test]
+    fn stage_one_reads_wide_axes_down_to_an_8_bit_axis_cell() {
+        // The second-highest bit of the widest half, then one more plane per bit past 8.
+        assert_eq!(stage1_planes(&[11, 11, 9, 9, 4, 4, 3, 3]), vec![4, 4, 2, 2]);
+        assert_eq!(
+            stage1_planes(&[12, 8, 8, 8, 7, 7, 7, 7]),
+            vec![4, 1, 1, 1, 1]
+        );
+        // At most 8 bits: the second-highest bit only.
+        assert_eq!(stage1_planes(&[8, 8, 7, 7, 7, 7, 6, 6]), vec![2]);
+        assert_eq!(stage1_planes(&[3; 8]), Vec::<usize>::new());
+        // A third plane on the 9-bit axes would leave them fewer bits for the remaining
+        // planes than the 8-bit axes after them, which are not a prefix: not taken.
+        assert_eq!(stage1_planes(&[9, 9, 8, 8, 8, 7, 6, 5]), vec![2]);
+        // Whatever the widths, the bits left to the remaining planes are non-increasing.
+        let mut rng = crate::rng::Rng::new(5);
+        for _ in 0..2000 {
+            let n = 1 + rng.below(40);
+            let mut widths: Vec<u8> = (0..n)
+                .map(|_| rng.below(MAX_DIM_BITS as usize + 1) as u8)
+                .collect();
+            widths.sort_unstable_by(|a, b| b.cmp(a));
+            let active = widths.iter().filter(|&&b| b > 0).count();
+            let planes = stage1_planes(&widths[..active]);
+            assert!(
+                planes.windows(2).all(|w| w[0] >= w[1]),
+                "{widths:?}: {planes:?}"
+            );
+            let rest: Vec<usize> = (0..active)
+                .map(|i| widths[i] as usize - 1 - stage1_covered(&planes, i))
+                .collect();
+            assert!(
+                rest.windows(2).all(|w| w[0] >= w[1]),
+                "{widths:?}: {planes:?}"
+            );
+        }
+    }
+
+    #[test]
     fn stage_one_takes_the_widest_prefix_up_to_half() {
         assert_eq!(stage1_prefix(&[5, 5, 4, 4, 3, 3, 2, 1]), 4);
         assert_eq!(stage1_prefix(&[3; 8]), 0);
         assert_eq!(stage1_prefix(&[4, 3, 3, 3, 2, 2, 2, 2]), 4);
         assert_eq!(stage1_prefix(&[4, 4, 4, 4, 4, 3, 3, 3]), 0);
         // Remaining planes: widths minus the first stage's bits, still a prefix each.
-        let planes = plane_prefixes(&[5, 5, 4, 4, 3, 3, 2, 1], 4);
+        let planes = plane_prefixes(&[5, 5, 4, 4, 3, 3, 2, 1], &[4]);
         assert_eq!(planes, vec![7, 6, 2]);
     }
 }
