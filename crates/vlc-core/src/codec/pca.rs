@@ -420,19 +420,19 @@ fn stage1_prefix(dim_bits: &[u8]) -> usize {
 const STAGE1_TWO_BIT_WIDTH: u8 = 8;
 
 /// The first stage's planes below the sign plane, as prefixes of dimensions, highest first:
-/// the second-highest bit of [`stage1_prefix`]'s dimensions, and the third-highest bit of
-/// those wider than [`STAGE1_TWO_BIT_WIDTH`] bits. Every axis of a code shares one grid step,
-/// so a wide axis spans many steps, and its top two bits split it at half its range, far out in
-/// its tails: nearly a sign. Its third bit splits at a quarter, where a coarse view of it
-/// still ranks well.
+/// the second-highest bit of [`stage1_prefix`]'s dimensions, then one more plane per bit
+/// past [`STAGE1_TWO_BIT_WIDTH`] on those wider, so that the first stage reads every such axis
+/// down to the cell of an 8-bit axis's top two bits (2^6 grid steps). Every axis of a code
+/// shares one grid step, so a wide axis spans many steps, and its top two bits alone split it
+/// at half its range, far out in its tails: nearly a sign. A plane is added only while the
+/// bits left to the remaining planes stay non-increasing over the dimensions, as those planes
+/// are stored as prefixes too.
 fn stage1_planes(dim_bits: &[u8]) -> Vec<usize> {
     let second = stage1_prefix(dim_bits);
     let mut planes = Vec::new();
     if second > 0 {
         planes.push(second);
-        // Plane j (below the second) covers the dimensions at least 8 + j bits wide, while
-        // the bits left to the remaining planes stay non-increasing (they are stored as
-        // prefixes too).
+        // Plane j (below the second) covers the dimensions at least 8 + j bits wide.
         for extra in 1.. {
             let width = STAGE1_TWO_BIT_WIDTH + extra;
             let n = dim_bits[..second]
