@@ -90,7 +90,7 @@ fn cases() -> Vec<(&'static str, BuildParams)> {
         ("pcaq7-wide-l2", {
             let mut p = BuildParams::default()
                 .with_codec(CodecKind::PcaRaBitQ)
-                .with_num_anchors(6);
+                .with_num_anchors(14);
             p.codec_params.bits = 7.0;
             p
         }),
@@ -108,24 +108,48 @@ fn dim_of(name: &str) -> usize {
     }
 }
 
-/// The data a case is built on: cases named `*-wide-*` spread 8 of their 24 dimensions 256
-/// times wider, so that `pcaq` gives those axes more than 8 bits.
-fn data_for(name: &str) -> Vec<f32> {
-    let dim = dim_of(name);
-    let data = clustered(400, dim, 7, 0.3, 11);
+/// Cases named `*-wide-*` spread the first 8 of their 24 dimensions 256 times wider, data
+/// and queries alike, so that `pcaq` gives those axes more than 8 bits.
+fn widen(name: &str, rows: Vec<f32>) -> Vec<f32> {
     if !name.contains("-wide-") {
-        return data;
+        return rows;
     }
-    data.iter()
+    let dim = dim_of(name);
+    rows.iter()
         .enumerate()
         .map(|(k, &x)| if k % dim < 8 { 256.0 * x } else { x })
         .collect()
 }
 
-/// The queries a case (a file, by its name) is searched with.
+/// The data a case is built on.
+fn data_for(name: &str) -> Vec<f32> {
+    widen(name, clustered(400, dim_of(name), 7, 0.3, 11))
+}
+
+/// The queries a case (a file, by its name) is searched with: near the data, by as much on
+/// the widened dimensions as the data spread there (a query far nearer its neighbours than
+/// they are to their anchors would leave its distances to the last bits of f32 arithmetic,
+/// which differ between the x86-64 and aarch64 kernels).
 fn queries(name: &str) -> Vec<f32> {
     let dim = dim_of(name);
-    queries_near(&data_for(name), dim, 12, 0.1, 12)
+    widen(
+        name,
+        queries_near(&clustered(400, dim, 7, 0.3, 11), dim, 12, 0.1, 12),
+    )
+}
+
+/// How far a distance may be from the recorded one, relative: f32 summation in another order
+/// (another SIMD kernel, e.g. NEON on aarch64 against AVX-512 where the files were written).
+/// A `pcaq` code with 12-bit axes weighs its top bit plane 2^11 times the query's coordinate,
+/// so its bit-plane sums run about 2^11 times larger than the distance they give, and their
+/// rounding moves it by about 10^-5 relative (1.2·10^-5 measured under qemu-aarch64 on
+/// `v8-pcaq7-wide`): `*-wide-*` files are held to 10^-4, the others to 10^-5.
+fn tolerance(name: &str) -> f32 {
+    if name.contains("-wide-") {
+        1e-4
+    } else {
+        1e-5
+    }
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -166,7 +190,7 @@ fn golden_files_stay_readable_with_the_same_answers() {
             assert_eq!(got.ids, expected.ids, "{}", path.display());
             for (g, e) in got.distances.iter().zip(&expected.distances) {
                 assert!(
-                    (g - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                    (g - e).abs() <= tolerance(&name) * (1.0 + e.abs()),
                     "{}: {g} vs {e}",
                     path.display()
                 );
@@ -219,7 +243,7 @@ fn golden_files_can_be_grown_and_keep_their_answers() {
         assert_eq!(got.ids, expected.ids, "{name}");
         for (g, e) in got.distances.iter().zip(&expected.distances) {
             assert!(
-                (g - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                (g - e).abs() <= tolerance(&name) * (1.0 + e.abs()),
                 "{name}: {g} vs {e}"
             );
         }
