@@ -141,9 +141,10 @@ fn queries(name: &str) -> Vec<f32> {
 /// How far a distance may be from the recorded one, relative: f32 summation in another order
 /// (another SIMD kernel, e.g. NEON on aarch64 against AVX-512 where the files were written).
 /// A `pcaq` code with 12-bit axes weighs its top bit plane 2^11 times the query's coordinate,
-/// so its bit-plane sums run about 2^11 times larger than the distance they give, and their
-/// rounding moves it by about 10^-5 relative (1.2·10^-5 measured under qemu-aarch64 on
-/// `v8-pcaq7-wide`): `*-wide-*` files are held to 10^-4, the others to 10^-5.
+/// so its bit-plane sums are large next to the distance they give, and their rounding moved
+/// one distance of `v8-pcaq7-wide` by 1.2·10^-5 relative under qemu-aarch64 (the first
+/// mismatch `cargo test --test golden` reported there at 10^-5): `*-wide-*` files are held to
+/// 10^-4, the others to 10^-5.
 fn tolerance(name: &str) -> f32 {
     if name.contains("-wide-") {
         1e-4

@@ -121,6 +121,8 @@ pub struct PcaRaBitQ {
     full_factors: FactorFormat,
     /// Bytes of one code (fixed by the widths; kept so the scan does not recount it).
     code_size: usize,
+    /// Bytes of the first stage's bit planes (kept like `code_size`).
+    stage1_bytes: usize,
 }
 
 /// How an index file holds the rotation's rows.
@@ -775,8 +777,9 @@ impl PcaRaBitQ {
         } else {
             full_factors.bytes()
         };
-        let code_size = active.div_ceil(8)
-            + stage1_planes.iter().map(|n| n.div_ceil(8)).sum::<usize>()
+        let stage1_bytes =
+            active.div_ceil(8) + stage1_planes.iter().map(|n| n.div_ceil(8)).sum::<usize>();
+        let code_size = stage1_bytes
             + factors.bytes()
             + plane_dims.iter().map(|n| n.div_ceil(8)).sum::<usize>()
             + full_factor_bytes;
@@ -792,6 +795,7 @@ impl PcaRaBitQ {
             factors,
             full_factors,
             code_size,
+            stage1_bytes,
         }
     }
 
@@ -890,12 +894,7 @@ impl PcaRaBitQ {
 
     /// Bytes of the first stage's bit planes (sign plane, then the planes below it).
     pub fn stage1_bytes(&self) -> usize {
-        self.nb()
-            + self
-                .stage1_planes
-                .iter()
-                .map(|n| n.div_ceil(8))
-                .sum::<usize>()
+        self.stage1_bytes
     }
 
     /// The average bits per dimension asked for.
@@ -1051,11 +1050,13 @@ impl PcaRaBitQ {
         };
         // Without planes below the sign, an empty term stands in for them, so that the
         // terms after the sign start at 2 as the early stop of `planes_estimate` expects.
-        terms[1] = BitTerm {
-            weights: sign,
-            bits: &[],
-            scale: 1.0,
-        };
+        if extra == 0 {
+            terms[1] = BitTerm {
+                weights: sign,
+                bits: &[],
+                scale: 1.0,
+            };
+        }
         let extra_terms = extra.max(1);
         let mut at = nb;
         for (j, &n) in self.stage1_planes.iter().enumerate() {
