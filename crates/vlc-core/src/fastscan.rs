@@ -8,6 +8,16 @@
 //! The quantised estimate only selects candidates: search rescores the candidate pool with the
 //! exact f32 estimator (or the refine tier), so this approximation does not reach the results.
 //!
+//! Where the weights of a code's bits differ by orders of magnitude (`pcaq`, whose widest axes
+//! weigh `2^(b−1)` grid steps per bit times a coordinate that spreads over about `2^b` steps),
+//! one quantisation step for every table would be set by the heaviest groups and round the
+//! light ones to nothing but noise. So the code bytes are ordered by a typical magnitude of
+//! their bits' weights (given by the codec) and cut into up to [`MAX_SEGMENTS`] segments, each
+//! a run of bytes within [`SEGMENT_RATIO`] of its first's magnitude; each segment's tables get
+//! a step of their own, its 16-bit sums are converted and scaled apart, and the segments are
+//! added in f32. Codes whose bits weigh alike (`rabitq*`) keep one segment and their bytes in
+//! code order.
+//!
 //! Built in memory from the list-ordered codes of the index file (the file format does not
 //! depend on it).
 
@@ -18,6 +28,12 @@ use rayon::prelude::*;
 pub const BLOCK: usize = 32;
 /// Code bytes summed in 16-bit lanes before widening (254 · 256 < 65536).
 const PAIRS_PER_FLUSH: usize = 256;
+/// Most segments of code bytes with a quantisation step of their own.
+pub const MAX_SEGMENTS: usize = 4;
+/// A code byte whose typical weight is below its segment's first byte's over this starts a new
+/// segment (while fewer than [`MAX_SEGMENTS`] exist): its tables would use fewer than
+/// 127 / 8 ≈ 16 of their 128 levels under the segment's step.
+pub const SEGMENT_RATIO: f32 = 8.0;
 
 pub struct FastScan {
     /// First-stage code bytes per vector, i.e. pairs of 4-bit groups: ⌈dim/8⌉ for a 1-bit
@@ -30,14 +46,59 @@ pub struct FastScan {
     /// Per-slot factors f1, f2 (see `codec::rabitq`). Layout: (total_blocks · 32,).
     f1: Vec<f32>,
     f2: Vec<f32>,
+    /// Byte `k` of a block's codes is byte `order[k]` of the first stage (the identity with one
+    /// segment). Layout: (pairs,).
+    order: Vec<usize>,
+    /// Segment `s` holds the block bytes `segments[s]..segments[s + 1]`. Layout: (segments + 1,).
+    segments: Vec<usize>,
+}
+
+/// The order of a first stage's `pairs` code bytes and their segments (see the module
+/// docs), from `hints`, a typical magnitude of each bit's weight (pairs · 8,): a byte's
+/// magnitude is the larger of its two 4-bit groups' sums. Without hints, or where one segment
+/// holds every byte, the bytes keep code order.
+pub fn segment_pairs(pairs: usize, hints: Option<&[f32]>) -> (Vec<usize>, Vec<usize>) {
+    let identity = || ((0..pairs).collect(), vec![0, pairs]);
+    let Some(hints) = hints.filter(|h| h.len() == pairs * 8 && pairs > 0) else {
+        return identity();
+    };
+    let magnitude: Vec<f32> = hints
+        .chunks_exact(8)
+        .map(|b| {
+            let (lo, hi) = b.split_at(4);
+            lo.iter().sum::<f32>().max(hi.iter().sum())
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..pairs).collect();
+    order.sort_by(|&a, &b| magnitude[b].total_cmp(&magnitude[a]).then(a.cmp(&b)));
+    let mut segments = vec![0];
+    let mut top = magnitude[order[0]];
+    for (k, &p) in order.iter().enumerate().skip(1) {
+        let m = magnitude[p];
+        if segments.len() < MAX_SEGMENTS && m > 0.0 && m * SEGMENT_RATIO < top {
+            segments.push(k);
+            top = m;
+        }
+    }
+    segments.push(pairs);
+    if segments.len() == 2 {
+        return identity();
+    }
+    (order, segments)
 }
 
 /// A query's quantised lookup table.
 #[derive(Default, Clone)]
 pub struct QueryLut {
-    /// Layout: (pairs, 2, 16): for pair p, 16 entries of group 2p then 16 of group 2p+1.
+    /// Layout: (pairs, 2, 16): for pair p (in the layout's byte order), 16 entries of group 2p
+    /// then 16 of group 2p+1.
     lut: Vec<u8>,
+    /// The first segment's quantisation step.
     delta: f32,
+    /// Each segment's step. Layout: (segments,).
+    deltas: Vec<f32>,
+    /// The weights in the layout's byte order (scratch). Layout: (pairs · 8,).
+    ordered: Vec<f32>,
     bias: f32,
     /// Subtracted from the scaled sum (Σ (P q) / √D for a 1-bit RaBitQ code).
     offset: f32,
@@ -46,7 +107,8 @@ pub struct QueryLut {
 
 impl FastScan {
     /// Transpose the first stage (`pairs` bytes of bit planes, then its two factors in
-    /// `factors`' format) of list-ordered codes of `code_size` bytes into blocks.
+    /// `factors`' format) of list-ordered codes of `code_size` bytes into blocks, its bytes
+    /// ordered and segmented by `hints` (see [`segment_pairs`]).
     /// `parallel`: fill the blocks on rayon's threads. Pass false where the caller may hold a
     /// lock that other rayon tasks wait on (a lazy initialiser): a thread waiting for its own
     /// parallel work may run one of those tasks, which would then wait for it.
@@ -55,8 +117,10 @@ impl FastScan {
         codes: &[u8],
         (pairs, factors): (usize, FactorFormat),
         code_size: usize,
+        hints: Option<&[f32]>,
         parallel: bool,
     ) -> FastScan {
+        let (order, segments) = segment_pairs(pairs, hints);
         let cs = code_size;
         assert!(
             cs >= pairs + factors.bytes(),
@@ -85,8 +149,8 @@ impl FastScan {
             |blk: &mut [u8], f1: &mut [f32], f2: &mut [f32], (start, end): (usize, usize)| {
                 for j in 0..BLOCK.min(end - start) {
                     let code = &codes[(start + j) * cs..(start + j + 1) * cs];
-                    for p in 0..pairs {
-                        blk[p * BLOCK + j] = code[p];
+                    for (k, &p) in order.iter().enumerate() {
+                        blk[k * BLOCK + j] = code[p];
                     }
                     (f1[j], f2[j]) = factors.read(&code[pairs..]);
                 }
@@ -108,7 +172,14 @@ impl FastScan {
             codes: out,
             f1,
             f2,
+            order,
+            segments,
         }
+    }
+
+    /// Segments of the layout (1 where every byte shares one quantisation step).
+    pub fn num_segments(&self) -> usize {
+        self.segments.len() - 1
     }
 
     /// Quantise the table of a query whose first-stage estimate is
@@ -116,17 +187,30 @@ impl FastScan {
     /// (`weights` zero-padded to that length). For a 1-bit RaBitQ code `weights` is the
     /// rotated query `P q`, `scale` = 2/√D and `offset` = Σ (P q) / √D.
     pub fn prepare(&self, weights: &[f32], scale: f32, offset: f32, out: &mut QueryLut) {
-        let rq = weights;
         let groups = self.pairs * 2;
         out.lut.clear();
         out.lut.resize(groups * 16, 0);
-        let mut delta = 0f32;
-        for g in 0..groups {
-            delta = delta.max(rq[4 * g..4 * g + 4].iter().map(|v| v.abs()).sum());
+        let rq = if self.num_segments() == 1 {
+            &weights[..groups * 4]
+        } else {
+            out.ordered.clear();
+            out.ordered
+                .extend(self.order.iter().flat_map(|&p| &weights[p * 8..p * 8 + 8]));
+            &out.ordered[..]
+        };
+        out.deltas.clear();
+        let mut bias = 0f32;
+        for seg in self.segments.windows(2) {
+            let w = &rq[seg[0] * 8..seg[1] * 8];
+            let delta = w
+                .chunks_exact(4)
+                .map(|g| g.iter().map(|v| v.abs()).sum::<f32>())
+                .fold(0f32, f32::max);
+            let delta = if delta > 0.0 { delta / 127.0 } else { 1.0 };
+            bias += group_tables(w, 1.0 / delta, &mut out.lut[seg[0] * 32..seg[1] * 32]);
+            out.deltas.push(delta);
         }
-        let delta = if delta > 0.0 { delta / 127.0 } else { 1.0 };
-        let bias = group_tables(&rq[..groups * 4], 1.0 / delta, &mut out.lut);
-        out.delta = delta;
+        out.delta = out.deltas[0];
         out.bias = bias;
         out.offset = offset;
         out.scale = scale;
@@ -144,6 +228,26 @@ impl FastScan {
             self.block_offsets[anchor as usize],
             self.block_offsets[anchor as usize + 1],
         );
+        if self.num_segments() > 1 {
+            // ip = scale·(Σ_s delta_s·sum_s + bias) − offset.
+            let affine = Affine {
+                a: lut.scale,
+                b: lut.scale * lut.bias - lut.offset,
+                base: query_anchor_dist,
+            };
+            for (i, blk) in (b0..b1).enumerate() {
+                block_dists_segmented(
+                    &self.codes[blk * self.pairs * BLOCK..(blk + 1) * self.pairs * BLOCK],
+                    &lut.lut,
+                    (&self.segments, &lut.deltas),
+                    &self.f1[blk * BLOCK..(blk + 1) * BLOCK],
+                    &self.f2[blk * BLOCK..(blk + 1) * BLOCK],
+                    affine,
+                    &mut out[i * BLOCK..(i + 1) * BLOCK],
+                );
+            }
+            return;
+        }
         // ip = scale·(delta·sum + bias) − offset, folded into one multiply-add per slot.
         let affine = Affine {
             a: lut.scale * lut.delta,
@@ -313,6 +417,76 @@ pub fn block_dists_scalar(
     }
 }
 
+/// Distance estimates of the 32 slots of one block whose code bytes are cut into segments:
+/// `segments` = (bounds, steps), segment `s` the bytes `bounds[s]..bounds[s + 1]` with step
+/// `steps[s]`; per slot `acc = Σ_s steps[s] · sum_s` ([`block_sums`] of the segment, added
+/// in segment order), `ip = affine.a · acc + affine.b` and `(base + f1) + f2 · ip`. `out` holds
+/// 32 values.
+pub fn block_dists_segmented(
+    codes: &[u8],
+    lut: &[u8],
+    segments: (&[usize], &[f32]),
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    assert!(f1.len() >= BLOCK && f2.len() >= BLOCK && out.len() >= BLOCK);
+    assert!(segments.0.len() == segments.1.len() + 1);
+    #[cfg(target_arch = "x86_64")]
+    if level() == SimdLevel::Avx2 {
+        // SAFETY: AVX2 was detected at run time; the slices hold 32 values (asserted).
+        unsafe { block_dists_segmented_avx2(codes, lut, segments, f1, f2, affine, out) };
+        return;
+    }
+    segmented_with(block_sums, codes, lut, segments, f1, f2, affine, out);
+}
+
+/// Scalar reference of [`block_dists_segmented`].
+pub fn block_dists_segmented_scalar(
+    codes: &[u8],
+    lut: &[u8],
+    segments: (&[usize], &[f32]),
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    segmented_with(block_sums_scalar, codes, lut, segments, f1, f2, affine, out);
+}
+
+/// [`block_dists_segmented`] with `sums` for each segment's [`block_sums`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn segmented_with(
+    sums: fn(&[u8], &[u8], &mut [u32; BLOCK]),
+    codes: &[u8],
+    lut: &[u8],
+    (bounds, steps): (&[usize], &[f32]),
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    let mut acc = [0f32; BLOCK];
+    let mut part = [0u32; BLOCK];
+    for (seg, &step) in bounds.windows(2).zip(steps) {
+        sums(
+            &codes[seg[0] * BLOCK..seg[1] * BLOCK],
+            &lut[seg[0] * 32..seg[1] * 32],
+            &mut part,
+        );
+        for (a, &p) in acc.iter_mut().zip(&part) {
+            // Sums stay far below 2^31: the signed conversion is exact.
+            *a += step * p as i32 as f32;
+        }
+    }
+    for j in 0..BLOCK {
+        let ip = affine.a * acc[j] + affine.b;
+        out[j] = (affine.base + f1[j]) + f2[j] * ip;
+    }
+}
+
 /// Σ over code bytes p of lut[p][low nibble] + lut[p][high nibble], for the 32 slots of a block.
 pub fn block_sums(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
     #[cfg(target_arch = "x86_64")]
@@ -438,6 +612,50 @@ unsafe fn block_dists_avx2(
         // SAFETY: the caller guarantees 32 values in f1, f2 and out; c·8 + 8 <= 32.
         unsafe {
             let ip = _mm256_add_ps(_mm256_mul_ps(a, _mm256_cvtepi32_ps(*l)), b);
+            let g1 = _mm256_loadu_ps(f1.as_ptr().add(c * 8));
+            let g2 = _mm256_loadu_ps(f2.as_ptr().add(c * 8));
+            let d = _mm256_add_ps(_mm256_add_ps(base, g1), _mm256_mul_ps(g2, ip));
+            _mm256_storeu_ps(out.as_mut_ptr().add(c * 8), d);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn block_dists_segmented_avx2(
+    codes: &[u8],
+    lut: &[u8],
+    (bounds, steps): (&[usize], &[f32]),
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for (seg, &step) in bounds.windows(2).zip(steps) {
+        // SAFETY: AVX2 is enabled for this function; the helper checks the lengths.
+        let lanes = unsafe {
+            block_sums_avx2_lanes(
+                &codes[seg[0] * BLOCK..seg[1] * BLOCK],
+                &lut[seg[0] * 32..seg[1] * 32],
+            )
+        };
+        let step = _mm256_set1_ps(step);
+        for (a, l) in acc.iter_mut().zip(lanes) {
+            // The scalar reference's order: acc + step · sum, no fused multiply-add.
+            *a = _mm256_add_ps(*a, _mm256_mul_ps(step, _mm256_cvtepi32_ps(l)));
+        }
+    }
+    let (a, b, base) = (
+        _mm256_set1_ps(affine.a),
+        _mm256_set1_ps(affine.b),
+        _mm256_set1_ps(affine.base),
+    );
+    for (c, acc) in acc.iter().enumerate() {
+        // SAFETY: the caller guarantees 32 values in f1, f2 and out; c·8 + 8 <= 32.
+        unsafe {
+            let ip = _mm256_add_ps(_mm256_mul_ps(a, *acc), b);
             let g1 = _mm256_loadu_ps(f1.as_ptr().add(c * 8));
             let g2 = _mm256_loadu_ps(f2.as_ptr().add(c * 8));
             let d = _mm256_add_ps(_mm256_add_ps(base, g1), _mm256_mul_ps(g2, ip));

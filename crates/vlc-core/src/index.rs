@@ -881,6 +881,7 @@ impl Index {
                 &self.codes,
                 stage1,
                 self.codec.code_size(),
+                self.codec.fast_scan_hints().as_deref(),
                 parallel,
             )
         })

@@ -562,6 +562,16 @@ impl Codec {
         }
     }
 
+    /// A typical magnitude of the weight of each bit the fast scan reads, where they differ
+    /// by orders of magnitude (`pcaq`; see [`crate::fastscan`]); `None` where they weigh
+    /// alike. Layout: (fast-scan bytes · 8,).
+    pub fn fast_scan_hints(&self) -> Option<Vec<f32>> {
+        match self {
+            Codec::Pca(p) => Some(p.stage1_hints()),
+            _ => None,
+        }
+    }
+
     /// Rotate a block of queries (m, dim) into the codec's basis with one GEMM, for codecs
     /// whose rotation is a dense matrix (`pcaq`); `None` for the others (RaBitQ's structured
     /// rotation is cheap per query). Returns the rotated block, layout (m, width) row-major,

@@ -975,6 +975,30 @@ impl PcaRaBitQ {
         -2.0 / self.root() * constant
     }
 
+    /// A typical magnitude of each first-stage bit's weight in [`stage1_weights`](Self::stage1_weights)'s
+    /// layout, for the fast scan's segments: bit `j` below the top of dimension `i` weighs
+    /// `2^(b_i − 1 − j)` grid steps times the query's coordinate, whose spread the allocation
+    /// makes about `2^b_i` steps (a width grows by one bit per doubling of the axis's spread).
+    /// Layout: (stage1_bytes · 8,).
+    pub fn stage1_hints(&self) -> Vec<f32> {
+        let mut hints = vec![0f32; self.stage1_bytes() * 8];
+        let weight = |i: usize, below_top: usize| {
+            let b = self.dim_bits[i] as i32;
+            2f32.powi(2 * b - 1 - below_top as i32)
+        };
+        for (i, h) in hints[..self.active].iter_mut().enumerate() {
+            *h = weight(i, 0);
+        }
+        let mut at = self.nb() * 8;
+        for (j, &n) in self.stage1_planes.iter().enumerate() {
+            for i in 0..n {
+                hints[at + i] = weight(i, 1 + j);
+            }
+            at += n.div_ceil(8) * 8;
+        }
+        hints
+    }
+
     /// The full code's weights from a rotated query `rq`: `2 + E` vectors of 8·⌈active/8⌉,
     /// `E` the first stage's planes below the sign (sign plane `2^(b_i−1) s rq_i`, the `j`-th
     /// first-stage plane below it `2^(b_i−2−j) s rq_i` on its prefix, remaining planes
