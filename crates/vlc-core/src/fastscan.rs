@@ -874,4 +874,152 @@ mod tests {
             assert_eq!(x, y, "pairs {pairs}");
         }
     }
+
+    #[test]
+    fn simd_segmented_block_dists_match_scalar_for_odd_segments() {
+        let mut r = Rng::new(9);
+        for bounds in [
+            vec![0usize, 1],
+            vec![0, 1, 2],
+            vec![0, 3, 4, 11],
+            vec![0, 5, 37, 40, 300],
+        ] {
+            let pairs = *bounds.last().unwrap();
+            let steps: Vec<f32> = (1..bounds.len())
+                .map(|s| 0.5f32.powi(3 * s as i32) * (1.0 + r.normal().abs() as f32))
+                .collect();
+            let codes: Vec<u8> = (0..pairs * BLOCK).map(|_| r.below(256) as u8).collect();
+            let lut: Vec<u8> = (0..pairs * 32).map(|_| r.below(128) as u8).collect();
+            let f1: Vec<f32> = (0..BLOCK).map(|_| r.normal() as f32).collect();
+            let f2: Vec<f32> = (0..BLOCK).map(|_| r.normal() as f32).collect();
+            let affine = Affine {
+                a: 0.37,
+                b: -0.7,
+                base: 1.25,
+            };
+            let (mut x, mut y) = ([0f32; BLOCK], [0f32; BLOCK]);
+            block_dists_segmented(&codes, &lut, (&bounds, &steps), &f1, &f2, affine, &mut x);
+            block_dists_segmented_scalar(&codes, &lut, (&bounds, &steps), &f1, &f2, affine, &mut y);
+            assert_eq!(x, y, "segments {bounds:?}");
+            // Against the definition, slot by slot.
+            for j in 0..BLOCK {
+                let mut acc = 0f64;
+                for (seg, &step) in bounds.windows(2).zip(&steps) {
+                    let sum: u32 = (seg[0]..seg[1])
+                        .map(|p| {
+                            let byte = codes[p * BLOCK + j];
+                            lut[p * 32 + (byte & 15) as usize] as u32
+                                + lut[p * 32 + 16 + (byte >> 4) as usize] as u32
+                        })
+                        .sum();
+                    acc += step as f64 * sum as f64;
+                }
+                let want = (1.25 + f1[j] as f64) + f2[j] as f64 * (0.37 * acc - 0.7);
+                assert!(
+                    (y[j] as f64 - want).abs() < 1e-4 * (1.0 + want.abs()),
+                    "slot {j}: {} vs {want}",
+                    y[j]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn segments_follow_the_weights_magnitudes() {
+        // Alike weights: one segment, code order.
+        let (order, segments) = segment_pairs(5, Some(&[1.0; 40]));
+        assert_eq!((order, segments), ((0..5).collect(), vec![0, 5]));
+        assert_eq!(segment_pairs(3, None), ((0..3).collect(), vec![0, 3]));
+        // Bytes of magnitude 1, 1000, 30, 1000, 1: heaviest first, a cut below an eighth.
+        let mut hints = Vec::new();
+        for m in [1f32, 1000.0, 30.0, 1000.0, 1.0] {
+            hints.extend([m / 4.0; 4]);
+            hints.extend([0.0; 4]);
+        }
+        let (order, segments) = segment_pairs(5, Some(&hints));
+        assert_eq!(order, vec![1, 3, 2, 0, 4]);
+        assert_eq!(segments, vec![0, 2, 3, 5]);
+        // At most MAX_SEGMENTS, the lightest bytes sharing the last; zero weights cut nothing.
+        let mut hints = Vec::new();
+        for k in 0..8 {
+            hints.extend([0.1f32.powi(k); 8]);
+        }
+        hints.extend([0.0; 8]);
+        let (order, segments) = segment_pairs(9, Some(&hints));
+        assert_eq!(order, (0..9).collect::<Vec<_>>());
+        assert_eq!(segments, vec![0, 1, 2, 3, 9]);
+    }
+
+    /// Weights as `pcaq`'s widest axes and its narrow ones give them: the light bytes' part
+    /// of the estimate survives the segments, where one step set by the heavy bytes rounds it
+    /// away.
+    #[test]
+    fn segments_keep_light_bytes_that_one_step_rounds_away() {
+        let (pairs, n) = (24usize, 256usize);
+        let factors = FactorFormat::F32;
+        let code_size = pairs + factors.bytes();
+        let mut r = Rng::new(17);
+        let mut codes = vec![0u8; n * code_size];
+        for code in codes.chunks_exact_mut(code_size) {
+            for b in &mut code[..pairs] {
+                *b = r.below(256) as u8;
+            }
+            factors.write(&mut code[pairs..], 0.0, 1.0);
+        }
+        // Bytes 0..4 weigh about 512 times the rest (an 11-bit axis's top bit against a 7-bit
+        // axis's, each times its coordinate's spread).
+        let heavy = |i: usize| i / 8 < 4;
+        let hints: Vec<f32> = (0..pairs * 8)
+            .map(|i| if heavy(i) { 512.0 } else { 1.0 })
+            .collect();
+        let weights: Vec<f32> = (0..pairs * 8)
+            .map(|i| r.normal() as f32 * hints[i])
+            .collect();
+        let heavy_only: Vec<f32> = (0..pairs * 8)
+            .map(|i| if heavy(i) { weights[i] } else { 0.0 })
+            .collect();
+        // The light bytes' exact part of each code's estimate.
+        let exact: Vec<f64> = codes
+            .chunks_exact(code_size)
+            .map(|c| {
+                (0..pairs * 8)
+                    .filter(|&i| !heavy(i) && c[i / 8] >> (i % 8) & 1 == 1)
+                    .map(|i| weights[i] as f64)
+                    .sum()
+            })
+            .collect();
+        let spread = (exact.iter().map(|v| v * v).sum::<f64>() / n as f64).sqrt();
+        // The fast scan's light part: its estimate less that of the heavy weights alone (whose
+        // tables and step are the same in both, so their rounding cancels).
+        let error = |hints: Option<&[f32]>| {
+            let fs = FastScan::build(
+                &[0, n as u64],
+                &codes,
+                (pairs, factors),
+                code_size,
+                hints,
+                false,
+            );
+            let estimate = |w: &[f32]| {
+                let mut lut = QueryLut::default();
+                fs.prepare(w, 1.0, 0.0, &mut lut);
+                let mut out = vec![0f32; fs.padded_len(0)];
+                fs.scan(&lut, 0, 0.0, &mut out);
+                out
+            };
+            let (all, part) = (estimate(&weights), estimate(&heavy_only));
+            let sq: f64 = (0..n)
+                .map(|v| (all[v] as f64 - part[v] as f64 - exact[v]).powi(2))
+                .sum();
+            (fs.num_segments(), (sq / n as f64).sqrt())
+        };
+        let (one, coarse) = error(None);
+        let (two, fine) = error(Some(&hints));
+        assert_eq!((one, two), (1, 2));
+        eprintln!(
+            "light part's spread {spread}: RMS error {coarse} with one step, {fine} with segments"
+        );
+        assert!(coarse > 0.3 * spread, "{coarse} vs spread {spread}");
+        assert!(fine < 0.05 * spread, "{fine} vs spread {spread}");
+    }
 }

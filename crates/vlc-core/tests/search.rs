@@ -552,8 +552,11 @@ fn adaptive_probing_scans_few_lists_near_a_cluster_and_keeps_recall() {
 /// gives those axes 9 and 11 bits. One grid step serves every axis, so such an axis spans
 /// many steps and its top two bits split it far out in its tails; the first stage, which
 /// fills the candidate pool, reads more of its bits (down to the cell of an 8-bit axis's top
-/// two), so a pool of 50 keeps recall@10 within 0.06 of a pool of 1,000 (measured: 0.9615
-/// and 0.9965); a first stage that read two bits of them fell well short of that.
+/// two), and its fast scan gives the narrow axes' tables a quantisation step of their own
+/// (segments), as one step set by the wide axes' tables would round theirs to noise. So a
+/// pool of 50 keeps recall@10 within 0.02 of a pool of 1,000 (the test prints both: 0.986
+/// and 0.9965; with one step for every table, as before segments, 0.9615, and a first stage
+/// that read two bits of the wide axes fell short of that too).
 #[test]
 fn pcaq_first_stage_ranks_well_where_axes_are_wider_than_8_bits() {
     let (dim, n, lead, clusters) = (64usize, 6000usize, 8usize, 16usize);
@@ -593,7 +596,7 @@ fn pcaq_first_stage_ranks_well_where_axes_are_wider_than_8_bits() {
     eprintln!("widths {widths:?}: recall@10 {small} with a pool of 50, {large} with 1000");
     assert!(large > 0.95, "recall@10 {large} with a pool of 1000");
     assert!(
-        small >= large - 0.06,
+        small >= large - 0.02,
         "recall@10 {small} with a pool of 50, {large} with 1000"
     );
 }

@@ -563,11 +563,12 @@ impl Codec {
     }
 
     /// A typical magnitude of the weight of each bit the fast scan reads, where they differ
-    /// by orders of magnitude (`pcaq`; see [`crate::fastscan`]); `None` where they weigh
-    /// alike. Layout: (fast-scan bytes · 8,).
+    /// enough that one quantisation step would round the light ones away (`pcaq` with wide
+    /// axes; see [`crate::fastscan`] and [`pca::PcaRaBitQ::stage1_hints`]); `None` where one
+    /// step serves. Layout: (fast-scan bytes · 8,).
     pub fn fast_scan_hints(&self) -> Option<Vec<f32>> {
         match self {
-            Codec::Pca(p) => Some(p.stage1_hints()),
+            Codec::Pca(p) => p.stage1_hints(),
             _ => None,
         }
     }

@@ -418,6 +418,15 @@ fn stage1_prefix(dim_bits: &[u8]) -> usize {
         .unwrap_or(0)
 }
 
+/// Least share of the first stage's modelled grid error that the rounding of one quantisation
+/// step for every fast-scan table must reach for the fast scan to cut its bytes into segments
+/// (see [`PcaRaBitQ::stage1_hints`]). Each segment costs the scan a conversion of its sums per
+/// block of 32 codes (up to about a tenth of its speed at 3 segments); over the ten benchmark
+/// sets at `pcaq1`, `pcaq5` and `pcaq7.5` (`bench/results/first_stage_segments.log`), the
+/// codes below this share gained no recall from segments, and those above gained up to 0.024
+/// of recall@10 with a pool of 30.
+const SEGMENT_NOISE_SHARE: f64 = 0.05;
+
 /// Widest dimension whose first-stage view is at most two bits.
 const STAGE1_TWO_BIT_WIDTH: u8 = 8;
 
@@ -976,11 +985,16 @@ impl PcaRaBitQ {
     }
 
     /// A typical magnitude of each first-stage bit's weight in [`stage1_weights`](Self::stage1_weights)'s
-    /// layout, for the fast scan's segments: bit `j` below the top of dimension `i` weighs
-    /// `2^(b_i − 1 − j)` grid steps times the query's coordinate, whose spread the allocation
-    /// makes about `2^b_i` steps (a width grows by one bit per doubling of the axis's spread).
-    /// Layout: (stage1_bytes · 8,).
-    pub fn stage1_hints(&self) -> Vec<f32> {
+    /// layout, for the fast scan's segments ([`crate::fastscan`]), or `None` where one
+    /// quantisation step serves every table. The model: a query's coordinate on axis `i`
+    /// spreads over about `2^b_i` grid steps (a width grows by one bit per doubling of the
+    /// axis's spread), so bit `j` below the top weighs about `2^(b_i − 1 − j) · 2^b_i`; the
+    /// first stage's own grid error on the axis is that spread squared times its cell
+    /// (`2^shift` steps) squared over 12; one step for every table rounds each 4-bit group's
+    /// entries by up to half of the largest group's sum over 127. Segments are asked for where
+    /// that rounding reaches [`SEGMENT_NOISE_SHARE`] of the grid error. Layout:
+    /// (stage1_bytes · 8,).
+    pub fn stage1_hints(&self) -> Option<Vec<f32>> {
         let mut hints = vec![0f32; self.stage1_bytes() * 8];
         let weight = |i: usize, below_top: usize| {
             let b = self.dim_bits[i] as i32;
@@ -996,7 +1010,16 @@ impl PcaRaBitQ {
             }
             at += n.div_ceil(8) * 8;
         }
-        hints
+        let grid: f64 = (0..self.active)
+            .map(|i| 4f64.powi(self.dim_bits[i] as i32 + self.shift(i) as i32) / 12.0)
+            .sum();
+        let groups = hints.len() / 4;
+        let largest = hints
+            .chunks_exact(4)
+            .map(|g| g.iter().map(|&h| h as f64).sum::<f64>())
+            .fold(0f64, f64::max);
+        let rounding = groups as f64 * (largest / 127.0).powi(2) / 12.0;
+        (rounding >= SEGMENT_NOISE_SHARE * grid).then_some(hints)
     }
 
     /// The full code's weights from a rotated query `rq`: `2 + E` vectors of 8·⌈active/8⌉,
@@ -1555,5 +1578,37 @@ mod tests {
         // Remaining planes: widths minus the first stage's bits, still a prefix each.
         let planes = plane_prefixes(&[5, 5, 4, 4, 3, 3, 2, 1], &[4]);
         assert_eq!(planes, vec![7, 6, 2]);
+    }
+
+    #[test]
+    fn fast_scan_segments_only_where_one_step_would_round_away_narrow_axes() {
+        let codec = |runs: &[(usize, u8)]| {
+            let dim_bits: Vec<u8> = runs
+                .iter()
+                .flat_map(|&(n, b)| std::iter::repeat_n(b, n))
+                .collect();
+            PcaRaBitQ::from_parts(
+                dim_bits.len(),
+                4.0,
+                dim_bits,
+                Vec::new(),
+                StoredRotation::F16,
+                FactorFormat::F32,
+                FactorFormat::F32,
+            )
+        };
+        // 11- and 10-bit axes over 7-bit ones (the 500,000 x 384 set's `pcaq7.5`): the top
+        // bits of the wide axes would set a step that rounds the 7-bit axes' tables away.
+        let wide = codec(&[(16, 11), (48, 10), (304, 7), (16, 6)]);
+        let hints = wide.stage1_hints().expect("segments for wide axes");
+        assert_eq!(hints.len(), wide.stage1_bytes() * 8);
+        assert_eq!(hints[0], 2f32.powi(21));
+        assert_eq!(hints[100], 2f32.powi(13));
+        // The planes below the sign weigh half as much per plane.
+        assert_eq!(hints[384], 2f32.powi(20));
+        // Widths of 7 bits down to 2 (the dev set's `pcaq5`) and a one-bit code: one step.
+        let narrow = codec(&[(32, 7), (128, 6), (104, 5), (56, 4), (56, 3), (8, 2)]);
+        assert_eq!(narrow.stage1_hints(), None);
+        assert_eq!(codec(&[(64, 1)]).stage1_hints(), None);
     }
 }
