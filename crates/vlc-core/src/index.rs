@@ -931,6 +931,16 @@ impl Index {
             _ => None,
         }
     }
+    /// The fast scan's first-stage bytes per code and the segments they are scanned in, each
+    /// with a quantisation step of its own (see [`crate::fastscan`]); `None` for codecs
+    /// without a fast scan.
+    pub fn fast_scan_layout(&self) -> Option<(usize, usize)> {
+        self.codec.fast_scan_bytes().map(|(pairs, _)| {
+            let hints = self.codec.fast_scan_hints();
+            let (_, segments) = crate::fastscan::segment_pairs(pairs, hints.as_deref());
+            (pairs, segments.len() - 1)
+        })
+    }
     /// How the primary code's per-vector factors are stored: the first stage's and, for
     /// two-stage codes, the full code's; `None` for codecs without such factors.
     pub fn factor_formats(

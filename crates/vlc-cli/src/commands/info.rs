@@ -72,6 +72,16 @@ pub fn run(a: Args) -> Result<()> {
         Some((first, None)) => println!("  factors     {first}, per vector"),
         None => {}
     }
+    if let Some((bytes, segments)) = index.fast_scan_layout() {
+        println!(
+            "  fast scan   first {bytes} bytes of each code, {}",
+            if segments == 1 {
+                "one quantisation step".to_string()
+            } else {
+                format!("{segments} segments with a quantisation step each")
+            }
+        );
+    }
     if let (Some(r), Some(size)) = (info.refine, index.refine_code_size()) {
         println!("  refine      {r} ({size} bytes/vector)");
     }
