@@ -3,7 +3,8 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use vlc::fastscan::{
-    block_dists, block_dists_scalar, block_sums, block_sums_scalar, Affine, BLOCK,
+    block_dists, block_dists_scalar, block_dists_segmented, block_dists_segmented_scalar,
+    block_sums, block_sums_scalar, Affine, BLOCK,
 };
 use vlc::simd::{bit_sum_scalar, dot_u8, dot_u8_scalar, level, weighted_bit_sums, BitTerm};
 use vlc::{Backend, CpuBackend, Rng};
@@ -60,6 +61,44 @@ fn scan_kernels(c: &mut Criterion) {
                     block_dists_scalar(
                         black_box(&codes),
                         black_box(&lut),
+                        &f1,
+                        &f2,
+                        affine,
+                        &mut dists,
+                    )
+                })
+            },
+        );
+        // The same bytes in three segments with a quantisation step each (pcaq with wide
+        // axes): a tenth, a third and the rest of the bytes.
+        let bounds = [0, pairs / 10, pairs / 3, pairs];
+        let steps = [1.0f32, 0.1, 0.01];
+        g.bench_with_input(
+            BenchmarkId::new("fastscan block to distances, 3 segments, simd", dim),
+            &dim,
+            |b, _| {
+                b.iter(|| {
+                    block_dists_segmented(
+                        black_box(&codes),
+                        black_box(&lut),
+                        (&bounds, &steps),
+                        &f1,
+                        &f2,
+                        affine,
+                        &mut dists,
+                    )
+                })
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("fastscan block to distances, 3 segments, scalar", dim),
+            &dim,
+            |b, _| {
+                b.iter(|| {
+                    block_dists_segmented_scalar(
+                        black_box(&codes),
+                        black_box(&lut),
+                        (&bounds, &steps),
                         &f1,
                         &f2,
                         affine,

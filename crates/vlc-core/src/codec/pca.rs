@@ -421,10 +421,11 @@ fn stage1_prefix(dim_bits: &[u8]) -> usize {
 /// Least share of the first stage's modelled grid error that the rounding of one quantisation
 /// step for every fast-scan table must reach for the fast scan to cut its bytes into segments
 /// (see [`PcaRaBitQ::stage1_hints`]). Each segment costs the scan a conversion of its sums per
-/// block of 32 codes (up to about a tenth of its speed at 3 segments); over the ten benchmark
-/// sets at `pcaq1`, `pcaq5` and `pcaq7.5` (`bench/results/first_stage_segments.log`), the
-/// codes below this share gained no recall from segments, and those above gained up to 0.024
-/// of recall@10 with a pool of 30.
+/// block of 32 codes (48 code bytes: 34 ns in one segment, 43 ns in three,
+/// `bench/results/kernels_segments_2026-11-26.log`); over the ten
+/// benchmark sets at `pcaq1`, `pcaq5` and `pcaq7.5` (`bench/results/first_stage_segments.log`),
+/// the codes below this share gained no recall from segments, and those above gained up to
+/// 0.024 of recall@10 with a pool of 30.
 const SEGMENT_NOISE_SHARE: f64 = 0.05;
 
 /// Widest dimension whose first-stage view is at most two bits.
