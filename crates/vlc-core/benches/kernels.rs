@@ -73,40 +73,33 @@ fn scan_kernels(c: &mut Criterion) {
         // axes): a tenth, a third and the rest of the bytes.
         let bounds = [0, pairs / 10, pairs / 3, pairs];
         let steps = [1.0f32, 0.1, 0.01];
-        g.bench_with_input(
-            BenchmarkId::new("fastscan block to distances, 3 segments, simd", dim),
-            &dim,
-            |b, _| {
-                b.iter(|| {
-                    block_dists_segmented(
-                        black_box(&codes),
-                        black_box(&lut),
-                        (&bounds, &steps),
-                        &f1,
-                        &f2,
-                        affine,
-                        &mut dists,
-                    )
-                })
-            },
-        );
-        g.bench_with_input(
-            BenchmarkId::new("fastscan block to distances, 3 segments, scalar", dim),
-            &dim,
-            |b, _| {
-                b.iter(|| {
-                    block_dists_segmented_scalar(
-                        black_box(&codes),
-                        black_box(&lut),
-                        (&bounds, &steps),
-                        &f1,
-                        &f2,
-                        affine,
-                        &mut dists,
-                    )
-                })
-            },
-        );
+        type Segmented = fn(&[u8], &[u8], (&[usize], &[f32]), &[f32], &[f32], Affine, &mut [f32]);
+        let kernels: [(&str, Segmented); 2] = [
+            ("simd", block_dists_segmented),
+            ("scalar", block_dists_segmented_scalar),
+        ];
+        for (label, kernel) in kernels {
+            g.bench_with_input(
+                BenchmarkId::new(
+                    format!("fastscan block to distances, 3 segments, {label}"),
+                    dim,
+                ),
+                &dim,
+                |b, _| {
+                    b.iter(|| {
+                        kernel(
+                            black_box(&codes),
+                            black_box(&lut),
+                            (&bounds, &steps),
+                            &f1,
+                            &f2,
+                            affine,
+                            &mut dists,
+                        )
+                    })
+                },
+            );
+        }
         let w: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
         let q: Vec<u8> = (0..dim).map(|_| rng.below(256) as u8).collect();
         g.throughput(Throughput::Elements(1));

@@ -228,41 +228,31 @@ impl FastScan {
             self.block_offsets[anchor as usize],
             self.block_offsets[anchor as usize + 1],
         );
-        if self.num_segments() > 1 {
-            // ip = scale·(Σ_s delta_s·sum_s + bias) − offset.
-            let affine = Affine {
-                a: lut.scale,
-                b: lut.scale * lut.bias - lut.offset,
-                base: query_anchor_dist,
-            };
-            for (i, blk) in (b0..b1).enumerate() {
-                block_dists_segmented(
-                    &self.codes[blk * self.pairs * BLOCK..(blk + 1) * self.pairs * BLOCK],
-                    &lut.lut,
-                    (&self.segments, &lut.deltas),
-                    &self.f1[blk * BLOCK..(blk + 1) * BLOCK],
-                    &self.f2[blk * BLOCK..(blk + 1) * BLOCK],
-                    affine,
-                    &mut out[i * BLOCK..(i + 1) * BLOCK],
-                );
-            }
-            return;
-        }
-        // ip = scale·(delta·sum + bias) − offset, folded into one multiply-add per slot.
+        // ip = scale·(delta·sum + bias) − offset, folded into one multiply-add per slot; with
+        // segments, ip = scale·(Σ_s delta_s·sum_s + bias) − offset.
+        let segmented = self.num_segments() > 1;
         let affine = Affine {
-            a: lut.scale * lut.delta,
+            a: if segmented {
+                lut.scale
+            } else {
+                lut.scale * lut.delta
+            },
             b: lut.scale * lut.bias - lut.offset,
             base: query_anchor_dist,
         };
         for (i, blk) in (b0..b1).enumerate() {
-            block_dists(
-                &self.codes[blk * self.pairs * BLOCK..(blk + 1) * self.pairs * BLOCK],
-                &lut.lut,
+            let codes = &self.codes[blk * self.pairs * BLOCK..(blk + 1) * self.pairs * BLOCK];
+            let (f1, f2) = (
                 &self.f1[blk * BLOCK..(blk + 1) * BLOCK],
                 &self.f2[blk * BLOCK..(blk + 1) * BLOCK],
-                affine,
-                &mut out[i * BLOCK..(i + 1) * BLOCK],
             );
+            let out = &mut out[i * BLOCK..(i + 1) * BLOCK];
+            if segmented {
+                let segments = (&self.segments[..], &lut.deltas[..]);
+                block_dists_segmented(codes, &lut.lut, segments, f1, f2, affine, out);
+            } else {
+                block_dists(codes, &lut.lut, f1, f2, affine, out);
+            }
         }
     }
 }
@@ -603,15 +593,33 @@ unsafe fn block_dists_avx2(
     use std::arch::x86_64::*;
     // SAFETY: AVX2 is enabled for this function; the helper checks the lengths.
     let lanes = unsafe { block_sums_avx2_lanes(codes, lut) };
+    let sums = lanes.map(|l| _mm256_cvtepi32_ps(l));
+    // SAFETY: AVX2 is enabled for this function; the caller guarantees 32 values in f1, f2
+    // and out.
+    unsafe { store_dists_avx2(sums, affine, f1, f2, out) };
+}
+
+/// `(base + f1) + f2 · (a · sum + b)` for the 32 slots whose sums are `sums` (four vectors of
+/// 8, in slot order), into `out`. The caller guarantees 32 values in `f1`, `f2` and `out`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn store_dists_avx2(
+    sums: [std::arch::x86_64::__m256; 4],
+    affine: Affine,
+    f1: &[f32],
+    f2: &[f32],
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
     let (a, b, base) = (
         _mm256_set1_ps(affine.a),
         _mm256_set1_ps(affine.b),
         _mm256_set1_ps(affine.base),
     );
-    for (c, l) in lanes.iter().enumerate() {
+    for (c, sum) in sums.iter().enumerate() {
         // SAFETY: the caller guarantees 32 values in f1, f2 and out; c·8 + 8 <= 32.
         unsafe {
-            let ip = _mm256_add_ps(_mm256_mul_ps(a, _mm256_cvtepi32_ps(*l)), b);
+            let ip = _mm256_add_ps(_mm256_mul_ps(a, *sum), b);
             let g1 = _mm256_loadu_ps(f1.as_ptr().add(c * 8));
             let g2 = _mm256_loadu_ps(f2.as_ptr().add(c * 8));
             let d = _mm256_add_ps(_mm256_add_ps(base, g1), _mm256_mul_ps(g2, ip));
@@ -647,21 +655,9 @@ unsafe fn block_dists_segmented_avx2(
             *a = _mm256_add_ps(*a, _mm256_mul_ps(step, _mm256_cvtepi32_ps(l)));
         }
     }
-    let (a, b, base) = (
-        _mm256_set1_ps(affine.a),
-        _mm256_set1_ps(affine.b),
-        _mm256_set1_ps(affine.base),
-    );
-    for (c, acc) in acc.iter().enumerate() {
-        // SAFETY: the caller guarantees 32 values in f1, f2 and out; c·8 + 8 <= 32.
-        unsafe {
-            let ip = _mm256_add_ps(_mm256_mul_ps(a, *acc), b);
-            let g1 = _mm256_loadu_ps(f1.as_ptr().add(c * 8));
-            let g2 = _mm256_loadu_ps(f2.as_ptr().add(c * 8));
-            let d = _mm256_add_ps(_mm256_add_ps(base, g1), _mm256_mul_ps(g2, ip));
-            _mm256_storeu_ps(out.as_mut_ptr().add(c * 8), d);
-        }
-    }
+    // SAFETY: AVX2 is enabled for this function; the caller guarantees 32 values in f1, f2
+    // and out.
+    unsafe { store_dists_avx2(acc, affine, f1, f2, out) };
 }
 
 /// [`group_tables`] with NEON: a group's 16 entries as four vectors, entries 0..4 by masked
@@ -851,18 +847,25 @@ mod tests {
         }
     }
 
+    /// Random codes (pairs · 32 bytes), tables (pairs · 32 entries below 128) and factors f1,
+    /// f2 (32 each) of one block.
+    fn random_block(r: &mut Rng, pairs: usize) -> (Vec<u8>, Vec<u8>, Vec<f32>, Vec<f32>) {
+        let codes = (0..pairs * BLOCK).map(|_| r.below(256) as u8).collect();
+        let lut = (0..pairs * 32).map(|_| r.below(128) as u8).collect();
+        let f1 = (0..BLOCK).map(|_| r.normal() as f32).collect();
+        let f2 = (0..BLOCK).map(|_| r.normal() as f32).collect();
+        (codes, lut, f1, f2)
+    }
+
     #[test]
     fn simd_block_sums_match_scalar_for_all_sizes() {
         let mut r = Rng::new(2);
         for pairs in [1usize, 2, 7, 48, 300] {
-            let codes: Vec<u8> = (0..pairs * BLOCK).map(|_| r.below(256) as u8).collect();
-            let lut: Vec<u8> = (0..pairs * 32).map(|_| r.below(128) as u8).collect();
+            let (codes, lut, f1, f2) = random_block(&mut r, pairs);
             let (mut a, mut b) = ([0u32; BLOCK], [0u32; BLOCK]);
             block_sums(&codes, &lut, &mut a);
             block_sums_scalar(&codes, &lut, &mut b);
             assert_eq!(a, b, "pairs {pairs}");
-            let f1: Vec<f32> = (0..BLOCK).map(|_| r.normal() as f32).collect();
-            let f2: Vec<f32> = (0..BLOCK).map(|_| r.normal() as f32).collect();
             let affine = Affine {
                 a: 0.013,
                 b: -0.7,
@@ -888,10 +891,7 @@ mod tests {
             let steps: Vec<f32> = (1..bounds.len())
                 .map(|s| 0.5f32.powi(3 * s as i32) * (1.0 + r.normal().abs() as f32))
                 .collect();
-            let codes: Vec<u8> = (0..pairs * BLOCK).map(|_| r.below(256) as u8).collect();
-            let lut: Vec<u8> = (0..pairs * 32).map(|_| r.below(128) as u8).collect();
-            let f1: Vec<f32> = (0..BLOCK).map(|_| r.normal() as f32).collect();
-            let f2: Vec<f32> = (0..BLOCK).map(|_| r.normal() as f32).collect();
+            let (codes, lut, f1, f2) = random_block(&mut r, pairs);
             let affine = Affine {
                 a: 0.37,
                 b: -0.7,
