@@ -993,7 +993,7 @@ impl PcaRaBitQ {
     /// first stage's own grid error on the axis is that spread squared times its cell
     /// (`2^shift` steps) squared over 12; one step for every table rounds each 4-bit group's
     /// entries by up to half of the largest group's sum over 127. Segments are asked for where
-    /// that rounding reaches [`SEGMENT_NOISE_SHARE`] of the grid error. Layout:
+    /// that rounding reaches `SEGMENT_NOISE_SHARE` (5%) of the grid error. Layout:
     /// (stage1_bytes · 8,).
     pub fn stage1_hints(&self) -> Option<Vec<f32>> {
         let mut hints = vec![0f32; self.stage1_bytes() * 8];
