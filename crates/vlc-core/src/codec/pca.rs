@@ -996,21 +996,12 @@ impl PcaRaBitQ {
     /// that rounding reaches `SEGMENT_NOISE_SHARE` (5%) of the grid error. Layout:
     /// (stage1_bytes · 8,).
     pub fn stage1_hints(&self) -> Option<Vec<f32>> {
-        let mut hints = vec![0f32; self.stage1_bytes() * 8];
-        let weight = |i: usize, below_top: usize| {
-            let b = self.dim_bits[i] as i32;
-            2f32.powi(2 * b - 1 - below_top as i32)
-        };
-        for (i, h) in hints[..self.active].iter_mut().enumerate() {
-            *h = weight(i, 0);
-        }
-        let mut at = self.nb() * 8;
-        for (j, &n) in self.stage1_planes.iter().enumerate() {
-            for i in 0..n {
-                hints[at + i] = weight(i, 1 + j);
-            }
-            at += n.div_ceil(8) * 8;
-        }
+        // The first-stage weights of a query whose coordinate on each axis is its spread.
+        let spread: Vec<f32> = (0..self.active)
+            .map(|i| (1u32 << self.dim_bits[i]) as f32)
+            .collect();
+        let mut hints = Vec::new();
+        self.stage1_weights(&spread, &mut hints);
         let grid: f64 = (0..self.active)
             .map(|i| 4f64.powi(self.dim_bits[i] as i32 + self.shift(i) as i32) / 12.0)
             .sum();
