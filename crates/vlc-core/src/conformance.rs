@@ -559,51 +559,105 @@ pub type DeviceSearch<'a> =
 /// Builds a backend's [`DeviceSearch`] for an index.
 pub type OpenSearch<'a> = dyn Fn(&crate::Index) -> crate::Result<DeviceSearch<'a>> + 'a;
 
+/// A `pcaq` index's widths and first-stage planes, for test labels.
+fn pca_shape(index: &crate::Index) -> String {
+    match &index.codec {
+        crate::codec::Codec::Pca(p) => format!(
+            "widest {} bits, {} first-stage planes below the sign, {} more",
+            p.dim_bits()[0],
+            p.stage1_plane_dims().len(),
+            p.low_plane_dims().len()
+        ),
+        _ => String::new(),
+    }
+}
+
 /// A device search against the CPU search on the same index, for every codec the device
 /// kernels score, both metrics, odd dims and a refine tier: same probed lists and estimators,
-/// so the results agree up to float rounding (summation orders differ, and the CPU's 1-bit
-/// scan reads quantised tables). At least 97% of the CPU's ids per case, equal distances where
-/// both return the same id at the same rank, rows sorted and padded like the CPU's.
+/// so the results agree up to float rounding (summation orders differ, and the CPU's fast
+/// scan of RaBitQ's 1-bit part and of `pcaq`'s first stage reads quantised tables). At least
+/// 97% of the CPU's ids per case, equal distances where both return the same id at the same
+/// rank, rows sorted and padded like the CPU's.
 pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
     use crate::{BuildParams, CodecKind, Index, Metric, SearchParams};
+    use CodecKind::{PcaRaBitQ, RaBitQ1, Sq4, Sq8};
+    // (dim, codec, pcaq's bits per dimension, refine tier, per-anchor Jacobian, metric,
+    // leading axes: the first 8 dimensions spread 64 times more than the rest)
     let cases = [
-        (64, CodecKind::RaBitQ1, None, false, Metric::L2),
-        (36, CodecKind::RaBitQ1, None, false, Metric::L2),
-        (64, CodecKind::RaBitQ3, None, false, Metric::L2),
-        (36, CodecKind::RaBitQ4, None, false, Metric::Cosine),
-        (35, CodecKind::RaBitQ7, None, false, Metric::L2),
+        (64, RaBitQ1, 0.0, None, false, Metric::L2, false),
+        (36, RaBitQ1, 0.0, None, false, Metric::L2, false),
+        (64, CodecKind::RaBitQ3, 0.0, None, false, Metric::L2, false),
+        (
+            36,
+            CodecKind::RaBitQ4,
+            0.0,
+            None,
+            false,
+            Metric::Cosine,
+            false,
+        ),
+        (35, CodecKind::RaBitQ7, 0.0, None, false, Metric::L2, false),
         (
             64,
             CodecKind::RaBitQ2,
-            Some(CodecKind::Sq8),
+            0.0,
+            Some(Sq8),
             false,
             Metric::L2,
+            false,
         ),
+        (35, RaBitQ1, 0.0, Some(Sq4), false, Metric::L2, false),
+        (64, Sq8, 0.0, None, true, Metric::L2, false),
+        (35, Sq4, 0.0, None, false, Metric::Cosine, false),
         (
-            35,
-            CodecKind::RaBitQ1,
-            Some(CodecKind::Sq4),
+            64,
+            CodecKind::AnchorOnly,
+            0.0,
+            None,
             false,
             Metric::L2,
+            false,
         ),
-        (64, CodecKind::Sq8, None, true, Metric::L2),
-        (35, CodecKind::Sq4, None, false, Metric::Cosine),
-        (64, CodecKind::AnchorOnly, None, false, Metric::L2),
+        // pcaq: one bit on leading axes (a single stage), two stages with and without planes
+        // below the sign in the first, axes past 8 bits (several such planes), and a refine
+        // tier after its first stage.
+        (64, PcaRaBitQ, 0.5, None, false, Metric::L2, false),
+        (36, PcaRaBitQ, 3.0, None, false, Metric::L2, false),
+        (35, PcaRaBitQ, 7.5, None, false, Metric::Cosine, false),
+        (64, PcaRaBitQ, 3.0, None, false, Metric::L2, true),
+        (40, PcaRaBitQ, 5.0, None, false, Metric::L2, true),
+        (64, PcaRaBitQ, 1.5, Some(Sq8), false, Metric::L2, false),
     ];
     let (n, anchors) = (6_000, 64);
-    for (dim, codec, refine, jacobian, metric) in cases {
-        let data = crate::synthetic::clustered(n, dim, 40, 0.4, 11);
-        let queries = crate::synthetic::clustered(200, dim, 40, 0.5, 12);
+    for (dim, codec, bits, refine, jacobian, metric, leading) in cases {
+        let mut data = crate::synthetic::clustered(n, dim, 40, 0.4, 11);
+        let mut queries = crate::synthetic::clustered(200, dim, 40, 0.5, 12);
+        if leading {
+            for row in data
+                .chunks_exact_mut(dim)
+                .chain(queries.chunks_exact_mut(dim))
+            {
+                row[8..].iter_mut().for_each(|v| *v /= 64.0);
+            }
+        }
         let mut params = BuildParams::default()
             .with_codec(codec)
             .with_refine(refine)
             .with_metric(metric)
             .with_num_anchors(anchors);
         params.codec_params.jacobian = jacobian;
+        if codec == PcaRaBitQ {
+            params.codec_params.bits = bits;
+        }
         let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
         let device = open(&index).unwrap();
         let label = format!(
-            "{codec}{} dim {dim} {metric:?}{}",
+            "{codec}{}{} dim {dim} {metric:?}{}",
+            if codec == PcaRaBitQ {
+                format!(" {bits} bits ({})", pca_shape(&index))
+            } else {
+                String::new()
+            },
             refine.map(|r| format!("+{r}")).unwrap_or_default(),
             if jacobian { " jacobian" } else { "" }
         );

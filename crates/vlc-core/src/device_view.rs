@@ -23,6 +23,38 @@ pub enum StageCodec {
         rotation: Vec<f32>,
         padded_dim: usize,
     },
+    /// `pcaq` code (layout in [`crate::codec::pca`]), laid out afresh for the device so that
+    /// every part starts on a 4-byte boundary: the sign plane (`padded_dim / 8` bytes), the
+    /// first stage's planes below it (`4·⌈n/32⌉` bytes for each `n` of `stage1_planes`), f1
+    /// and f2 of the first stage as `f32`, then, for a two-stage code, the remaining planes
+    /// (`4·⌈n/32⌉` bytes for each `n` of `low_planes`, bit `j` of `u` in plane `j`) and f1 and
+    /// f2 of the full code as `f32`; bit `i % 8` of byte `i / 8` of a plane is dimension `i`,
+    /// and padding bytes are 0. With `rq = P q` and `s = 2/√active`, the first stage's inner
+    /// product is `s·Σ_i rq_i·(top_i·(sign_i + Σ_j 2^−(j+1)·bit_ij) + coarse_offset_i)` and
+    /// the full code's `s·Σ_i rq_i·(top_i·(sign_i + Σ_j 2^−(j+1)·bit_ij) + Σ_j 2^j·low_ij +
+    /// full_offset_i)`; the estimate is `‖q − c‖² + f1 + f2 · inner product`.
+    Pca {
+        /// Dimensions with at least one bit.
+        active: usize,
+        /// `32·⌈active/32⌉`, so that the sign plane is whole 4-byte words.
+        padded_dim: usize,
+        /// `P` as a matrix, so the rotated query is `q · rotation`. Layout: (dim, padded_dim),
+        /// row-major.
+        rotation: Vec<f32>,
+        /// `2^(b_i − 1)`, the weight of dimension `i`'s top bit (0 past `active`). Layout:
+        /// (padded_dim,).
+        top: Vec<f32>,
+        /// The first stage's grid-centre offset per dimension. Layout: (padded_dim,).
+        coarse_offset: Vec<f32>,
+        /// The full code's grid-centre offset per dimension. Layout: (padded_dim,).
+        full_offset: Vec<f32>,
+        /// Dimensions covered by each first-stage plane below the sign plane. Layout: (planes,).
+        stage1_planes: Vec<u32>,
+        /// Dimensions covered by each remaining plane, lowest bit first. Layout: (planes,).
+        low_planes: Vec<u32>,
+        /// Whether the code has a second stage (else it ends after the first stage's factors).
+        two_stage: bool,
+    },
     /// Scalar code: residual `r̂_d = lo[row][d] + step[row][d] · level_d`, row = the anchor
     /// with a per-anchor Jacobian, else 0; the `f32` factor `‖r̂‖² + 2⟨r̂, c⟩` follows the
     /// levels.
@@ -64,7 +96,8 @@ pub struct DeviceView<'a> {
     /// Caller ids in list order (unpacked). Layout: (num_vectors,).
     pub ids: Cow<'a, [u32]>,
     /// The stage that scans the probed lists. For RaBitQ codes the scan reads only the 1-bit
-    /// part; the full code then rescores the candidate pool when there is no refine stage.
+    /// part, for `pcaq` only its first stage; the full code then rescores the candidate pool
+    /// when there is no refine stage.
     pub primary: DeviceStage<'a>,
     /// The refine tier, when the index has one.
     pub refine: Option<DeviceStage<'a>>,
@@ -80,7 +113,7 @@ pub struct DeviceView<'a> {
 fn device_scores(codec: &Codec) -> bool {
     matches!(
         codec,
-        Codec::AnchorOnly(_) | Codec::RaBitQ(_) | Codec::Scalar(_)
+        Codec::AnchorOnly(_) | Codec::RaBitQ(_) | Codec::Scalar(_) | Codec::Pca(_)
     )
 }
 
@@ -101,7 +134,22 @@ fn stage_codec(codec: &Codec) -> StageCodec {
             lo: s.lo().to_vec(),
             step: s.step().to_vec(),
         },
-        Codec::Pca(p) => StageCodec::Unsupported(p.kind()),
+        Codec::Pca(p) => {
+            let padded_dim = p.active_dims().div_ceil(32) * 32;
+            let [top, coarse_offset, full_offset] = p.grid_weights(padded_dim);
+            let dims = |v: &[usize]| v.iter().map(|&n| n as u32).collect();
+            StageCodec::Pca {
+                active: p.active_dims(),
+                padded_dim,
+                rotation: p.rotation_matrix(padded_dim),
+                top,
+                coarse_offset,
+                full_offset,
+                stage1_planes: dims(p.stage1_plane_dims()),
+                low_planes: dims(p.low_plane_dims()),
+                two_stage: p.two_stage(),
+            }
+        }
         Codec::Float(h) => StageCodec::Unsupported(h.kind()),
     }
 }
@@ -140,12 +188,71 @@ fn device_stage<'a>(codec: &Codec, codes: &'a [u8]) -> DeviceStage<'a> {
                 codes: Cow::Owned(out),
             }
         }
+        Codec::Pca(p) => {
+            let codes = pca_device_codes(p, codes);
+            DeviceStage {
+                codec: stage_codec(codec),
+                code_size: codes.1,
+                codes: Cow::Owned(codes.0),
+            }
+        }
         _ => DeviceStage {
             codec: stage_codec(codec),
             code_size,
             codes: Cow::Borrowed(codes),
         },
     }
+}
+
+/// `pcaq` codes in the device layout of [`StageCodec::Pca`], and its code size.
+fn pca_device_codes(p: &crate::codec::pca::PcaRaBitQ, codes: &[u8]) -> (Vec<u8>, usize) {
+    /// One part of a code, in code order.
+    enum Part {
+        /// A bit plane: its bytes in the file and on the device.
+        Plane(usize, usize),
+        /// A pair of factors stored in this format, `f32` on the device.
+        Factors(FactorFormat),
+    }
+    let plane = |n: usize| Part::Plane(n.div_ceil(8), n.div_ceil(32) * 4);
+    let mut parts: Vec<Part> = std::iter::once(p.active_dims())
+        .chain(p.stage1_plane_dims().iter().copied())
+        .map(plane)
+        .collect();
+    parts.push(Part::Factors(p.factors()));
+    if p.two_stage() {
+        parts.extend(p.low_plane_dims().iter().map(|&n| plane(n)));
+        parts.push(Part::Factors(p.full_factors()));
+    }
+    let code_size: usize = parts
+        .iter()
+        .map(|part| match part {
+            Part::Plane(_, device) => *device,
+            Part::Factors(_) => 8,
+        })
+        .sum();
+    let file_size = p.code_size();
+    let mut out = vec![0u8; codes.len() / file_size.max(1) * code_size];
+    for (o, c) in out
+        .chunks_exact_mut(code_size)
+        .zip(codes.chunks_exact(file_size))
+    {
+        let (mut at, mut to) = (0, 0);
+        for part in &parts {
+            match *part {
+                Part::Plane(file, device) => {
+                    o[to..to + file].copy_from_slice(&c[at..at + file]);
+                    (at, to) = (at + file, to + device);
+                }
+                Part::Factors(format) => {
+                    let (f1, f2) = format.read(&c[at..]);
+                    FactorFormat::F32.write(&mut o[to..], f1, f2);
+                    (at, to) = (at + format.bytes(), to + 8);
+                }
+            }
+        }
+        debug_assert_eq!((at, to), (file_size, code_size));
+    }
+    (out, code_size)
 }
 
 impl Index {
@@ -244,6 +351,126 @@ mod tests {
         assert!(view.refine.is_none());
     }
 
+    /// The device layout of `pcaq` codes, scored by `StageCodec::Pca`'s formulas, gives the
+    /// CPU's full-code estimates and the first-stage estimates its fast scan quantises
+    /// (`stage1_weights` over the file's first-stage bits, in f32), on a code with planes below
+    /// the sign in its first stage and axes past 8 bits.
+    #[test]
+    fn pca_view_scores_like_the_cpu() {
+        use crate::codec::{QueryState, ResidualCodec};
+        let (dim, n) = (40, 3000);
+        let mut data = crate::synthetic::clustered(n + 20, dim, 8, 0.3, 3);
+        for row in data.chunks_exact_mut(dim) {
+            row[8..].iter_mut().for_each(|v| *v /= 64.0);
+        }
+        let (data, queries) = data.split_at(n * dim);
+        let mut params = BuildParams::default()
+            .with_codec(CodecKind::PcaRaBitQ)
+            .with_num_anchors(8);
+        params.codec_params.bits = 5.0;
+        let (index, _) = Index::build(data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+        let crate::codec::Codec::Pca(p) = &index.codec else {
+            unreachable!()
+        };
+        assert!(p.dim_bits()[0] > 8 && !p.stage1_plane_dims().is_empty());
+        let view = index.device_view();
+        let crate::device_view::StageCodec::Pca {
+            active,
+            padded_dim,
+            rotation,
+            top,
+            coarse_offset,
+            full_offset,
+            stage1_planes,
+            low_planes,
+            two_stage,
+        } = &view.primary.codec
+        else {
+            panic!("expected a pcaq stage");
+        };
+        assert!(*two_stage && padded_dim % 32 == 0 && view.primary.code_size % 4 == 0);
+        let cs = view.primary.code_size;
+        let bit = |plane: &[u8], i: usize| (plane[i / 8] >> (i % 8) & 1) as f32;
+        let f32_at = |c: &[u8], at: usize| f32::from_le_bytes(c[at..at + 4].try_into().unwrap());
+        let s = 2.0 / (*active as f32).sqrt();
+        let (mut rotated, mut weights) = (Vec::new(), Vec::new());
+        let (mut worst_full, mut worst_first) = (0f32, 0f32);
+        for q in queries.chunks_exact(dim) {
+            let rq: Vec<f32> = (0..*padded_dim)
+                .map(|j| (0..dim).map(|d| q[d] * rotation[d * padded_dim + j]).sum())
+                .collect();
+            let mut state = QueryState {
+                query: q.to_vec(),
+                ..Default::default()
+            };
+            index.codec.prepare_query(&mut state);
+            p.rotate_query(q, &mut rotated);
+            let offset = p.stage1_weights(&rotated, &mut weights);
+            for a in 0..index.num_anchors() {
+                let (lo, hi) = (
+                    index.list_offsets[a] as usize,
+                    index.list_offsets[a + 1] as usize,
+                );
+                let c = &index.anchors[a * dim..(a + 1) * dim];
+                let qad: f32 = q.iter().zip(c).map(|(x, y)| (x - y) * (x - y)).sum();
+                let mut cpu = vec![0f32; hi - lo];
+                let file_codes = &index.codes[lo * p.code_size()..hi * p.code_size()];
+                index
+                    .codec
+                    .scan(&mut state, a as u32, qad, file_codes, &mut cpu);
+
+                for (r, code) in view.primary.codes[lo * cs..hi * cs]
+                    .chunks_exact(cs)
+                    .enumerate()
+                {
+                    let mut at = padded_dim / 8;
+                    let mut upper: Vec<f32> = (0..*padded_dim).map(|i| bit(code, i)).collect();
+                    for (j, &dims) in stage1_planes.iter().enumerate() {
+                        for (i, u) in upper.iter_mut().enumerate().take(dims as usize) {
+                            *u += bit(&code[at..], i) / (1 << (j + 1)) as f32;
+                        }
+                        at += (dims as usize).div_ceil(32) * 4;
+                    }
+                    let first_ip: f32 = (0..*padded_dim)
+                        .map(|i| s * rq[i] * (top[i] * upper[i] + coarse_offset[i]))
+                        .sum();
+                    let first = qad + f32_at(code, at) + f32_at(code, at + 4) * first_ip;
+                    at += 8;
+                    let mut low = vec![0f32; *padded_dim];
+                    for (j, &dims) in low_planes.iter().enumerate() {
+                        for (i, l) in low.iter_mut().enumerate().take(dims as usize) {
+                            *l += bit(&code[at..], i) * (1 << j) as f32;
+                        }
+                        at += (dims as usize).div_ceil(32) * 4;
+                    }
+                    let full_ip: f32 = (0..*padded_dim)
+                        .map(|i| s * rq[i] * (top[i] * upper[i] + low[i] + full_offset[i]))
+                        .sum();
+                    let full = qad + f32_at(code, at) + f32_at(code, at + 4) * full_ip;
+                    assert_eq!(at + 8, cs);
+                    let want = cpu[r];
+                    worst_full = worst_full.max((full - want).abs() / (1.0 + want.abs()));
+                    let file_code = &file_codes[r * p.code_size()..(r + 1) * p.code_size()];
+                    let sum: f32 = (0..weights.len())
+                        .map(|i| bit(file_code, i) * weights[i])
+                        .sum();
+                    let (f1, f2) = p.factors().read(&file_code[p.stage1_bytes()..]);
+                    let want = qad + f1 + f2 * (s * sum - offset);
+                    worst_first = worst_first.max((first - want).abs() / (1.0 + want.abs()));
+                }
+            }
+        }
+        // Sums in another order: f32 rounding of terms up to 2^11 times a coordinate.
+        assert!(
+            worst_full < 1e-4,
+            "full code off by {worst_full} (relative)"
+        );
+        assert!(
+            worst_first < 1e-4,
+            "first stage off by {worst_first} (relative)"
+        );
+    }
+
     #[test]
     fn unsupported_codecs_are_named_and_match_the_view() {
         let dim = 16;
@@ -256,7 +483,7 @@ mod tests {
                 Some(CodecKind::F16),
                 Some(CodecKind::F16),
             ),
-            (CodecKind::PcaRaBitQ, None, Some(CodecKind::PcaRaBitQ)),
+            (CodecKind::PcaRaBitQ, None, None),
             (CodecKind::F32, None, Some(CodecKind::F32)),
         ];
         for (codec, refine, want) in cases {

@@ -1,6 +1,6 @@
 //! Batched search on the GPU: a device copy of an [`Index`], searched by one kernel per block
 //! of queries after two cuBLAS GEMMs (query · anchors for the anchor ranking, query · rotation
-//! for the RaBitQ tables), both in full FP32 so the probed lists match the CPU's.
+//! for the RaBitQ and `pcaq` tables), both in full FP32 so the probed lists match the CPU's.
 
 use crate::{err, CudaBackend};
 use cudarc::cublas::sys as cublas_sys;
@@ -20,6 +20,7 @@ const KIND_NONE: i32 = 0;
 const KIND_ANCHOR_ONLY: i32 = 1;
 const KIND_RABITQ: i32 = 2;
 const KIND_SCALAR: i32 = 3;
+const KIND_PCA: i32 = 4;
 
 /// Mirror of `struct SearchArgs` in `kernels/search.cu` (same field order, C layout).
 #[repr(C)]
@@ -38,6 +39,10 @@ struct SearchArgs {
     step1: u64,
     lo2: u64,
     step2: u64,
+    pca_top: u64,
+    pca_coarse: u64,
+    pca_full: u64,
+    pca_planes: u64,
     out_ids: u64,
     out_dists: u64,
     num_queries: i32,
@@ -58,10 +63,14 @@ struct SearchArgs {
     per_anchor2: i32,
     /// Adaptive probing: `probe_margin · energy`, or +∞ for a fixed nprobe.
     probe_margin: f32,
+    /// `pcaq`: 2/√active.
+    pca_scale: f32,
+    /// Nibble tables in shared memory: 2 for `pcaq`, else 1.
+    tables: i32,
 }
 
-// SAFETY: plain-old-data with the C layout of the kernel's struct (u64 device pointers and
-// i32s, no padding between them), passed by value.
+// SAFETY: plain-old-data with the C layout of the kernel's struct (u64 device pointers, then
+// i32s and f32s, no padding between them), passed by value.
 unsafe impl DeviceRepr for SearchArgs {}
 
 /// One stage on the device.
@@ -74,6 +83,22 @@ struct Stage {
     lo: Option<CudaSlice<f32>>,
     /// Layout: as `lo`.
     step: Option<CudaSlice<f32>>,
+}
+
+/// What the kernel reads of a `pcaq` primary code besides its rotation (see
+/// `vlc::device_view::StageCodec::Pca`).
+struct PcaTables {
+    /// Weight of each dimension's top bit. Layout: (padded_dim,).
+    top: CudaSlice<f32>,
+    /// The first stage's grid-centre offsets. Layout: (padded_dim,).
+    coarse: CudaSlice<f32>,
+    /// The full code's grid-centre offsets. Layout: (padded_dim,).
+    full: CudaSlice<f32>,
+    /// First-stage plane count E, remaining plane count L, then the dimensions of each plane.
+    /// Layout: (2 + E + L,).
+    planes: CudaSlice<i32>,
+    /// 2/√active.
+    scale: f32,
 }
 
 /// Per-launch buffers, grown as needed.
@@ -116,8 +141,10 @@ pub struct CudaIndex<'b> {
     codes: CudaSlice<u8>,
     /// Refine codes, when the index has a refine tier. Layout: (num_vectors, its code_size).
     refine_codes: Option<CudaSlice<u8>>,
-    /// RaBitQ rotation. Layout: (dim, padded_dim), row-major.
+    /// RaBitQ or `pcaq` rotation. Layout: (dim, padded_dim), row-major.
     rotation: Option<CudaSlice<f32>>,
+    /// `pcaq`'s weights and planes, when the primary code is `pcaq`.
+    pca: Option<PcaTables>,
     padded_dim: usize,
     primary: Stage,
     second: Option<Stage>,
@@ -147,6 +174,15 @@ impl CudaBackend {
             StageCodec::RaBitQ { bits, .. } => Stage {
                 kind: KIND_RABITQ,
                 bits: *bits as i32,
+                code_size: stage.code_size,
+                per_anchor: false,
+                lo: None,
+                step: None,
+            },
+            // bits: 2 where the full code has a second stage, 1 where the first is the code.
+            StageCodec::Pca { two_stage, .. } => Stage {
+                kind: KIND_PCA,
+                bits: 1 + *two_stage as i32,
                 code_size: stage.code_size,
                 per_anchor: false,
                 lo: None,
@@ -194,17 +230,44 @@ impl<'b> CudaIndex<'b> {
         // Compile and load the kernel now, so that the first search is not slower.
         backend.search_kernel()?;
         let primary = backend.stage(&view.primary)?;
-        let (rotation, padded_dim) = match &view.primary.codec {
+        let (rotation, padded_dim, pca) = match &view.primary.codec {
             StageCodec::RaBitQ {
                 rotation,
                 padded_dim,
                 ..
-            } => (Some(backend.upload(rotation)?), *padded_dim),
-            _ => (None, 0),
+            } => (Some(backend.upload(rotation)?), *padded_dim, None),
+            StageCodec::Pca {
+                active,
+                padded_dim,
+                rotation,
+                top,
+                coarse_offset,
+                full_offset,
+                stage1_planes,
+                low_planes,
+                ..
+            } => {
+                let planes: Vec<i32> = [stage1_planes.len() as u32, low_planes.len() as u32]
+                    .iter()
+                    .chain(stage1_planes)
+                    .chain(low_planes)
+                    .map(|&n| n as i32)
+                    .collect();
+                let tables = PcaTables {
+                    top: backend.upload(top)?,
+                    coarse: backend.upload(coarse_offset)?,
+                    full: backend.upload(full_offset)?,
+                    planes: backend.upload(&planes)?,
+                    scale: 2.0 / (*active as f32).sqrt(),
+                };
+                (Some(backend.upload(rotation)?), *padded_dim, Some(tables))
+            }
+            _ => (None, 0, None),
         };
         let (refine_codes, second) = match &view.refine {
             Some(r) => (Some(backend.upload(&r.codes)?), Some(backend.stage(r)?)),
-            // Without a refine tier, RaBitQ's full code rescores what its 1-bit part found.
+            // Without a refine tier, the full code rescores what the first stage found (RaBitQ's
+            // 1-bit part, `pcaq`'s first stage).
             None if view.has_second_stage => (
                 None,
                 Some(Stage {
@@ -230,6 +293,7 @@ impl<'b> CudaIndex<'b> {
             codes: backend.upload(&view.primary.codes)?,
             refine_codes,
             rotation,
+            pca,
             padded_dim,
             primary,
             second,
@@ -250,7 +314,9 @@ impl<'b> CudaIndex<'b> {
         let nq = queries.len() / dim;
         // Pool slots: the larger of the two selections plus one round of the block.
         let cap = (pool_size.max(nprobe) + BLOCK).next_power_of_two();
-        let shared = cap * 12 + nprobe * 12 + (nprobe + 1) * 4 + 16 * self.padded_dim + 4 * dim;
+        let tables = if self.pca.is_some() { 2 } else { 1 };
+        let shared =
+            cap * 12 + nprobe * 12 + (nprobe + 1) * 4 + 16 * tables * self.padded_dim + 4 * dim;
         let kernel = b.search_kernel()?;
         let limit = b
             .ctx
@@ -370,6 +436,10 @@ impl<'b> CudaIndex<'b> {
                     step1: opt(&self.primary.step),
                     lo2: second.map_or(0, |st| opt(&st.lo)),
                     step2: second.map_or(0, |st| opt(&st.step)),
+                    pca_top: self.pca.as_ref().map_or(0, |t| addr(b, &t.top)),
+                    pca_coarse: self.pca.as_ref().map_or(0, |t| addr(b, &t.coarse)),
+                    pca_full: self.pca.as_ref().map_or(0, |t| addr(b, &t.full)),
+                    pca_planes: self.pca.as_ref().map_or(0, |t| addr(b, &t.planes)),
                     out_ids: addr(b, out_ids),
                     out_dists: addr(b, out_dists),
                     num_queries: r_i32,
@@ -389,6 +459,8 @@ impl<'b> CudaIndex<'b> {
                     code_size2: second.map_or(0, |st| st.code_size as i32),
                     per_anchor2: second.is_some_and(|st| st.per_anchor) as i32,
                     probe_margin,
+                    pca_scale: self.pca.as_ref().map_or(0.0, |t| t.scale),
+                    tables: tables as i32,
                 };
                 let cfg = LaunchConfig {
                     grid_dim: (rows as u32, 1, 1),

@@ -1,6 +1,6 @@
 //! Batched search on WGPU: a device copy of an [`Index`], searched by one workgroup per query
 //! (`search_queries` in `shaders/search.wgsl`, a port of the CUDA search kernel). The anchor
-//! ranking and the RaBitQ query rotation run inside the shader, in f32.
+//! ranking and the RaBitQ or `pcaq` query rotation run inside the shader, in f32.
 
 use crate::{err, WgpuBackend};
 use vlc::device_view::{DeviceStage, StageCodec};
@@ -16,6 +16,7 @@ const KIND_NONE: u32 = 0;
 const KIND_ANCHOR_ONLY: u32 = 1;
 const KIND_RABITQ: u32 = 2;
 const KIND_SCALAR: u32 = 3;
+const KIND_PCA: u32 = 4;
 
 /// How the shader scores one stage: (kind, bits, code_size, per_anchor, lo offset, step
 /// offset), the offsets in floats into the index's `floats` buffer.
@@ -43,8 +44,9 @@ pub struct WgpuIndex<'b> {
     padded_dim: usize,
     /// Layout: (num_anchors, dim), row-major.
     anchors: wgpu::Buffer,
-    /// Anchor norms (num_anchors,), then the RaBitQ rotation (dim, padded_dim) row-major, then
-    /// each scalar stage's lo and step ((rows, dim) each), at the offsets in `offsets`.
+    /// Anchor norms (num_anchors,), then the RaBitQ or `pcaq` rotation (dim, padded_dim)
+    /// row-major, `pcaq`'s weights and planes (see `off_pca`), then each scalar stage's lo and
+    /// step ((rows, dim) each), at the offsets the shader's parameters give.
     floats: wgpu::Buffer,
     /// List offsets (num_anchors + 1,), then the caller ids in list order (num_vectors,).
     lists: wgpu::Buffer,
@@ -56,6 +58,11 @@ pub struct WgpuIndex<'b> {
     primary: Stage,
     second: Option<Stage>,
     off_rotation: u32,
+    /// `pcaq`: offset in `floats` of its top-bit weights, first-stage and full-code grid-centre
+    /// offsets ((padded_dim,) each), plane counts E and L and each plane's dimensions (E + L),
+    /// all as f32 (0 without `pcaq`); and 2/√active.
+    off_pca: u32,
+    pca_scale: f32,
 }
 
 /// Narrow a size or offset to the shader's u32 words, or say what is too large.
@@ -87,6 +94,11 @@ impl<'b> WgpuIndex<'b> {
                 rotation,
                 padded_dim,
                 ..
+            }
+            | StageCodec::Pca {
+                rotation,
+                padded_dim,
+                ..
             } => {
                 let at = floats.len();
                 floats.extend_from_slice(rotation);
@@ -94,13 +106,39 @@ impl<'b> WgpuIndex<'b> {
             }
             _ => (0, 0),
         };
+        let (off_pca, pca_scale) = match &view.primary.codec {
+            StageCodec::Pca {
+                active,
+                top,
+                coarse_offset,
+                full_offset,
+                stage1_planes,
+                low_planes,
+                ..
+            } => {
+                let at = word(floats.len(), "pcaq weights offset")?;
+                floats.extend_from_slice(top);
+                floats.extend_from_slice(coarse_offset);
+                floats.extend_from_slice(full_offset);
+                floats.extend(
+                    [stage1_planes.len() as u32, low_planes.len() as u32]
+                        .iter()
+                        .chain(stage1_planes)
+                        .chain(low_planes)
+                        .map(|&n| n as f32),
+                );
+                (at, 2.0 / (*active as f32).sqrt())
+            }
+            _ => (0, 0.0),
+        };
         let primary = stage(&view.primary, &mut floats)?;
         let (refine_codes, second) = match &view.refine {
             Some(r) => (
                 Some(backend.storage("refine codes", &r.codes[..])?),
                 Some(stage(r, &mut floats)?),
             ),
-            // Without a refine tier, RaBitQ's full code rescores what its 1-bit part found.
+            // Without a refine tier, the full code rescores what the first stage found (RaBitQ's
+            // 1-bit part, `pcaq`'s first stage).
             None if view.has_second_stage => (None, Some(primary)),
             None => (None, None),
         };
@@ -124,6 +162,8 @@ impl<'b> WgpuIndex<'b> {
             primary,
             second,
             off_rotation,
+            off_pca,
+            pca_scale,
         })
     }
 
@@ -137,7 +177,8 @@ impl<'b> WgpuIndex<'b> {
         let nq = queries.len() / dim;
         // Pool slots: the larger of the two selections plus one round of the workgroup.
         let cap = (pool_size.max(nprobe) + WG).next_power_of_two();
-        let stride = 3 * cap + 4 * nprobe + 1 + 5 * self.padded_dim;
+        let tables = if self.primary.kind == KIND_PCA { 2 } else { 1 };
+        let stride = 3 * cap + 4 * nprobe + 1 + (1 + 4 * tables) * self.padded_dim;
         let limit = b.max_binding() as usize;
         let chunk = (limit / (4 * stride))
             .min(limit / (8 * k))
@@ -204,6 +245,8 @@ impl<'b> WgpuIndex<'b> {
                         .probe_margin
                         .map_or(0.0, |m| m * self.energy)
                         .to_bits(),
+                    self.off_pca,
+                    self.pca_scale.to_bits(),
                     0,
                     0,
                 ];
@@ -254,6 +297,13 @@ fn stage(stage: &DeviceStage<'_>, floats: &mut Vec<f32>) -> Result<Stage> {
         StageCodec::RaBitQ { bits, .. } => Stage {
             kind: KIND_RABITQ,
             bits: *bits,
+            code_size,
+            ..Stage::default()
+        },
+        // bits: 2 where the full code has a second stage, 1 where the first is the code.
+        StageCodec::Pca { two_stage, .. } => Stage {
+            kind: KIND_PCA,
+            bits: 1 + *two_stage as u32,
             code_size,
             ..Stage::default()
         },

@@ -927,6 +927,51 @@ impl PcaRaBitQ {
         self.active.div_ceil(8)
     }
 
+    /// Dimensions covered by each of the first stage's planes below the sign plane, highest
+    /// first (prefixes, non-increasing). Layout: (planes,).
+    pub fn stage1_plane_dims(&self) -> &[usize] {
+        &self.stage1_planes
+    }
+
+    /// Dimensions covered by each of the remaining planes, plane `j` holding bit `j` of their
+    /// `u` (prefixes, non-increasing). Layout: (planes,).
+    pub fn low_plane_dims(&self) -> &[usize] {
+        &self.plane_dims
+    }
+
+    /// The rotation as a matrix whose products with a query give `P q` zero-padded to
+    /// `padded` (at least [`active_dims`](Self::active_dims)) entries: row `d` holds
+    /// coordinate `d` of every basis vector. Layout: (dim, padded), row-major.
+    pub fn rotation_matrix(&self, padded: usize) -> Vec<f32> {
+        assert!(padded >= self.active, "padded below the active dimensions");
+        let mut matrix = vec![0f32; self.dim * padded];
+        for (i, row) in self.rotation.chunks_exact(self.dim).enumerate() {
+            for (d, &v) in row.iter().enumerate() {
+                matrix[d * padded + i] = v;
+            }
+        }
+        matrix
+    }
+
+    /// Per dimension, zero-padded to `padded` (at least [`active_dims`](Self::active_dims))
+    /// entries: the weight of its top bit
+    /// (`2^(b_i−1)`; the first stage's plane `j` below it weighs `2^−(j+1)` of that), the
+    /// first stage's grid-centre offset (`(2^shift − 1)/2 − centre`, its coarse grid point
+    /// being the first-stage bits' weighted sum plus this) and the full code's (`−centre`).
+    /// Each layout: (padded,).
+    pub fn grid_weights(&self, padded: usize) -> [Vec<f32>; 3] {
+        assert!(padded >= self.active, "padded below the active dimensions");
+        let (mut top, mut coarse, mut full) =
+            (vec![0f32; padded], vec![0f32; padded], vec![0f32; padded]);
+        for i in 0..self.active {
+            let step = (1u32 << self.shift(i)) as f32;
+            top[i] = (1u32 << (self.dim_bits[i] - 1)) as f32;
+            coarse[i] = (step - 1.0) * 0.5 - self.centre(i);
+            full[i] = -self.centre(i);
+        }
+        [top, coarse, full]
+    }
+
     /// `(2^b_i − 1)/2`, the centre of dimension `i`'s grid.
     fn centre(&self, i: usize) -> f32 {
         ((1u32 << self.dim_bits[i]) - 1) as f32 * 0.5

@@ -18,6 +18,7 @@ typedef unsigned int u32;
 #define KIND_ANCHOR_ONLY 1
 #define KIND_RABITQ 2
 #define KIND_SCALAR 3
+#define KIND_PCA 4
 
 struct SearchArgs {
     const float* dots;            // (num_queries, num_anchors): q . c
@@ -33,6 +34,11 @@ struct SearchArgs {
     const float* step1;
     const float* lo2;             // scalar ranges of stage 2, or null
     const float* step2;
+    const float* pca_top;         // pcaq: (padded_dim,) weight of each dimension's top bit, or null
+    const float* pca_coarse;      // pcaq: (padded_dim,) first stage's grid-centre offsets
+    const float* pca_full;        // pcaq: (padded_dim,) full code's grid-centre offsets
+    const int* pca_planes;        // pcaq: first-stage planes E, remaining planes L, then the
+                                  // dimensions of each (E + L), as vlc's StageCodec::Pca
     long long* out_ids;           // (num_queries, k); -1 pads
     float* out_dists;             // (num_queries, k); +inf pads
     int num_queries, num_anchors, dim, padded_dim;
@@ -40,6 +46,8 @@ struct SearchArgs {
     int kind1, bits1, code_size1, per_anchor1;
     int kind2, bits2, code_size2, per_anchor2;
     float probe_margin;           // adaptive probing: margin x energy, +inf for fixed nprobe
+    float pca_scale;              // pcaq: 2 / sqrt(active dimensions)
+    int tables;                   // nibble tables in shared memory: 2 for pcaq, else 1
 };
 
 __device__ __forceinline__ u64 order_key(float d, u32 id) {
@@ -135,11 +143,43 @@ __device__ __forceinline__ float plane_sum(const unsigned char* plane, int nb, b
 
 // Estimated squared distance of one code (see the codec docs in vlc-core).
 // `full`: for RaBitQ, all bits (else only the leading 1-bit code).
+// pcaq (vlc's StageCodec::Pca, whose planes and factors start on 4-byte boundaries): the first
+// stage reads the sign plane and the planes below it against the top-bit table `table` (plane j
+// below the sign at 2^-(j+1)), the full code adds the remaining planes against the plain table
+// `table + 4 * padded_dim` (plane j at 2^j).
+__device__ float score_pca(bool full, const unsigned char* code, const float* table,
+                           int padded_dim, const int* planes, float constant1,
+                           float constant2, float anchor_dist) {
+    const int e = planes[0], l = planes[1];
+    int at = padded_dim >> 3;
+    float top = plane_sum(code, at, true, table);
+    for (int j = 0; j < e; ++j) {
+        int n = ((planes[2 + j] + 31) >> 5) << 2;
+        top += ldexpf(plane_sum(code + at, n, true, table), -(j + 1));
+        at += n;
+    }
+    if (!full)
+        return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * (constant1 + top);
+    at += 8;
+    const float* plain = table + 4 * padded_dim;
+    float low = 0.f;
+    for (int j = 0; j < l; ++j) {
+        int n = ((planes[2 + e + j] + 31) >> 5) << 2;
+        low += (float)(1 << j) * plane_sum(code + at, n, true, plain);
+        at += n;
+    }
+    return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * (constant2 + top + low);
+}
+
 __device__ float score(int kind, int bits, bool full, int code_size, int per_anchor,
                        const unsigned char* code, const float* table, float constant,
-                       const float* q, const float* lo, const float* step, int dim,
-                       u32 anchor, float anchor_dist) {
+                       float constant2, const float* q, const float* lo, const float* step,
+                       int dim, int padded_dim, const int* planes, u32 anchor,
+                       float anchor_dist) {
     if (kind == KIND_ANCHOR_ONLY) return anchor_dist;
+    if (kind == KIND_PCA)
+        return score_pca(full && bits > 1, code, table, padded_dim, planes, constant, constant2,
+                         anchor_dist);
     if (kind == KIND_RABITQ) {
         int nb = (dim + 7) >> 3;
         bool words = (nb & 3) == 0 && (code_size & 3) == 0;
@@ -191,10 +231,11 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     u32* probe_start = (u32*)(probe_dist + a.nprobe);
     u32* prefix = probe_start + a.nprobe;               // (nprobe + 1,)
     float* table = (float*)(prefix + a.nprobe + 1);     // (padded_dim / 4, 16)
-    float* q = table + 4 * a.padded_dim;                 // (dim,)
+    float* q = table + 4 * a.tables * a.padded_dim;      // (dim,)
     __shared__ int count;
     __shared__ float threshold;
     __shared__ float constant;
+    __shared__ float constant2;
     __shared__ int scanned;
 
     // 1. The nprobe nearest anchors.
@@ -223,14 +264,19 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     const float* query_row = a.queries + (size_t)query * a.dim;
     for (int d = tid; d < a.dim; d += bd) q[d] = query_row[d];
     const bool rabitq = a.rotated != 0;
+    const bool pca = a.pca_top != 0;
     if (rabitq) {
+        // Nibble tables of the rotated query: pcaq's first is weighted by each dimension's
+        // top bit, its second (and RaBitQ's only one) is plain.
         const float* rq = a.rotated + (size_t)query * a.padded_dim;
-        const float scale = 2.f / sqrtf((float)a.dim);
-        for (int e = tid; e < 4 * a.padded_dim; e += bd) {
-            int g = e >> 4, m = e & 15;
+        const float scale = pca ? a.pca_scale : 2.f / sqrtf((float)a.dim);
+        const int n = 4 * a.padded_dim;
+        for (int e = tid; e < a.tables * n; e += bd) {
+            int g = (e % n) >> 4, m = e & 15;
+            bool weighted = pca && e < n;
             float v = 0.f;
             for (int t = 0; t < 4; ++t)
-                if (m >> t & 1) v += rq[4 * g + t];
+                if (m >> t & 1) v += rq[4 * g + t] * (weighted ? a.pca_top[4 * g + t] : 1.f);
             table[e] = scale * v;
         }
     }
@@ -249,12 +295,31 @@ extern "C" __global__ void search_queries(SearchArgs a) {
             if (i < a.nprobe) prefix[i + 1] = carry + v;
             carry += __shfl_sync(0xffffffff, v, 31);
         }
-        if (rabitq) {
+        if (pca) {
+            // Grid-centre terms of the first stage and of the full code.
+            const float* rq = a.rotated + (size_t)query * a.padded_dim;
+            float s1 = 0.f, s2 = 0.f;
+            for (int j = tid; j < a.padded_dim; j += 32) {
+                s1 += rq[j] * a.pca_coarse[j];
+                s2 += rq[j] * a.pca_full[j];
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                s1 += __shfl_xor_sync(0xffffffff, s1, o);
+                s2 += __shfl_xor_sync(0xffffffff, s2, o);
+            }
+            if (tid == 0) {
+                constant = a.pca_scale * s1;
+                constant2 = a.pca_scale * s2;
+            }
+        } else if (rabitq) {
             const float* rq = a.rotated + (size_t)query * a.padded_dim;
             float s = 0.f;
             for (int j = tid; j < a.padded_dim; j += 32) s += rq[j];
             for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-            if (tid == 0) constant = -s / sqrtf((float)a.dim);
+            if (tid == 0) {
+                constant = -s / sqrtf((float)a.dim);
+                constant2 = 0.f;
+            }
         }
         __syncwarp();  // every lane's prefix sums are visible to lane 0
         if (tid == 0) {
@@ -278,6 +343,7 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     // 2. Scan the probed lists as one flat range; each thread walks its probe cursor forward.
     const u32 total = prefix[scanned];
     const float c_q = rabitq ? constant : 0.f;
+    const float c_q2 = pca ? constant2 : 0.f;
     int p = 0;
     for (u32 base = 0; base < total; base += bd) {
         u32 t = base + tid;
@@ -288,8 +354,8 @@ extern "C" __global__ void search_queries(SearchArgs a) {
             while (prefix[p + 1] <= t) ++p;
             position = probe_start[p] + (t - prefix[p]);
             d = score(a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
-                      a.codes1 + (size_t)position * a.code_size1, table, c_q, q, a.lo1, a.step1,
-                      a.dim, probe_anchor[p], probe_dist[p]);
+                      a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q, a.lo1,
+                      a.step1, a.dim, a.padded_dim, a.pca_planes, probe_anchor[p], probe_dist[p]);
         }
         offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.pool_size, a.cap);
     }
@@ -302,8 +368,9 @@ extern "C" __global__ void search_queries(SearchArgs a) {
             u32 position = (u32)keys[i];
             u32 pr = aux[i];
             float d = score(a.kind2, a.bits2, true, a.code_size2, a.per_anchor2,
-                            a.codes2 + (size_t)position * a.code_size2, table, c_q, q, a.lo2,
-                            a.step2, a.dim, probe_anchor[pr], probe_dist[pr]);
+                            a.codes2 + (size_t)position * a.code_size2, table, c_q, c_q2, q,
+                            a.lo2, a.step2, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr],
+                            probe_dist[pr]);
             keys[i] = order_key(d, position);
         }
         __syncthreads();

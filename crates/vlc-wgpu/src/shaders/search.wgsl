@@ -18,6 +18,7 @@ const KIND_NONE: u32 = 0u;
 const KIND_ANCHOR_ONLY: u32 = 1u;
 const KIND_RABITQ: u32 = 2u;
 const KIND_SCALAR: u32 = 3u;
+const KIND_PCA: u32 = 4u;
 
 struct Params {
     rows: u32,
@@ -50,6 +51,11 @@ struct Params {
     // Adaptive probing (SearchParams::lists_to_scan): 1 when on, with margin x energy (finite).
     adaptive: u32,
     probe_margin: f32,
+    // pcaq (kind1 == KIND_PCA): offset in `floats` of its top-bit weights, first-stage and
+    // full-code grid-centre offsets ((padded_dim,) each), then its plane counts E and L and
+    // the dimensions of each plane (E + L), as vlc's StageCodec::Pca; and 2 / sqrt(active).
+    off_pca: u32,
+    pca_scale: f32,
     pad0: u32,
     pad1: u32,
 }
@@ -71,7 +77,8 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> out: array<u32>;
 // Per workgroup, `stride` words: keys high (cap), keys low (cap), aux (cap), probe anchors
 // (nprobe), probe distances (nprobe), probe list starts (nprobe), prefix sums of the probe
-// sizes (nprobe + 1), rotated query (padded_dim), RaBitQ table (4 * padded_dim).
+// sizes (nprobe + 1), rotated query (padded_dim), RaBitQ table (4 * padded_dim; pcaq: a table
+// weighted by each dimension's top bit, then a plain one, 4 * padded_dim each).
 @group(0) @binding(8) var<storage, read_write> scratch: array<u32>;
 
 var<workgroup> pool_count: atomic<u32>;
@@ -225,8 +232,9 @@ fn table_at(i: u32) -> f32 {
 }
 
 // Sum over the `nb` bytes of one bit plane starting at byte `start` of
-// table[2i][low nibble] + table[2i+1][high nibble], reading whole words.
-fn plane_sum(stage: u32, start: u32, nb: u32) -> f32 {
+// table[2i][low nibble] + table[2i+1][high nibble], the table `tab` words into the tables,
+// reading whole words.
+fn plane_sum(stage: u32, start: u32, nb: u32, tab: u32) -> f32 {
     var s = 0.0;
     var i = 0u;
     loop {
@@ -239,7 +247,7 @@ fn plane_sum(stage: u32, start: u32, nb: u32) -> f32 {
         let n = min(4u - first, nb - i);
         for (var b = 0u; b < n; b = b + 1u) {
             let byte = (w >> ((first + b) * 8u)) & 0xffu;
-            let t = (i + b) * 32u;
+            let t = tab + (i + b) * 32u;
             s = s + table_at(t + (byte & 15u)) + table_at(t + 16u + (byte >> 4u));
         }
         i = i + n;
@@ -247,9 +255,45 @@ fn plane_sum(stage: u32, start: u32, nb: u32) -> f32 {
     return s;
 }
 
+fn pca_dims(i: u32) -> u32 {
+    return u32(floats[p.off_pca + 3u * p.padded_dim + i]);
+}
+
+// pcaq (vlc's StageCodec::Pca, whose planes and factors start on 4-byte boundaries): the first
+// stage reads the sign plane and the planes below it against the top-bit table (plane j below
+// the sign at 2^-(j+1)), the full code adds the remaining planes against the plain table (plane
+// j at 2^j).
+fn score_pca(stage: u32, full: bool, start: u32, anchor_dist: f32, constant1: f32,
+             constant2: f32) -> f32 {
+    let e = pca_dims(0u);
+    let l = pca_dims(1u);
+    var at = p.padded_dim / 8u;
+    var top = plane_sum(stage, start, at, 0u);
+    for (var j = 0u; j < e; j = j + 1u) {
+        let n = (pca_dims(2u + j) + 31u) / 32u * 4u;
+        top = top + ldexp(plane_sum(stage, start + at, n, 0u), -i32(j + 1u));
+        at = at + n;
+    }
+    if (!full) {
+        let f2 = code_f32(stage, start + at + 4u);
+        return anchor_dist + code_f32(stage, start + at) + f2 * (constant1 + top);
+    }
+    at = at + 8u;
+    var low = 0.0;
+    for (var j = 0u; j < l; j = j + 1u) {
+        let n = (pca_dims(2u + e + j) + 31u) / 32u * 4u;
+        low = low + f32(1u << j) * plane_sum(stage, start + at, n, 4u * p.padded_dim);
+        at = at + n;
+    }
+    let f2 = code_f32(stage, start + at + 4u);
+    return anchor_dist + code_f32(stage, start + at) + f2 * (constant2 + top + low);
+}
+
 // Estimated squared distance of the code at list position `position` (see the codec docs in
-// vlc-core). `full`: for RaBitQ, all bits (else only the leading 1-bit code).
-fn score(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32, constant: f32) -> f32 {
+// vlc-core). `full`: for RaBitQ, all bits (else only the leading 1-bit code); for pcaq, the
+// full code (else its first stage).
+fn score(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32, constant: f32,
+         constant2: f32) -> f32 {
     var kind = p.kind1;
     var bits = p.bits1;
     var code_size = p.code_size1;
@@ -268,19 +312,22 @@ fn score(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32, c
         return anchor_dist;
     }
     let start = position * code_size;
+    if (kind == KIND_PCA) {
+        return score_pca(stage, full && bits > 1u, start, anchor_dist, constant, constant2);
+    }
     if (kind == KIND_RABITQ) {
         let nb = (p.dim + 7u) / 8u;
         var ip: f32;
         var at: u32;
         if (!full || bits == 1u) {
-            ip = constant + plane_sum(stage, start, nb);
+            ip = constant + plane_sum(stage, start, nb, 0u);
             at = nb;
         } else {
             let low = bits - 1u;
             let ex = nb + 8u;
-            ip = f32((1u << bits) - 1u) * constant + f32(1u << low) * plane_sum(stage, start, nb);
+            ip = f32((1u << bits) - 1u) * constant + f32(1u << low) * plane_sum(stage, start, nb, 0u);
             for (var j = 0u; j < low; j = j + 1u) {
-                ip = ip + f32(1u << j) * plane_sum(stage, start + ex + j * nb, nb);
+                ip = ip + f32(1u << j) * plane_sum(stage, start + ex + j * nb, nb, 0u);
             }
             at = ex + low * nb;
         }
@@ -350,8 +397,11 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         scratch[probe_start + i] = lists[anchor];
         scratch[prefix + i + 1u] = lists[anchor + 1u] - lists[anchor];
     }
-    // The rotated query, its lookup table and the RaBitQ constant -sum(Pq)/sqrt(D).
+    // The rotated query, its lookup tables and the grid-centre constants: RaBitQ's
+    // -sum(Pq)/sqrt(D); pcaq's first-stage and full-code ones.
     var constant = 0.0;
+    var constant2 = 0.0;
+    let pca = p.kind1 == KIND_PCA;
     if (p.padded_dim > 0u) {
         for (var e = tid; e < p.padded_dim; e = e + WG) {
             var v = 0.0;
@@ -361,23 +411,42 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             scratch[rotated + e] = bitcast<u32>(v);
         }
         storageBarrier();
-        let scale = 2.0 / sqrt(f32(p.dim));
-        for (var e = tid; e < 4u * p.padded_dim; e = e + WG) {
-            let g = e >> 4u;
+        let scale = select(2.0 / sqrt(f32(p.dim)), p.pca_scale, pca);
+        let n = 4u * p.padded_dim;
+        let tables = select(1u, 2u, pca);
+        for (var e = tid; e < tables * n; e = e + WG) {
+            let g = (e % n) >> 4u;
             let m = e & 15u;
+            let weighted = pca && e < n;
             var v = 0.0;
             for (var t = 0u; t < 4u; t = t + 1u) {
                 if (((m >> t) & 1u) != 0u) {
-                    v = v + bitcast<f32>(scratch[rotated + 4u * g + t]);
+                    var w = 1.0;
+                    if (weighted) {
+                        w = floats[p.off_pca + 4u * g + t];
+                    }
+                    v = v + bitcast<f32>(scratch[rotated + 4u * g + t]) * w;
                 }
             }
             scratch[table + e] = bitcast<u32>(scale * v);
         }
-        var part = 0.0;
-        for (var e = tid; e < p.padded_dim; e = e + WG) {
-            part = part + bitcast<f32>(scratch[rotated + e]);
+        if (pca) {
+            var part1 = 0.0;
+            var part2 = 0.0;
+            for (var e = tid; e < p.padded_dim; e = e + WG) {
+                let r = bitcast<f32>(scratch[rotated + e]);
+                part1 = part1 + r * floats[p.off_pca + p.padded_dim + e];
+                part2 = part2 + r * floats[p.off_pca + 2u * p.padded_dim + e];
+            }
+            constant = p.pca_scale * sum_over_workgroup(part1, tid);
+            constant2 = p.pca_scale * sum_over_workgroup(part2, tid);
+        } else {
+            var part = 0.0;
+            for (var e = tid; e < p.padded_dim; e = e + WG) {
+                part = part + bitcast<f32>(scratch[rotated + e]);
+            }
+            constant = -sum_over_workgroup(part, tid) / sqrt(f32(p.dim));
         }
-        constant = -sum_over_workgroup(part, tid) / sqrt(f32(p.dim));
     }
     storageBarrier();
     if (tid == 0u) {
@@ -416,7 +485,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             }
             position = scratch[probe_start + pr] + (t - scratch[prefix + pr]);
             dist = score(1u, false, position, scratch[probe_anchor + pr],
-                         bitcast<f32>(scratch[probe_dist + pr]), constant);
+                         bitcast<f32>(scratch[probe_dist + pr]), constant, constant2);
         }
         offer(valid, dist, position, pr, p.pool_size, tid);
     }
@@ -429,7 +498,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             let position = scratch[key_lo + i];
             let at = scratch[aux + i];
             let dist = score(2u, true, position, scratch[probe_anchor + at],
-                             bitcast<f32>(scratch[probe_dist + at]), constant);
+                             bitcast<f32>(scratch[probe_dist + at]), constant, constant2);
             scratch[key_hi + i] = ordered(dist);
         }
         storageBarrier();
