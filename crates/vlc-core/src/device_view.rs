@@ -25,17 +25,17 @@ pub enum StageCodec {
     },
     /// `pcaq` code (layout in [`crate::codec::pca`]), laid out afresh for the device so that
     /// every part starts on a 4-byte boundary: the sign plane (`padded_dim / 8` bytes), the
-    /// first stage's planes below it (`4·⌈n/32⌉` bytes for each `n` of `stage1_planes`), f1
-    /// and f2 of the first stage as `f32`, then, for a two-stage code, the remaining planes
-    /// (`4·⌈n/32⌉` bytes for each `n` of `low_planes`, bit `j` of `u` in plane `j`) and f1 and
-    /// f2 of the full code as `f32`; bit `i % 8` of byte `i / 8` of a plane is dimension `i`,
-    /// and padding bytes are 0. With `rq = P q` and `s = 2/√active`, the first stage's inner
+    /// first stage's `E` planes below it (`4·⌈n/32⌉` bytes for each of their dimension counts
+    /// `n` in `planes`), f1 and f2 of the first stage as `f32`, then, for a two-stage code, the
+    /// `L` remaining planes (likewise, bit `j` of `u` in plane `j`) and f1 and f2 of the full
+    /// code as `f32`; bit `i % 8` of byte `i / 8` of a plane is dimension `i`, and padding
+    /// bytes are 0. With `rq = P q` and `s = scale`, the first stage's inner
     /// product is `s·Σ_i rq_i·(top_i·(sign_i + Σ_j 2^−(j+1)·bit_ij) + coarse_offset_i)` and
     /// the full code's `s·Σ_i rq_i·(top_i·(sign_i + Σ_j 2^−(j+1)·bit_ij) + Σ_j 2^j·low_ij +
     /// full_offset_i)`; the estimate is `‖q − c‖² + f1 + f2 · inner product`.
     Pca {
-        /// Dimensions with at least one bit.
-        active: usize,
+        /// `2/√active`, `active` being the dimensions with at least one bit.
+        scale: f32,
         /// `32·⌈active/32⌉`, so that the sign plane is whole 4-byte words.
         padded_dim: usize,
         /// `P` as a matrix, so the rotated query is `q · rotation`. Layout: (dim, padded_dim),
@@ -48,10 +48,10 @@ pub enum StageCodec {
         coarse_offset: Vec<f32>,
         /// The full code's grid-centre offset per dimension. Layout: (padded_dim,).
         full_offset: Vec<f32>,
-        /// Dimensions covered by each first-stage plane below the sign plane. Layout: (planes,).
-        stage1_planes: Vec<u32>,
-        /// Dimensions covered by each remaining plane, lowest bit first. Layout: (planes,).
-        low_planes: Vec<u32>,
+        /// `E` (the first stage's planes below the sign plane), `L` (the remaining planes),
+        /// then the dimensions that each of those `E` planes covers (highest bit first) and
+        /// that each of the `L` covers (lowest bit first), all prefixes. Layout: (2 + E + L,).
+        planes: Vec<u32>,
         /// Whether the code has a second stage (else it ends after the first stage's factors).
         two_stage: bool,
     },
@@ -137,16 +137,21 @@ fn stage_codec(codec: &Codec) -> StageCodec {
         Codec::Pca(p) => {
             let padded_dim = p.active_dims().div_ceil(32) * 32;
             let [top, coarse_offset, full_offset] = p.grid_weights(padded_dim);
-            let dims = |v: &[usize]| v.iter().map(|&n| n as u32).collect();
+            let (stage1, low) = (p.stage1_plane_dims(), p.low_plane_dims());
+            let planes = [stage1.len(), low.len()]
+                .iter()
+                .chain(stage1)
+                .chain(low)
+                .map(|&n| n as u32)
+                .collect();
             StageCodec::Pca {
-                active: p.active_dims(),
+                scale: 2.0 / (p.active_dims() as f32).sqrt(),
                 padded_dim,
                 rotation: p.rotation_matrix(padded_dim),
                 top,
                 coarse_offset,
                 full_offset,
-                stage1_planes: dims(p.stage1_plane_dims()),
-                low_planes: dims(p.low_plane_dims()),
+                planes,
                 two_stage: p.two_stage(),
             }
         }
@@ -375,14 +380,13 @@ mod tests {
         assert!(p.dim_bits()[0] > 8 && !p.stage1_plane_dims().is_empty());
         let view = index.device_view();
         let crate::device_view::StageCodec::Pca {
-            active,
+            scale,
             padded_dim,
             rotation,
             top,
             coarse_offset,
             full_offset,
-            stage1_planes,
-            low_planes,
+            planes,
             two_stage,
         } = &view.primary.codec
         else {
@@ -392,7 +396,10 @@ mod tests {
         let cs = view.primary.code_size;
         let bit = |plane: &[u8], i: usize| (plane[i / 8] >> (i % 8) & 1) as f32;
         let f32_at = |c: &[u8], at: usize| f32::from_le_bytes(c[at..at + 4].try_into().unwrap());
-        let s = 2.0 / (*active as f32).sqrt();
+        let s = *scale;
+        let e = planes[0] as usize;
+        let (stage1_planes, low_planes) = planes[2..].split_at(e);
+        assert_eq!(low_planes.len(), planes[1] as usize);
         let (mut rotated, mut weights) = (Vec::new(), Vec::new());
         let (mut worst_full, mut worst_first) = (0f32, 0f32);
         for q in queries.chunks_exact(dim) {

@@ -237,28 +237,22 @@ impl<'b> CudaIndex<'b> {
                 ..
             } => (Some(backend.upload(rotation)?), *padded_dim, None),
             StageCodec::Pca {
-                active,
+                scale,
                 padded_dim,
                 rotation,
                 top,
                 coarse_offset,
                 full_offset,
-                stage1_planes,
-                low_planes,
+                planes,
                 ..
             } => {
-                let planes: Vec<i32> = [stage1_planes.len() as u32, low_planes.len() as u32]
-                    .iter()
-                    .chain(stage1_planes)
-                    .chain(low_planes)
-                    .map(|&n| n as i32)
-                    .collect();
+                let planes: Vec<i32> = planes.iter().map(|&n| n as i32).collect();
                 let tables = PcaTables {
                     top: backend.upload(top)?,
                     coarse: backend.upload(coarse_offset)?,
                     full: backend.upload(full_offset)?,
                     planes: backend.upload(&planes)?,
-                    scale: 2.0 / (*active as f32).sqrt(),
+                    scale: *scale,
                 };
                 (Some(backend.upload(rotation)?), *padded_dim, Some(tables))
             }

@@ -108,26 +108,19 @@ impl<'b> WgpuIndex<'b> {
         };
         let (off_pca, pca_scale) = match &view.primary.codec {
             StageCodec::Pca {
-                active,
+                scale,
                 top,
                 coarse_offset,
                 full_offset,
-                stage1_planes,
-                low_planes,
+                planes,
                 ..
             } => {
                 let at = word(floats.len(), "pcaq weights offset")?;
                 floats.extend_from_slice(top);
                 floats.extend_from_slice(coarse_offset);
                 floats.extend_from_slice(full_offset);
-                floats.extend(
-                    [stage1_planes.len() as u32, low_planes.len() as u32]
-                        .iter()
-                        .chain(stage1_planes)
-                        .chain(low_planes)
-                        .map(|&n| n as f32),
-                );
-                (at, 2.0 / (*active as f32).sqrt())
+                floats.extend(planes.iter().map(|&n| n as f32));
+                (at, *scale)
             }
             _ => (0, 0.0),
         };
