@@ -34,7 +34,7 @@ struct SearchArgs {
     const float* step1;
     const float* lo2;             // scalar ranges of stage 2, or null
     const float* step2;
-    const float* pca_top;         // pcaq: (padded_dim,) weight of each dimension's top bit, or null
+    const float* pca_top;         // pcaq: (padded_dim,) each dimension's top-bit weight, or null
     const float* pca_coarse;      // pcaq: (padded_dim,) first stage's grid-centre offsets
     const float* pca_full;        // pcaq: (padded_dim,) full code's grid-centre offsets
     const int* pca_planes;        // pcaq: first-stage planes E, remaining planes L, then the
@@ -141,8 +141,6 @@ __device__ __forceinline__ float plane_sum(const unsigned char* plane, int nb, b
     return s;
 }
 
-// Estimated squared distance of one code (see the codec docs in vlc-core).
-// `full`: for RaBitQ, all bits (else only the leading 1-bit code).
 // pcaq (vlc's StageCodec::Pca, whose planes and factors start on 4-byte boundaries): the first
 // stage reads the sign plane and the planes below it against the top-bit table `table` (plane j
 // below the sign at 2^-(j+1)), the full code adds the remaining planes against the plain table
@@ -170,6 +168,10 @@ __device__ float score_pca(bool full, const unsigned char* code, const float* ta
     }
     return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * (constant2 + top + low);
 }
+
+// Estimated squared distance of one code (see the codec docs in vlc-core).
+// `full`: for RaBitQ, all bits (else only the leading 1-bit code); for pcaq, the full code (else
+// its first stage).
 
 __device__ float score(int kind, int bits, bool full, int code_size, int per_anchor,
                        const unsigned char* code, const float* table, float constant,
@@ -223,14 +225,14 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     const int tid = threadIdx.x;
     const int bd = blockDim.x;
     // Shared layout (8-byte aligned first): keys, aux, probe anchors, probe distances, probe
-    // list starts, prefix sums of probe sizes, RaBitQ table, query.
+    // list starts, prefix sums of probe sizes, nibble tables (RaBitQ: 1, pcaq: 2), query.
     u64* keys = (u64*)smem;
     u32* aux = (u32*)(keys + a.cap);
     u32* probe_anchor = aux + a.cap;
     float* probe_dist = (float*)(probe_anchor + a.nprobe);
     u32* probe_start = (u32*)(probe_dist + a.nprobe);
     u32* prefix = probe_start + a.nprobe;               // (nprobe + 1,)
-    float* table = (float*)(prefix + a.nprobe + 1);     // (padded_dim / 4, 16)
+    float* table = (float*)(prefix + a.nprobe + 1);     // (tables, padded_dim / 4, 16)
     float* q = table + 4 * a.tables * a.padded_dim;      // (dim,)
     __shared__ int count;
     __shared__ float threshold;
