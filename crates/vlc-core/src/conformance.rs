@@ -607,6 +607,26 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
             false,
         ),
         (35, RaBitQ1, 0.0, Some(Sq4), false, Metric::L2, false),
+        // Float residuals as refine tiers and as a primary code.
+        (
+            36,
+            RaBitQ1,
+            0.0,
+            Some(CodecKind::F16),
+            false,
+            Metric::Cosine,
+            false,
+        ),
+        (
+            35,
+            CodecKind::RaBitQ2,
+            0.0,
+            Some(CodecKind::F32),
+            false,
+            Metric::L2,
+            false,
+        ),
+        (33, CodecKind::F16, 0.0, None, false, Metric::L2, false),
         (64, Sq8, 0.0, None, true, Metric::L2, false),
         (35, Sq4, 0.0, None, false, Metric::Cosine, false),
         (

@@ -21,6 +21,7 @@ const KIND_ANCHOR_ONLY: i32 = 1;
 const KIND_RABITQ: i32 = 2;
 const KIND_SCALAR: i32 = 3;
 const KIND_PCA: i32 = 4;
+const KIND_FLOAT: i32 = 5;
 
 /// Mirror of `struct SearchArgs` in `kernels/search.cu` (same field order, C layout).
 #[repr(C)]
@@ -183,6 +184,14 @@ impl CudaBackend {
             StageCodec::Pca { two_stage, .. } => Stage {
                 kind: KIND_PCA,
                 bits: 1 + *two_stage as i32,
+                code_size: stage.code_size,
+                per_anchor: false,
+                lo: None,
+                step: None,
+            },
+            StageCodec::Float { bits } => Stage {
+                kind: KIND_FLOAT,
+                bits: *bits as i32,
                 code_size: stage.code_size,
                 per_anchor: false,
                 lo: None,

@@ -17,6 +17,7 @@ const KIND_ANCHOR_ONLY: u32 = 1;
 const KIND_RABITQ: u32 = 2;
 const KIND_SCALAR: u32 = 3;
 const KIND_PCA: u32 = 4;
+const KIND_FLOAT: u32 = 5;
 
 /// How the shader scores one stage: (kind, bits, code_size, per_anchor, lo offset, step
 /// offset), the offsets in floats into the index's `floats` buffer.
@@ -297,6 +298,12 @@ fn stage(stage: &DeviceStage<'_>, floats: &mut Vec<f32>) -> Result<Stage> {
         StageCodec::Pca { two_stage, .. } => Stage {
             kind: KIND_PCA,
             bits: 1 + *two_stage as u32,
+            code_size,
+            ..Stage::default()
+        },
+        StageCodec::Float { bits } => Stage {
+            kind: KIND_FLOAT,
+            bits: *bits,
             code_size,
             ..Stage::default()
         },

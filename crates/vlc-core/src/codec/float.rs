@@ -85,6 +85,11 @@ impl FloatResidual {
         FloatResidual { dim, width }
     }
 
+    /// How the residual values are stored.
+    pub fn width(&self) -> FloatWidth {
+        self.width
+    }
+
     pub(crate) fn read_params(dim: usize, width: FloatWidth, bytes: &[u8]) -> Result<Self> {
         super::expect_no_params(width.kind(), bytes)?;
         Ok(FloatResidual { dim, width })

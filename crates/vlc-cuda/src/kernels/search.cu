@@ -19,6 +19,7 @@ typedef unsigned int u32;
 #define KIND_RABITQ 2
 #define KIND_SCALAR 3
 #define KIND_PCA 4
+#define KIND_FLOAT 5
 
 struct SearchArgs {
     const float* dots;            // (num_queries, num_anchors): q . c
@@ -62,6 +63,14 @@ __device__ __forceinline__ float key_dist(u64 key) {
 }
 
 __device__ __forceinline__ float infinity() { return __int_as_float(0x7f800000); }
+
+// IEEE half (its bits) to float, subnormals, infinities and NaN included.
+__device__ __forceinline__ float half_to_float(u32 h) {
+    u32 sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0) return __uint_as_float(sign | __float_as_uint((float)man * 5.9604645e-8f));
+    if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (man << 13));
+    return __uint_as_float(sign | ((exp + 112) << 23) | (man << 13));
+}
 
 __device__ __forceinline__ float load_f32(const unsigned char* p) {
     return __uint_as_float((u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24));
@@ -199,6 +208,17 @@ __device__ float score(int kind, int bits, bool full, int code_size, int per_anc
             at = ex + low * nb;
         }
         return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * ip;
+    }
+    if (kind == KIND_FLOAT) {
+        // Float residuals: distance = |q - c|^2 + factor - 2 <q, r>, r stored as is.
+        float ip = 0.f;
+        if (bits == 16) {
+            for (int d = 0; d < dim; ++d)
+                ip += q[d] * half_to_float((u32)code[2 * d] | ((u32)code[2 * d + 1] << 8));
+        } else {
+            for (int d = 0; d < dim; ++d) ip += q[d] * load_f32(code + 4 * d);
+        }
+        return anchor_dist + load_f32(code + (bits / 8) * dim) - 2.f * ip;
     }
     // Scalar: r = lo + step * level; distance = |q - c|^2 + factor - 2 <q, r>.
     size_t row = per_anchor ? (size_t)anchor * dim : 0;

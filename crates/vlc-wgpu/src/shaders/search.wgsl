@@ -19,6 +19,7 @@ const KIND_ANCHOR_ONLY: u32 = 1u;
 const KIND_RABITQ: u32 = 2u;
 const KIND_SCALAR: u32 = 3u;
 const KIND_PCA: u32 = 4u;
+const KIND_FLOAT: u32 = 5u;
 
 struct Params {
     rows: u32,
@@ -332,6 +333,22 @@ fn score(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32, c
             at = ex + low * nb;
         }
         return anchor_dist + code_f32(stage, start + at) + code_f32(stage, start + at + 4u) * ip;
+    }
+    if (kind == KIND_FLOAT) {
+        // Float residuals: distance = |q - c|^2 + factor - 2 <q, r>, r stored as is.
+        var ip = 0.0;
+        if (bits == 16u) {
+            for (var d = 0u; d < p.dim; d = d + 1u) {
+                let o = start + 2u * d;
+                let h = code_byte(stage, o) | (code_byte(stage, o + 1u) << 8u);
+                ip = ip + queries[query_at + d] * unpack2x16float(h).x;
+            }
+        } else {
+            for (var d = 0u; d < p.dim; d = d + 1u) {
+                ip = ip + queries[query_at + d] * code_f32(stage, start + 4u * d);
+            }
+        }
+        return anchor_dist + code_f32(stage, start + (bits / 8u) * p.dim) - 2.0 * ip;
     }
     // Scalar: r = lo + step * level; distance = |q - c|^2 + factor - 2 <q, r>.
     let row = select(0u, anchor * p.dim, per_anchor != 0u);
