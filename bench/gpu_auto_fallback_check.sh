@@ -1,7 +1,9 @@
 #!/bin/bash
 # Usage on the device machine, from the repo root, with .carry/ holding vlc, base20k.npy (first 20,000
 # dev vectors) and q1k.npy (first 1,000 dev queries): bash bench/gpu_auto_fallback_check.sh
-# Device check of the auto search backend's CPU fallback (run from the repo root on the GPU machine).
+# Device check of the auto search backend (run from the repo root on the GPU machine): which
+# backend it picks for each index, and the GPU's ids against the CPU's. Until session 35 the
+# pcaq, f16 and f32 indexes fell back to the CPU; since then every codec searches on the GPU.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
 set -x
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -65,7 +65,7 @@ pub fn open_wgpu(_allow_software: bool) -> Result<Box<dyn Backend>> {
 /// Where a batched search runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SearchBackend {
-    /// A GPU that works and scores the index's codecs (not yet `f16` or `f32`): CUDA, then a
+    /// A GPU that works and scores the index's codecs (every codec today): CUDA, then a
     /// hardware WGPU adapter; else the CPU.
     Auto,
     Cpu,
