@@ -29,10 +29,12 @@ pub enum StageCodec {
     /// `n` in `planes`), f1 and f2 of the first stage as `f32`, then, for a two-stage code, the
     /// `L` remaining planes (likewise, bit `j` of `u` in plane `j`) and f1 and f2 of the full
     /// code as `f32`; bit `i % 8` of byte `i / 8` of a plane is dimension `i`, and padding
-    /// bytes are 0. With `rq = P q` and `s = scale`, the first stage's inner
-    /// product is `s·Σ_i rq_i·(top_i·(sign_i + Σ_j 2^−(j+1)·bit_ij) + coarse_offset_i)` and
-    /// the full code's `s·Σ_i rq_i·(top_i·(sign_i + Σ_j 2^−(j+1)·bit_ij) + Σ_j 2^j·low_ij +
-    /// full_offset_i)`; the estimate is `‖q − c‖² + f1 + f2 · inner product`.
+    /// bytes are 0. With `rq = P q`, `s = scale` and `bit_ij` dimension `i`'s bit in the
+    /// first stage's plane `j` below the sign, the first stage's inner product is
+    /// `s·Σ_i rq_i·(top_i·(sign_i + Σ_j 2^−(j+1)·bit_ij) + coarse_offset_i)` and the full
+    /// code's `s·Σ_i rq_i·(top_i·(sign_i + Σ_j 2^−(j+1)·bit_ij) + Σ_j 2^j·low_ij +
+    /// full_offset_i)`, `low_ij` its bit in remaining plane `j`; the estimate is
+    /// `‖q − c‖² + f1 + f2 · inner product`.
     Pca {
         /// `2/√active`, `active` being the dimensions with at least one bit.
         scale: f32,

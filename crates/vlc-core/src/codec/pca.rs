@@ -954,11 +954,10 @@ impl PcaRaBitQ {
     }
 
     /// Per dimension, zero-padded to `padded` (at least [`active_dims`](Self::active_dims))
-    /// entries: the weight of its top bit
-    /// (`2^(b_i−1)`; the first stage's plane `j` below it weighs `2^−(j+1)` of that), the
-    /// first stage's grid-centre offset (`(2^shift − 1)/2 − centre`, its coarse grid point
-    /// being the first-stage bits' weighted sum plus this) and the full code's (`−centre`).
-    /// Each layout: (padded,).
+    /// entries: the weight of its top bit (`2^(b_i−1)`; the first stage's plane `j` below it
+    /// weighs `2^−(j+1)` of that), the first stage's grid-centre offset
+    /// (`(2^shift − 1)/2 − centre`, its coarse grid point being the first-stage bits' weighted
+    /// sum plus this) and the full code's (`−centre`). Each layout: (padded,).
     pub fn grid_weights(&self, padded: usize) -> [Vec<f32>; 3] {
         assert!(padded >= self.active, "padded below the active dimensions");
         let (mut top, mut coarse, mut full) =
