@@ -643,7 +643,7 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
         // tier after its first stage.
         (64, PcaRaBitQ, 0.5, None, false, Metric::L2, false),
         (36, PcaRaBitQ, 3.0, None, false, Metric::L2, false),
-        (35, PcaRaBitQ, 7.5, None, false, Metric::Cosine, false),
+        (48, PcaRaBitQ, 7.5, None, false, Metric::Cosine, false),
         (64, PcaRaBitQ, 3.0, None, false, Metric::L2, true),
         (40, PcaRaBitQ, 5.0, None, false, Metric::L2, true),
         (64, PcaRaBitQ, 1.5, Some(Sq8), false, Metric::L2, false),
