@@ -256,6 +256,21 @@ fn plane_sum(stage: u32, start: u32, nb: u32, tab: u32) -> f32 {
     return s;
 }
 
+// An IEEE half's bits to f32, subnormals included, by bit operations: `unpack2x16float` would
+// need the SHADER_FLOAT16_IN_FLOAT32 capability, which not every adapter has.
+fn half_to_f32(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0u) {
+        return bitcast<f32>(sign | bitcast<u32>(f32(m) * 5.9604645e-8));
+    }
+    if (e == 31u) {
+        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}
+
 fn pca_dims(i: u32) -> u32 {
     return u32(floats[p.off_pca + 3u * p.padded_dim + i]);
 }
@@ -341,7 +356,7 @@ fn score(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32, c
             for (var d = 0u; d < p.dim; d = d + 1u) {
                 let o = start + 2u * d;
                 let h = code_byte(stage, o) | (code_byte(stage, o + 1u) << 8u);
-                ip = ip + queries[query_at + d] * unpack2x16float(h).x;
+                ip = ip + queries[query_at + d] * half_to_f32(h);
             }
         } else {
             for (var d = 0u; d < p.dim; d = d + 1u) {
