@@ -181,40 +181,29 @@ fn device_stage<'a>(codec: &Codec, codes: &'a [u8]) -> DeviceStage<'a> {
             if r.factors() != FactorFormat::F32
                 || (r.bits() > 1 && r.full_factors() != FactorFormat::F32) =>
         {
-            // Widen both stages' factors to f32, the layout device kernels read: (sign plane,
+            // Both stages' factors widened to f32, the layout device kernels read: (sign plane,
             // f1, f2, low planes, f1, f2 of the full code when there is one).
             let nb = r.dim().div_ceil(8);
-            let narrow = r.factors().bytes();
-            let low = (r.bits() as usize - 1) * nb;
-            let full = usize::from(r.bits() > 1);
-            let wide = nb + 8 + low + 8 * full;
-            let mut out = vec![0u8; codes.len() / code_size.max(1) * wide];
-            for (o, c) in out
-                .chunks_exact_mut(wide)
-                .zip(codes.chunks_exact(code_size))
-            {
-                o[..nb].copy_from_slice(&c[..nb]);
-                let (f1, f2) = r.factors().read(&c[nb..]);
-                FactorFormat::F32.write(&mut o[nb..], f1, f2);
-                o[nb + 8..nb + 8 + low].copy_from_slice(&c[nb + narrow..nb + narrow + low]);
-                if full == 1 {
-                    let (f1, f2) = r.full_factors().read(&c[nb + narrow + low..]);
-                    FactorFormat::F32.write(&mut o[nb + 8 + low..], f1, f2);
-                }
+            let mut parts = vec![Part::Plane(nb, nb), Part::Factors(r.factors())];
+            if r.bits() > 1 {
+                let low = (r.bits() as usize - 1) * nb;
+                parts.extend([Part::Plane(low, low), Part::Factors(r.full_factors())]);
             }
-            DeviceStage {
-                codec: stage_codec(codec),
-                code_size: wide,
-                codes: Cow::Owned(out),
-            }
+            relayout(codec, codes, &parts)
         }
         Codec::Pca(p) => {
-            let codes = pca_device_codes(p, codes);
-            DeviceStage {
-                codec: stage_codec(codec),
-                code_size: codes.1,
-                codes: Cow::Owned(codes.0),
+            // Every plane padded to whole 4-byte words (see `StageCodec::Pca`).
+            let plane = |n: usize| Part::Plane(n.div_ceil(8), n.div_ceil(32) * 4);
+            let mut parts: Vec<Part> = std::iter::once(p.active_dims())
+                .chain(p.stage1_plane_dims().iter().copied())
+                .map(plane)
+                .collect();
+            parts.push(Part::Factors(p.factors()));
+            if p.two_stage() {
+                parts.extend(p.low_plane_dims().iter().map(|&n| plane(n)));
+                parts.push(Part::Factors(p.full_factors()));
             }
+            relayout(codec, codes, &parts)
         }
         _ => DeviceStage {
             codec: stage_codec(codec),
@@ -224,25 +213,16 @@ fn device_stage<'a>(codec: &Codec, codes: &'a [u8]) -> DeviceStage<'a> {
     }
 }
 
-/// `pcaq` codes in the device layout of [`StageCodec::Pca`], and its code size.
-fn pca_device_codes(p: &crate::codec::pca::PcaRaBitQ, codes: &[u8]) -> (Vec<u8>, usize) {
-    /// One part of a code, in code order.
-    enum Part {
-        /// A bit plane: its bytes in the file and on the device.
-        Plane(usize, usize),
-        /// A pair of factors stored in this format, `f32` on the device.
-        Factors(FactorFormat),
-    }
-    let plane = |n: usize| Part::Plane(n.div_ceil(8), n.div_ceil(32) * 4);
-    let mut parts: Vec<Part> = std::iter::once(p.active_dims())
-        .chain(p.stage1_plane_dims().iter().copied())
-        .map(plane)
-        .collect();
-    parts.push(Part::Factors(p.factors()));
-    if p.two_stage() {
-        parts.extend(p.low_plane_dims().iter().map(|&n| plane(n)));
-        parts.push(Part::Factors(p.full_factors()));
-    }
+/// One part of a code as the device reads it, in code order.
+enum Part {
+    /// Bit-plane bytes: how many the file holds and how many the device gets (the rest zero).
+    Plane(usize, usize),
+    /// A pair of factors stored in this format, `f32` on the device.
+    Factors(FactorFormat),
+}
+
+/// `codec`'s codes laid out afresh for the device, part by part.
+fn relayout<'a>(codec: &Codec, codes: &[u8], parts: &[Part]) -> DeviceStage<'a> {
     let code_size: usize = parts
         .iter()
         .map(|part| match part {
@@ -250,14 +230,14 @@ fn pca_device_codes(p: &crate::codec::pca::PcaRaBitQ, codes: &[u8]) -> (Vec<u8>,
             Part::Factors(_) => 8,
         })
         .sum();
-    let file_size = p.code_size();
+    let file_size = codec.code_size();
     let mut out = vec![0u8; codes.len() / file_size.max(1) * code_size];
     for (o, c) in out
         .chunks_exact_mut(code_size)
         .zip(codes.chunks_exact(file_size))
     {
         let (mut at, mut to) = (0, 0);
-        for part in &parts {
+        for part in parts {
             match *part {
                 Part::Plane(file, device) => {
                     o[to..to + file].copy_from_slice(&c[at..at + file]);
@@ -272,7 +252,11 @@ fn pca_device_codes(p: &crate::codec::pca::PcaRaBitQ, codes: &[u8]) -> (Vec<u8>,
         }
         debug_assert_eq!((at, to), (file_size, code_size));
     }
-    (out, code_size)
+    DeviceStage {
+        codec: stage_codec(codec),
+        code_size,
+        codes: Cow::Owned(out),
+    }
 }
 
 impl Index {
