@@ -586,6 +586,8 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
     let cases = [
         (64, RaBitQ1, 0.0, None, false, Metric::L2, false),
         (36, RaBitQ1, 0.0, None, false, Metric::L2, false),
+        // A rotation wider than one 64-column tile of the WGPU query products.
+        (100, RaBitQ1, 0.0, None, false, Metric::L2, false),
         (64, CodecKind::RaBitQ3, 0.0, None, false, Metric::L2, false),
         (
             36,
@@ -648,7 +650,8 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
         (40, PcaRaBitQ, 5.0, None, false, Metric::L2, true),
         (64, PcaRaBitQ, 1.5, Some(Sq8), false, Metric::L2, false),
     ];
-    let (n, anchors) = (6_000, 64);
+    // 100 anchors: a full and a partial 64-column tile of the WGPU query products.
+    let (n, anchors) = (6_000, 100);
     for (dim, codec, bits, refine, jacobian, metric, leading) in cases {
         let mut data = crate::synthetic::clustered(n, dim, 40, 0.4, 11);
         let mut queries = crate::synthetic::clustered(200, dim, 40, 0.5, 12);

@@ -173,6 +173,16 @@ pub fn coop_source() -> String {
     )
 }
 
+/// The entry points of `shaders/search.wgsl`, run in this order for a batch of queries.
+struct SearchPipelines {
+    /// Every query's dot product with every anchor.
+    dots: wgpu::ComputePipeline,
+    /// Every query times the RaBitQ or `pcaq` rotation.
+    rotate: wgpu::ComputePipeline,
+    /// One workgroup per query: probe, scan, rescore, top k.
+    search: wgpu::ComputePipeline,
+}
+
 /// The WGPU implementation of [`Backend`].
 pub struct WgpuBackend {
     device: wgpu::Device,
@@ -185,9 +195,9 @@ pub struct WgpuBackend {
     /// The last assignment's number (counting every one-per-point result) and the one the
     /// device still holds.
     assigned: Mutex<(u64, Option<Assigned>)>,
-    /// Batched inverted-list search (`search_queries`), compiled when the first [`WgpuIndex`]
-    /// is built (training never needs it).
-    search: std::sync::OnceLock<wgpu::ComputePipeline>,
+    /// Batched inverted-list search (`shaders/search.wgsl`), compiled when the first
+    /// [`WgpuIndex`] is built (training never needs it).
+    search: std::sync::OnceLock<SearchPipelines>,
     /// Device buffers reused across calls (f16 copies, assignment outputs, read-back staging),
     /// by label; each only grows. A call takes a buffer out and puts it back, so concurrent
     /// calls never share one.
@@ -605,8 +615,8 @@ impl WgpuBackend {
         Ok(out)
     }
 
-    /// The search pipeline, compiled on first use.
-    fn search_pipeline(&self) -> &wgpu::ComputePipeline {
+    /// The search pipelines, compiled on first use.
+    fn search_pipelines(&self) -> &SearchPipelines {
         self.search.get_or_init(|| {
             let module = self
                 .device
@@ -614,15 +624,22 @@ impl WgpuBackend {
                     label: Some("search"),
                     source: wgpu::ShaderSource::Wgsl(include_str!("shaders/search.wgsl").into()),
                 });
-            self.device
-                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some("search_queries"),
-                    layout: None,
-                    module: &module,
-                    entry_point: Some("search_queries"),
-                    compilation_options: Default::default(),
-                    cache: None,
-                })
+            let pipeline = |entry: &str| {
+                self.device
+                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some(entry),
+                        layout: None,
+                        module: &module,
+                        entry_point: Some(entry),
+                        compilation_options: Default::default(),
+                        cache: None,
+                    })
+            };
+            SearchPipelines {
+                dots: pipeline("query_dots"),
+                rotate: pipeline("rotate_queries"),
+                search: pipeline("search_queries"),
+            }
         })
     }
 

@@ -1,6 +1,7 @@
 //! Batched search on WGPU: a device copy of an [`Index`], searched by one workgroup per query
-//! (`search_queries` in `shaders/search.wgsl`, a port of the CUDA search kernel). The anchor
-//! ranking and the RaBitQ or `pcaq` query rotation run inside the shader, in f32.
+//! (`search_queries` in `shaders/search.wgsl`, a port of the CUDA search kernel), after two
+//! tiled matrix products over the batch in the same shader file (query · anchors for the anchor
+//! ranking, query · rotation for the RaBitQ and `pcaq` tables), all in f32.
 
 use crate::{err, WgpuBackend};
 use vlc::device_view::{DeviceStage, StageCodec};
@@ -8,6 +9,8 @@ use vlc::{Index, Metric, Result, SearchParams, SearchResults, VlcError};
 
 /// Invocations per workgroup (`WG` in search.wgsl).
 const WG: usize = 256;
+/// Queries and columns per workgroup of the matrix products (`TILE` in search.wgsl).
+const TILE: usize = 64;
 /// Queries per dispatch at most (the grid's x dimension is capped at 65,535 workgroups; a
 /// smaller batch keeps the per-query scratch small).
 const MAX_QUERIES_PER_DISPATCH: usize = 4_096;
@@ -87,7 +90,7 @@ impl<'b> WgpuIndex<'b> {
             )));
         }
         // Compile the search pipeline now, so that the first search is not slower.
-        backend.search_pipeline();
+        backend.search_pipelines();
         let num_anchors = view.anchor_norms.len();
         let mut floats: Vec<f32> = view.anchor_norms.to_vec();
         let (off_rotation, padded_dim) = match &view.primary.codec {
@@ -172,7 +175,9 @@ impl<'b> WgpuIndex<'b> {
         // Pool slots: the larger of the two selections plus one round of the workgroup.
         let cap = (pool_size.max(nprobe) + WG).next_power_of_two();
         let tables = if self.primary.kind == KIND_PCA { 2 } else { 1 };
-        let stride = 3 * cap + 4 * nprobe + 1 + (1 + 4 * tables) * self.padded_dim;
+        // Each query's slice of the scratch buffer (`slice_layout` in search.wgsl).
+        let stride =
+            3 * cap + 4 * nprobe + 1 + (1 + 4 * tables) * self.padded_dim + self.num_anchors;
         let limit = b.max_binding() as usize;
         let chunk = (limit / (4 * stride))
             .min(limit / (8 * k))
@@ -245,12 +250,18 @@ impl<'b> WgpuIndex<'b> {
                     0,
                 ];
                 let uniform = b.uniform(&words);
-                let pipeline = b.search_pipeline();
+                let pipelines = b.search_pipelines();
+                let products = [
+                    (0, &uniform),
+                    (1, &self.anchors),
+                    (2, &self.floats),
+                    (4, &d_queries),
+                    (8, &scratch),
+                ];
                 let group = b.bind(
-                    pipeline,
+                    &pipelines.search,
                     &[
                         (0, &uniform),
-                        (1, &self.anchors),
                         (2, &self.floats),
                         (3, &self.lists),
                         (4, &d_queries),
@@ -260,8 +271,27 @@ impl<'b> WgpuIndex<'b> {
                         (8, &scratch),
                     ],
                 );
+                let tiles = |n: usize| n.div_ceil(TILE) as u32;
                 let mut encoder = b.device.create_command_encoder(&Default::default());
-                b.dispatch(&mut encoder, pipeline, &group, rows as u32, 1);
+                let dots = b.bind(&pipelines.dots, &products);
+                b.dispatch(
+                    &mut encoder,
+                    &pipelines.dots,
+                    &dots,
+                    tiles(self.num_anchors),
+                    tiles(rows),
+                );
+                if self.padded_dim > 0 {
+                    let rotate = b.bind(&pipelines.rotate, &products);
+                    b.dispatch(
+                        &mut encoder,
+                        &pipelines.rotate,
+                        &rotate,
+                        tiles(self.padded_dim),
+                        tiles(rows),
+                    );
+                }
+                b.dispatch(&mut encoder, &pipelines.search, &group, rows as u32, 1);
                 let got = b.read_back::<u32>(encoder, &[(&out, rows * k * 2)])?;
                 let (got_ids, got_dists) = got[0].split_at(rows * k);
                 for (i, (&id, &dist)) in got_ids.iter().zip(got_dists).enumerate() {

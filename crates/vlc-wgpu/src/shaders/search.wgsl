@@ -3,6 +3,11 @@
 // same steps and estimators as the CUDA kernel (vlc-cuda kernels/search.cu) and the CPU search
 // (vlc-core src/search.rs), in f32.
 //
+// Two tiled matrix products run first, over the whole batch, as CUDA's two cuBLAS GEMMs do:
+// `query_dots` (query . anchor for every anchor) and `rotate_queries` (the RaBitQ or pcaq query
+// rotation). They write into each query's slice of `scratch`, so `search_queries` reads the dot
+// products and the rotated query instead of forming them one query per workgroup.
+//
 // Candidates are ordered by a 64-bit key held as two u32 words: the distance's bits made
 // order-preserving (`ordered`) in the high word, the list position (or anchor id) in the low
 // word, as `vlc::linalg::order_key`; so ties resolve by position, as on the CPU. Thresholds are
@@ -79,7 +84,8 @@ struct Params {
 // Per workgroup, `stride` words: keys high (cap), keys low (cap), aux (cap), probe anchors
 // (nprobe), probe distances (nprobe), probe list starts (nprobe), prefix sums of the probe
 // sizes (nprobe + 1), rotated query (padded_dim), RaBitQ table (4 * padded_dim; pcaq: a table
-// weighted by each dimension's top bit, then a plain one, 4 * padded_dim each).
+// weighted by each dimension's top bit, then a plain one, 4 * padded_dim each), query . anchor
+// (num_anchors). See `slice_layout`.
 @group(0) @binding(8) var<storage, read_write> scratch: array<u32>;
 
 var<workgroup> pool_count: atomic<u32>;
@@ -98,7 +104,110 @@ var<private> probe_start: u32;
 var<private> prefix: u32;
 var<private> rotated: u32;
 var<private> table: u32;
+var<private> dots: u32;
 var<private> query_at: u32;
+
+// Set the offsets above for workgroup slice `query` (the host's `stride` is the same sum).
+fn slice_layout(query: u32) {
+    key_hi = query * p.stride;
+    key_lo = key_hi + p.cap;
+    aux = key_lo + p.cap;
+    probe_anchor = aux + p.cap;
+    probe_dist = probe_anchor + p.nprobe;
+    probe_start = probe_dist + p.nprobe;
+    prefix = probe_start + p.nprobe;
+    rotated = prefix + p.nprobe + 1u;
+    table = rotated + p.padded_dim;
+    dots = table + select(1u, 2u, p.kind1 == KIND_PCA) * 4u * p.padded_dim;
+    query_at = query * p.dim;
+}
+
+// Query-side matrix products: a 64 x 64 tile of (query, column) results per workgroup of
+// 16 x 16 invocations, each invocation 4 x 4 of them (rows ly + 16i, columns lx + 16j), over
+// depth slices of 16 staged in workgroup memory. Layout of both stages: (16, 64), depth-major.
+const TILE: u32 = 64u;
+const DEPTH: u32 = 16u;
+var<workgroup> tile_q: array<f32, 1024>;
+var<workgroup> tile_b: array<f32, 1024>;
+
+// Write query . column into each query's slice (`dots` for anchors, `rotated` otherwise), for
+// the columns of (num_anchors, dim) `anchors` (by_anchor) or of the (dim, padded_dim) rotation.
+fn query_products(wg: vec3<u32>, l: vec3<u32>, by_anchor: bool) {
+    let tid = l.y * 16u + l.x;
+    let m0 = wg.y * TILE;
+    let n0 = wg.x * TILE;
+    let cols = select(p.padded_dim, p.num_anchors, by_anchor);
+    var acc: array<f32, 16>;
+    for (var k0 = 0u; k0 < p.dim; k0 = k0 + DEPTH) {
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let e = tid + i * 256u;
+            // Queries and anchors are read along their rows (16 consecutive dimensions).
+            let r = e / DEPTH;
+            let d = e % DEPTH;
+            let k = k0 + d;
+            var q = 0.0;
+            if (m0 + r < p.rows && k < p.dim) {
+                q = queries[(m0 + r) * p.dim + k];
+            }
+            tile_q[d * TILE + r] = q;
+            var b = 0.0;
+            if (by_anchor) {
+                if (n0 + r < cols && k < p.dim) {
+                    b = anchors[(n0 + r) * p.dim + k];
+                }
+                tile_b[d * TILE + r] = b;
+            } else {
+                // The rotation is read along its rows (64 consecutive columns).
+                let rd = e / TILE;
+                let c = e % TILE;
+                if (n0 + c < cols && k0 + rd < p.dim) {
+                    b = floats[p.off_rotation + (k0 + rd) * p.padded_dim + n0 + c];
+                }
+                tile_b[rd * TILE + c] = b;
+            }
+        }
+        workgroupBarrier();
+        for (var d = 0u; d < DEPTH; d = d + 1u) {
+            var a: array<f32, 4>;
+            var b: array<f32, 4>;
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                a[i] = tile_q[d * TILE + l.y + 16u * i];
+                b[i] = tile_b[d * TILE + l.x + 16u * i];
+            }
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                for (var j = 0u; j < 4u; j = j + 1u) {
+                    acc[i * 4u + j] = acc[i * 4u + j] + a[i] * b[j];
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let m = m0 + l.y + 16u * i;
+        if (m >= p.rows) {
+            continue;
+        }
+        slice_layout(m);
+        let at = select(rotated, dots, by_anchor);
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let n = n0 + l.x + 16u * j;
+            if (n < cols) {
+                scratch[at + n] = bitcast<u32>(acc[i * 4u + j]);
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(16, 16)
+fn query_dots(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
+    query_products(wg, l, true);
+}
+
+@compute @workgroup_size(16, 16)
+fn rotate_queries(@builtin(workgroup_id) wg: vec3<u32>,
+                  @builtin(local_invocation_id) l: vec3<u32>) {
+    query_products(wg, l, false);
+}
 
 fn ordered(d: f32) -> u32 {
     let b = bitcast<u32>(d);
@@ -388,19 +497,9 @@ fn score(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32, c
 @compute @workgroup_size(256)
 fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let query = wg.x;
-    let base = query * p.stride;
-    key_hi = base;
-    key_lo = key_hi + p.cap;
-    aux = key_lo + p.cap;
-    probe_anchor = aux + p.cap;
-    probe_dist = probe_anchor + p.nprobe;
-    probe_start = probe_dist + p.nprobe;
-    prefix = probe_start + p.nprobe;
-    rotated = prefix + p.nprobe + 1u;
-    table = rotated + p.padded_dim;
-    query_at = query * p.dim;
+    slice_layout(query);
 
-    // 1. The nprobe nearest anchors, by ||q||^2 - 2 q.c + ||c||^2.
+    // 1. The nprobe nearest anchors, by ||q||^2 - 2 q.c + ||c||^2 (q.c from `query_dots`).
     var sq = 0.0;
     for (var d = tid; d < p.dim; d = d + WG) {
         let v = queries[query_at + d];
@@ -413,10 +512,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         let valid = j < p.num_anchors;
         var dist = 0.0;
         if (valid) {
-            var dot = 0.0;
-            for (var d = 0u; d < p.dim; d = d + 1u) {
-                dot = dot + queries[query_at + d] * anchors[j * p.dim + d];
-            }
+            let dot = bitcast<f32>(scratch[dots + j]);
             dist = max(qn - 2.0 * dot + floats[p.off_norms + j], 0.0);
         }
         offer(valid, dist, j, 0u, p.nprobe, tid);
@@ -429,20 +525,12 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         scratch[probe_start + i] = lists[anchor];
         scratch[prefix + i + 1u] = lists[anchor + 1u] - lists[anchor];
     }
-    // The rotated query, its lookup tables and the grid-centre constants: RaBitQ's
-    // -sum(Pq)/sqrt(D); pcaq's first-stage and full-code ones.
+    // The rotated query's (from `rotate_queries`) lookup tables and the grid-centre constants:
+    // RaBitQ's -sum(Pq)/sqrt(D); pcaq's first-stage and full-code ones.
     var constant = 0.0;
     var constant2 = 0.0;
     let pca = p.kind1 == KIND_PCA;
     if (p.padded_dim > 0u) {
-        for (var e = tid; e < p.padded_dim; e = e + WG) {
-            var v = 0.0;
-            for (var d = 0u; d < p.dim; d = d + 1u) {
-                v = v + queries[query_at + d] * floats[p.off_rotation + d * p.padded_dim + e];
-            }
-            scratch[rotated + e] = bitcast<u32>(v);
-        }
-        storageBarrier();
         let scale = select(2.0 / sqrt(f32(p.dim)), p.pca_scale, pca);
         let n = 4u * p.padded_dim;
         let tables = select(1u, 2u, pca);
