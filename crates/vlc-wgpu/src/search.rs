@@ -204,12 +204,21 @@ impl<'b> WgpuIndex<'b> {
         let second = self.second.unwrap_or_default();
         let codes2 = self.refine_codes.as_ref().unwrap_or(&self.codes);
         b.scoped(|| {
+            // Device buffers from the backend's pool, reused by every chunk and call: a fresh
+            // allocation per batch is also zeroed, and at 4,096 anchors that took longer than
+            // the search itself (the scratch holds every query's dot products with the anchors).
+            // The shaders write every word they read.
+            let most = chunk.min(nq);
+            let d_queries = b.take_scratch("search queries", (most * dim * 4) as u64)?;
+            let out = b.take_scratch("search results", (most * k * 8) as u64)?;
+            let scratch = b.take_scratch("search scratch", (most * stride * 4) as u64)?;
             for start in (0..nq).step_by(chunk) {
                 let rows = chunk.min(nq - start);
-                let d_queries =
-                    b.storage("queries", &prepared[start * dim..(start + rows) * dim])?;
-                let out = b.output("search results", (rows * k * 8) as u64)?;
-                let scratch = b.output("search scratch", (rows * stride * 4) as u64)?;
+                b.queue.write_buffer(
+                    &d_queries,
+                    0,
+                    bytemuck::cast_slice(&prepared[start * dim..(start + rows) * dim]),
+                );
                 let words = [
                     rows as u32,
                     self.num_anchors as u32,
@@ -301,6 +310,9 @@ impl<'b> WgpuIndex<'b> {
                     }
                 }
             }
+            b.give_back("search queries", d_queries);
+            b.give_back("search results", out);
+            b.give_back("search scratch", scratch);
             Ok(())
         })?;
         Ok(SearchResults { k, ids, distances })

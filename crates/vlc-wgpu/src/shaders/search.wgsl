@@ -137,7 +137,12 @@ fn query_products(wg: vec3<u32>, l: vec3<u32>, by_anchor: bool) {
     let m0 = wg.y * TILE;
     let n0 = wg.x * TILE;
     let cols = select(p.padded_dim, p.num_anchors, by_anchor);
-    var acc: array<f32, 16>;
+    // acc_i[j]: query row ly + 16i, column lx + 16j (vectors with constant indices stay in
+    // registers, where a dynamically indexed array would not).
+    var acc0 = vec4<f32>();
+    var acc1 = vec4<f32>();
+    var acc2 = vec4<f32>();
+    var acc3 = vec4<f32>();
     for (var k0 = 0u; k0 < p.dim; k0 = k0 + DEPTH) {
         for (var i = 0u; i < 4u; i = i + 1u) {
             let e = tid + i * 256u;
@@ -168,32 +173,32 @@ fn query_products(wg: vec3<u32>, l: vec3<u32>, by_anchor: bool) {
         }
         workgroupBarrier();
         for (var d = 0u; d < DEPTH; d = d + 1u) {
-            var a: array<f32, 4>;
-            var b: array<f32, 4>;
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                a[i] = tile_q[d * TILE + l.y + 16u * i];
-                b[i] = tile_b[d * TILE + l.x + 16u * i];
-            }
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                for (var j = 0u; j < 4u; j = j + 1u) {
-                    acc[i * 4u + j] = acc[i * 4u + j] + a[i] * b[j];
-                }
-            }
+            let at = d * TILE;
+            let b = vec4<f32>(tile_b[at + l.x], tile_b[at + l.x + 16u], tile_b[at + l.x + 32u],
+                              tile_b[at + l.x + 48u]);
+            acc0 = acc0 + tile_q[at + l.y] * b;
+            acc1 = acc1 + tile_q[at + l.y + 16u] * b;
+            acc2 = acc2 + tile_q[at + l.y + 32u] * b;
+            acc3 = acc3 + tile_q[at + l.y + 48u] * b;
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let m = m0 + l.y + 16u * i;
-        if (m >= p.rows) {
-            continue;
-        }
-        slice_layout(m);
-        let at = select(rotated, dots, by_anchor);
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let n = n0 + l.x + 16u * j;
-            if (n < cols) {
-                scratch[at + n] = bitcast<u32>(acc[i * 4u + j]);
-            }
+    store_products(m0 + l.y, n0 + l.x, cols, by_anchor, acc0);
+    store_products(m0 + l.y + 16u, n0 + l.x, cols, by_anchor, acc1);
+    store_products(m0 + l.y + 32u, n0 + l.x, cols, by_anchor, acc2);
+    store_products(m0 + l.y + 48u, n0 + l.x, cols, by_anchor, acc3);
+}
+
+// Columns n, n + 16, n + 32, n + 48 of query row m, into its slice.
+fn store_products(m: u32, n: u32, cols: u32, by_anchor: bool, v: vec4<f32>) {
+    if (m >= p.rows) {
+        return;
+    }
+    slice_layout(m);
+    let at = select(rotated, dots, by_anchor);
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        if (n + 16u * j < cols) {
+            scratch[at + n + 16u * j] = bitcast<u32>(v[j]);
         }
     }
 }
