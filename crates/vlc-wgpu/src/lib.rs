@@ -190,6 +190,8 @@ pub struct WgpuBackend {
     pipelines: Pipelines,
     adapter_name: String,
     limits: wgpu::Limits,
+    /// The run-time checks every shader module is compiled with (see [`WgpuBackend::open`]).
+    checks: wgpu::ShaderRuntimeChecks,
     /// Pinned buffers by (host address, length).
     resident: Mutex<HashMap<(usize, usize), Arc<Resident>>>,
     /// The last assignment's number (counting every one-per-point result) and the one the
@@ -365,6 +367,7 @@ impl WgpuBackend {
                 }
             ),
             limits,
+            checks,
             resident: Mutex::new(HashMap::new()),
             assigned: Mutex::new((0, None)),
             search: std::sync::OnceLock::new(),
@@ -618,12 +621,17 @@ impl WgpuBackend {
     /// The search pipelines, compiled on first use.
     fn search_pipelines(&self) -> &SearchPipelines {
         self.search.get_or_init(|| {
-            let module = self
-                .device
-                .create_shader_module(wgpu::ShaderModuleDescriptor {
-                    label: Some("search"),
-                    source: wgpu::ShaderSource::Wgsl(include_str!("shaders/search.wgsl").into()),
-                });
+            let desc = wgpu::ShaderModuleDescriptor {
+                label: Some("search"),
+                source: wgpu::ShaderSource::Wgsl(include_str!("shaders/search.wgsl").into()),
+            };
+            // SAFETY: as for the training shaders (see `open`): search.wgsl's loops run to
+            // constants or to sizes in its uniform parameters, which `WgpuIndex::search_batch`
+            // checked, except the walk over the probed lists' prefix sums, which stops at the
+            // list holding item t < total = the sums' last entry (the shader writes the sums
+            // itself, non-decreasing); it divides by constants, by loop strides of at least 1
+            // and by 4·padded_dim only where padded_dim > 0. Bounds checks stay on.
+            let module = unsafe { self.device.create_shader_module_trusted(desc, self.checks) };
             let pipeline = |entry: &str| {
                 self.device
                     .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
