@@ -204,10 +204,9 @@ impl<'b> WgpuIndex<'b> {
         let second = self.second.unwrap_or_default();
         let codes2 = self.refine_codes.as_ref().unwrap_or(&self.codes);
         b.scoped(|| {
-            // Device buffers from the backend's pool, reused by every chunk and call: a fresh
-            // allocation per batch is also zeroed, and at 4,096 anchors that took longer than
-            // the search itself (the scratch holds every query's dot products with the anchors).
-            // The shaders write every word they read.
+            // Device buffers from the backend's pool, reused by every chunk and call: wgpu zeroes
+            // a fresh allocation, work that grows with the scratch (which holds every query's
+            // dot products with the anchors). The shaders write every word they read.
             let most = chunk.min(nq);
             let d_queries = b.take_scratch("search queries", (most * dim * 4) as u64)?;
             let out = b.take_scratch("search results", (most * k * 8) as u64)?;

@@ -1,0 +1,21 @@
+set -u
+tar -C .carry -xJf .carry/bin.tar.xz; B=.carry/bin; D=.carry/dev; export PATH=$PWD/$B:$PATH
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig >/dev/null; export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+echo "== Part A: tests (--test-threads 1)"
+for t in wgpu_conf cuda_conf cuda_unit; do echo "\$ $t"; $t --test-threads 1 2>&1 | grep -E "test result|panicked|SKIP"; done
+for t in wgpu_search cuda_search; do echo "\$ $t --nocapture"; $t --test-threads 1 --nocapture 2>&1 | grep -E "overlap|test result|panicked|SKIP" | awk '{print $NF, $0}' | sort -n | head -3 | cut -d' ' -f2-; $t --test-threads 1 2>&1 | grep "test result"; done
+echo "== Part B: dev set, new (288f77a) vs old (cf47076) WGPU search"
+echo '$ bash bench/gpu_search_check.sh vlc q.npy gt10.npy p64.vlc p5.vlc'
+bash bench/gpu_search_check.sh vlc $D/q.npy $D/gt10.npy $D/p64.vlc $D/p5.vlc 2>&1 | grep -v "^search backend"
+echo '$ BACKENDS=wgpu bash bench/gpu_search_check.sh vlc_old q.npy gt10.npy p64.vlc p5.vlc'
+BACKENDS=wgpu bash bench/gpu_search_check.sh vlc_old $D/q.npy $D/gt10.npy $D/p64.vlc $D/p5.vlc 2>&1 | grep -v "^search backend"
+echo "== Part C: 1M x 384"
+echo '$ python3 bench/make_synthetic.py /tmp/big --n 1000000 --dim 384 --seed 11'
+s=$(date +%s.%N); python3 bench/make_synthetic.py /tmp/big --n 1000000 --dim 384 --seed 11; echo "$(echo "$(date +%s.%N) - $s" | bc) s"
+for c in pcaq2 pcaq5; do echo "\$ vlc build /tmp/big/base.npy -o /tmp/big/$c.vlc --codec $c --backend cuda"; vlc build /tmp/big/base.npy -o /tmp/big/$c.vlc --codec $c --backend cuda -q 2>&1 | grep -E "backend|file"; done
+echo '$ NPROBE=8,32,128 bash bench/gpu_search_check.sh vlc /tmp/big/query.npy /tmp/big/groundtruth.npy pcaq2.vlc pcaq5.vlc'
+NPROBE=8,32,128 bash bench/gpu_search_check.sh vlc /tmp/big/query.npy /tmp/big/groundtruth.npy /tmp/big/pcaq2.vlc /tmp/big/pcaq5.vlc 2>&1 | grep -v "^search backend"
+echo '$ NPROBE=8,32,128 BACKENDS=wgpu bash bench/gpu_search_check.sh vlc_old /tmp/big/query.npy /tmp/big/groundtruth.npy pcaq2.vlc pcaq5.vlc'
+NPROBE=8,32,128 BACKENDS=wgpu bash bench/gpu_search_check.sh vlc_old /tmp/big/query.npy /tmp/big/groundtruth.npy /tmp/big/pcaq2.vlc /tmp/big/pcaq5.vlc 2>&1 | grep -v "^search backend"
