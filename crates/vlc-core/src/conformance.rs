@@ -588,8 +588,6 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
         (36, RaBitQ1, 0.0, None, false, Metric::L2, false),
         // A rotation wider than one 64-column tile of the WGPU query products.
         (100, RaBitQ1, 0.0, None, false, Metric::L2, false),
-        // A nibble table too large for WGPU's workgroup memory (read from its storage buffer).
-        (800, RaBitQ1, 0.0, None, false, Metric::L2, false),
         (64, CodecKind::RaBitQ3, 0.0, None, false, Metric::L2, false),
         (
             36,

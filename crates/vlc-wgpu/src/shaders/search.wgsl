@@ -84,8 +84,8 @@ struct Params {
 // Per workgroup, `stride` words: keys high (cap), keys low (cap), aux (cap), probe anchors
 // (nprobe), probe distances (nprobe), probe list starts (nprobe), prefix sums of the probe
 // sizes (nprobe + 1), rotated query (padded_dim), RaBitQ table (4 * padded_dim; pcaq: a table
-// weighted by each dimension's top bit, then a plain one, 4 * padded_dim each; unused where
-// they fit `local_table`), query . anchor (num_anchors). See `slice_layout`.
+// weighted by each dimension's top bit, then a plain one, 4 * padded_dim each), query . anchor
+// (num_anchors). See `slice_layout`.
 @group(0) @binding(8) var<storage, read_write> scratch: array<u32>;
 
 var<workgroup> pool_count: atomic<u32>;
@@ -93,11 +93,6 @@ var<workgroup> count_plain: u32;
 var<workgroup> threshold: u32;
 var<workgroup> total_plain: u32;
 var<workgroup> partial: array<f32, WG>;
-// The nibble tables in workgroup memory where they fit: every code byte of every scored item
-// reads two entries. 12 KiB, so that the shader's workgroup memory stays within WebGPU's
-// guaranteed 16 KiB: one table up to padded_dim 768, pcaq's two up to 384.
-const LOCAL_TABLE: u32 = 3072u;
-var<workgroup> local_table: array<f32, LOCAL_TABLE>;
 
 // Offsets of this workgroup's arrays in `scratch`, and of its query in `queries`.
 var<private> key_hi: u32;
@@ -347,15 +342,7 @@ fn code_f32(stage: u32, o: u32) -> f32 {
     return bitcast<f32>(b);
 }
 
-// Whether this query's nibble tables live in `local_table` (uniform over the dispatch).
-fn local_tables() -> bool {
-    return select(1u, 2u, p.kind1 == KIND_PCA) * 4u * p.padded_dim <= LOCAL_TABLE;
-}
-
 fn table_at(i: u32) -> f32 {
-    if (local_tables()) {
-        return local_table[i];
-    }
     return bitcast<f32>(scratch[table + i]);
 }
 
@@ -566,13 +553,8 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                     v = v + bitcast<f32>(scratch[rotated + 4u * g + t]) * w;
                 }
             }
-            if (local_tables()) {
-                local_table[e] = scale * v;
-            } else {
-                scratch[table + e] = bitcast<u32>(scale * v);
-            }
+            scratch[table + e] = bitcast<u32>(scale * v);
         }
-        workgroupBarrier();
         if (pca) {
             var part1 = 0.0;
             var part2 = 0.0;
