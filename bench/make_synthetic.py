@@ -4,6 +4,7 @@
 Usage: python3 bench/make_synthetic.py OUT_DIR [--n 50000] [--dim 768] [--queries 2000] [--seed 1]
                                                 [--latent 64] [--clusters 500]
                                                 [--offset 0] [--norm-spread 0]
+                                                [--tails 0] [--zipf 0]
 
 Documents: unit vectors from a mixture of `clusters` anisotropic Gaussian clusters in a
 `latent`-dim latent space lifted to `dim` dimensions plus isotropic noise. Queries: other draws from the
@@ -12,7 +13,10 @@ real short queries, they are not distributed like the documents. `--offset O` ad
 direction of length O to every vector before it is normalised, as many embedding models'
 outputs share one (O = 1.5 puts the mean cosine between unrelated vectors near 0.7);
 `--norm-spread S` leaves the vectors unnormalised, their norms log-normal with sigma S around
-1 (S = 0 keeps unit norm). Writes base.npy (float32),
+1 (S = 0 keeps unit norm). `--tails DF` draws the clusters' latent spread from Student's t with
+DF degrees of freedom (heavy tails, scaled to the Gaussian's variance; 0 = Gaussian), and
+`--zipf A` weighs cluster r (in a random order) by (r + 1)^-A, so a few clusters hold most
+vectors (0 = weights uniform in 0.2..1). Writes base.npy (float32),
 query.npy and groundtruth.npy (int32, exact top-100 by L2).
 """
 import argparse
@@ -30,13 +34,19 @@ ap.add_argument("--latent", type=int, default=64)
 ap.add_argument("--clusters", type=int, default=500)
 ap.add_argument("--offset", type=float, default=0.0)
 ap.add_argument("--norm-spread", type=float, default=0.0)
+ap.add_argument("--tails", type=float, default=0.0)
+ap.add_argument("--zipf", type=float, default=0.0)
 a = ap.parse_args()
+if a.tails and a.tails <= 2:
+    ap.error("--tails needs more than 2 degrees of freedom (a finite variance)")
 rng = np.random.default_rng(a.seed)
 latent, clusters = a.latent, a.clusters
 lift = rng.standard_normal((latent, a.dim)).astype(np.float32) / np.sqrt(latent)
 centres = rng.standard_normal((clusters, latent)).astype(np.float32)
 scales = rng.uniform(0.3, 1.0, (clusters, latent)).astype(np.float32)
 weights = rng.uniform(0.2, 1.0, clusters)
+if a.zipf:  # drawn only when asked for, so the default datasets stay as they were
+    weights = (1.0 + rng.permutation(clusters)) ** -a.zipf
 weights /= weights.sum()
 if a.offset:  # drawn only when asked for, so the default datasets stay as they were
     common = rng.standard_normal(a.dim).astype(np.float32)
@@ -45,7 +55,11 @@ if a.offset:  # drawn only when asked for, so the default datasets stay as they 
 
 def draw(count, pull, noise):
     c = rng.choice(clusters, count, p=weights)
-    z = centres[c] * (1 + pull) + rng.standard_normal((count, latent)).astype(np.float32) * scales[c]
+    if a.tails:
+        spread = rng.standard_t(a.tails, (count, latent)) * np.sqrt((a.tails - 2) / a.tails)
+    else:
+        spread = rng.standard_normal((count, latent))
+    z = centres[c] * (1 + pull) + spread.astype(np.float32) * scales[c]
     x = z @ lift + noise * rng.standard_normal((count, a.dim)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     if a.offset:
