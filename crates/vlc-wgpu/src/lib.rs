@@ -200,8 +200,8 @@ pub struct WgpuBackend {
     /// Batched inverted-list search (`shaders/search.wgsl`), compiled when the first
     /// [`WgpuIndex`] is built (training never needs it).
     search: std::sync::OnceLock<SearchPipelines>,
-    /// Device buffers reused across calls (f16 copies, assignment outputs, read-back staging),
-    /// by label; each only grows. A call takes a buffer out and puts it back, so concurrent
+    /// Device buffers reused across calls (f16 copies, assignment outputs, read-back staging,
+    /// search batches' queries, results and scratch), by label; each only grows. A call takes a buffer out and puts it back, so concurrent
     /// calls never share one.
     scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
 }

@@ -89,7 +89,7 @@ impl<'b> WgpuIndex<'b> {
                 view.num_vectors
             )));
         }
-        // Compile the search pipeline now, so that the first search is not slower.
+        // Compile the search pipelines now, so that the first search is not slower.
         backend.search_pipelines();
         let num_anchors = view.anchor_norms.len();
         let mut floats: Vec<f32> = view.anchor_norms.to_vec();
