@@ -32,8 +32,10 @@ const PAIRS_PER_FLUSH: usize = 256;
 pub const MAX_SEGMENTS: usize = 4;
 /// A code byte whose typical weight is below its segment's first byte's over this starts a new
 /// segment (while fewer than [`MAX_SEGMENTS`] exist): its tables would use fewer than
-/// 127 / 8 ≈ 16 of their 128 levels under the segment's step.
-pub const SEGMENT_RATIO: f32 = 8.0;
+/// 127 / 2 ≈ 64 of their 128 levels under the segment's step. (8, up to session 35, left
+/// a 1M x 384 `pcaq5`'s first stage 0.005 of recall@10 below f32 tables at the default pool;
+/// see `bench/results/first_stage_ratio_2026-11-26.log`.)
+pub const SEGMENT_RATIO: f32 = 2.0;
 
 pub struct FastScan {
     /// First-stage code bytes per vector, i.e. pairs of 4-bit groups: ⌈dim/8⌉ for a 1-bit
@@ -930,7 +932,7 @@ mod tests {
         let (order, segments) = segment_pairs(5, Some(&[1.0; 40]));
         assert_eq!((order, segments), ((0..5).collect(), vec![0, 5]));
         assert_eq!(segment_pairs(3, None), ((0..3).collect(), vec![0, 3]));
-        // Bytes of magnitude 1, 1000, 30, 1000, 1: heaviest first, a cut below an eighth.
+        // Bytes of magnitude 1, 1000, 30, 1000, 1: heaviest first, a cut below a half.
         let mut hints = Vec::new();
         for m in [1f32, 1000.0, 30.0, 1000.0, 1.0] {
             hints.extend([m / 4.0; 4]);
