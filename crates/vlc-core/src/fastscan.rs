@@ -32,9 +32,10 @@ const PAIRS_PER_FLUSH: usize = 256;
 pub const MAX_SEGMENTS: usize = 4;
 /// A code byte whose typical weight is below its segment's first byte's over this starts a new
 /// segment (while fewer than [`MAX_SEGMENTS`] exist): its tables would use fewer than
-/// 127 / 2 ≈ 64 of their 128 levels under the segment's step. (8, up to session 35, left
-/// a 1M x 384 `pcaq5`'s first stage 0.005 of recall@10 below f32 tables at the default pool;
-/// see `bench/results/first_stage_ratio_2026-11-26.log`.)
+/// 127 / 2 ≈ 64 of their 128 levels under the segment's step. (It was 8 up to session 35:
+/// on a 1M x 384 `pcaq5`, 2 rather than 4 segments and recall@10 0.9689 rather than 0.9725
+/// at nprobe 32 with the default pool, at the same QPS;
+/// `bench/results/first_stage_ratio_2026-11-26.log`.)
 pub const SEGMENT_RATIO: f32 = 2.0;
 
 pub struct FastScan {
