@@ -166,10 +166,7 @@ fn stage_codec(codec: &Codec) -> StageCodec {
             }
         }
         Codec::Float(h) => StageCodec::Float {
-            bits: match h.width() {
-                crate::codec::float::FloatWidth::Half => 16,
-                crate::codec::float::FloatWidth::Single => 32,
-            },
+            bits: 8 * h.width().bytes() as u32,
         },
     }
 }

@@ -28,7 +28,8 @@ pub enum FloatWidth {
 }
 
 impl FloatWidth {
-    fn bytes(self) -> usize {
+    /// Bytes per stored value.
+    pub(crate) fn bytes(self) -> usize {
         match self {
             FloatWidth::Half => 2,
             FloatWidth::Single => 4,
