@@ -346,10 +346,35 @@ fn table_at(i: u32) -> f32 {
     return bitcast<f32>(scratch[table + i]);
 }
 
+// The eight nibble lookups of one code word whose four bytes' tables start `t` words into the
+// tables: byte b's low nibble in table row t + 32b, its high nibble in row t + 32b + 16.
+fn word_sum(w: u32, t: u32) -> f32 {
+    return table_at(t + (w & 15u)) + table_at(t + 16u + ((w >> 4u) & 15u))
+        + table_at(t + 32u + ((w >> 8u) & 15u)) + table_at(t + 48u + ((w >> 12u) & 15u))
+        + table_at(t + 64u + ((w >> 16u) & 15u)) + table_at(t + 80u + ((w >> 20u) & 15u))
+        + table_at(t + 96u + ((w >> 24u) & 15u)) + table_at(t + 112u + (w >> 28u));
+}
+
 // Sum over the `nb` bytes of one bit plane starting at byte `start` of
 // table[2i][low nibble] + table[2i+1][high nibble], the table `tab` words into the tables,
-// reading whole words.
+// reading whole words. A plane on word boundaries (every pcaq plane; RaBitQ's where the code
+// size and the plane are multiples of 4 bytes) takes the word loop, one per code buffer.
 fn plane_sum(stage: u32, start: u32, nb: u32, tab: u32) -> f32 {
+    if (((start | nb) & 3u) == 0u) {
+        let w0 = start >> 2u;
+        let nw = nb >> 2u;
+        var s = 0.0;
+        if (stage == 1u) {
+            for (var i = 0u; i < nw; i = i + 1u) {
+                s = s + word_sum(codes1[w0 + i], tab + i * 128u);
+            }
+        } else {
+            for (var i = 0u; i < nw; i = i + 1u) {
+                s = s + word_sum(codes2[w0 + i], tab + i * 128u);
+            }
+        }
+        return s;
+    }
     var s = 0.0;
     var i = 0u;
     loop {
