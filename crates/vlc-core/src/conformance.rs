@@ -699,42 +699,58 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
                 rerank,
                 probe_margin,
             };
-            let cpu = index.search_batch(&queries, &p, &CpuBackend).unwrap();
-            let dev = device(&queries, &p).unwrap();
-            assert_eq!(dev.ids.len(), cpu.ids.len(), "{label}");
-            let (mut same, mut total) = (0usize, 0usize);
-            for (c, g) in cpu.ids.chunks(k).zip(dev.ids.chunks(k)) {
-                total += c.iter().filter(|&&i| i >= 0).count();
-                same += g.iter().filter(|&&i| i >= 0 && c.contains(&i)).count();
-            }
-            let overlap = same as f64 / total as f64;
-            assert!(
-                overlap >= 0.97,
-                "{label} k {k} nprobe {nprobe}: only {overlap:.3} of the CPU's ids"
-            );
-            for i in 0..cpu.ids.len() {
-                if cpu.ids[i] == dev.ids[i] && cpu.ids[i] >= 0 {
-                    let (a, b) = (cpu.distances[i], dev.distances[i]);
-                    assert!(
-                        (a - b).abs() <= 2e-3 * (1.0 + a.abs()),
-                        "{label}: distance {a} on the CPU, {b} on the device"
-                    );
-                }
-            }
-            for (row, ids) in dev.distances.chunks(k).zip(dev.ids.chunks(k)) {
-                assert!(
-                    row.windows(2).all(|w| w[0] <= w[1]),
-                    "{label}: unsorted row"
-                );
-                for (d, i) in row.iter().zip(ids) {
-                    assert_eq!(*i < 0, *d == f32::INFINITY, "{label}: padding");
-                }
-            }
+            let overlap = compare_search_with_cpu(&label, &index, &queries, &p, &device);
             eprintln!(
                 "{label} k {k} nprobe {nprobe} margin {probe_margin:?}: overlap {overlap:.4}"
             );
         }
     }
+}
+
+/// One device search of `queries` against the CPU's with the same parameters, asserting what
+/// [`check_search_matches_cpu`] asserts per case: at least 97% of the CPU's ids, equal
+/// distances where both return the same id at the same rank, rows sorted and padded like the
+/// CPU's. Returns the share of the CPU's ids the device returned.
+pub fn compare_search_with_cpu(
+    label: &str,
+    index: &crate::Index,
+    queries: &[f32],
+    params: &crate::SearchParams,
+    device: &DeviceSearch<'_>,
+) -> f64 {
+    let (k, nprobe) = (params.k, params.nprobe);
+    let cpu = index.search_batch(queries, params, &CpuBackend).unwrap();
+    let dev = device(queries, params).unwrap();
+    assert_eq!(dev.ids.len(), cpu.ids.len(), "{label}");
+    let (mut same, mut total) = (0usize, 0usize);
+    for (c, g) in cpu.ids.chunks(k).zip(dev.ids.chunks(k)) {
+        total += c.iter().filter(|&&i| i >= 0).count();
+        same += g.iter().filter(|&&i| i >= 0 && c.contains(&i)).count();
+    }
+    let overlap = same as f64 / total as f64;
+    assert!(
+        overlap >= 0.97,
+        "{label} k {k} nprobe {nprobe}: only {overlap:.3} of the CPU's ids"
+    );
+    for i in 0..cpu.ids.len() {
+        if cpu.ids[i] == dev.ids[i] && cpu.ids[i] >= 0 {
+            let (a, b) = (cpu.distances[i], dev.distances[i]);
+            assert!(
+                (a - b).abs() <= 2e-3 * (1.0 + a.abs()),
+                "{label}: distance {a} on the CPU, {b} on the device"
+            );
+        }
+    }
+    for (row, ids) in dev.distances.chunks(k).zip(dev.ids.chunks(k)) {
+        assert!(
+            row.windows(2).all(|w| w[0] <= w[1]),
+            "{label}: unsorted row"
+        );
+        for (d, i) in row.iter().zip(ids) {
+            assert_eq!(*i < 0, *d == f32::INFINITY, "{label}: padding");
+        }
+    }
+    overlap
 }
 
 /// A device search refuses what the CPU search refuses: k = 0 or above the vector count,

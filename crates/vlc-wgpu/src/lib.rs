@@ -175,13 +175,23 @@ pub fn coop_source() -> String {
 
 /// The entry points of `shaders/search.wgsl`, run in this order for a batch of queries.
 struct SearchPipelines {
+    module: wgpu::ShaderModule,
     /// Every query's dot product with every anchor.
     dots: wgpu::ComputePipeline,
     /// Every query times the RaBitQ or `pcaq` rotation.
     rotate: wgpu::ComputePipeline,
-    /// One workgroup per query: probe, scan, rescore, top k.
-    search: wgpu::ComputePipeline,
+    /// One workgroup per query: probe, scan, rescore, top k. By the shader's `POOL_SLOTS`
+    /// (candidate pool slots in workgroup memory; 1: the pool in the storage buffer), each
+    /// compiled on first use.
+    search: Mutex<HashMap<u32, wgpu::ComputePipeline>>,
 }
+
+/// Bytes of workgroup memory that search.wgsl declares besides its pool (the matrix products'
+/// two 16 x 64 f32 tiles, the workgroup sum's 256 floats, four words of pool state), all
+/// counted although each entry point uses only some.
+const SEARCH_WORKGROUP_BYTES: usize = 2 * 1024 * 4 + 256 * 4 + 16;
+/// Bytes of workgroup memory per pool slot (key high and low words, aux).
+const POOL_SLOT_BYTES: usize = 12;
 
 /// The WGPU implementation of [`Backend`].
 pub struct WgpuBackend {
@@ -618,6 +628,37 @@ impl WgpuBackend {
         Ok(out)
     }
 
+    /// Whether a candidate pool of `cap` slots fits the adapter's workgroup memory next to
+    /// search.wgsl's other workgroup arrays (else it lives in the storage buffer).
+    fn pool_fits_workgroup(&self, cap: usize) -> bool {
+        let limit = self.limits.max_compute_workgroup_storage_size as usize;
+        SEARCH_WORKGROUP_BYTES + POOL_SLOT_BYTES * cap <= limit
+    }
+
+    /// The `search_queries` pipeline with `pool_slots` slots of workgroup memory for the
+    /// candidate pool (1: the pool in the storage buffer), compiled on first use.
+    fn search_pipeline(&self, pool_slots: u32) -> wgpu::ComputePipeline {
+        let pipelines = self.search_pipelines();
+        let mut cache = pipelines.search.lock().unwrap();
+        cache
+            .entry(pool_slots)
+            .or_insert_with(|| {
+                self.device
+                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some("search_queries"),
+                        layout: None,
+                        module: &pipelines.module,
+                        entry_point: Some("search_queries"),
+                        compilation_options: wgpu::PipelineCompilationOptions {
+                            constants: &[("POOL_SLOTS", f64::from(pool_slots))],
+                            ..Default::default()
+                        },
+                        cache: None,
+                    })
+            })
+            .clone()
+    }
+
     /// The search pipelines, compiled on first use.
     fn search_pipelines(&self) -> &SearchPipelines {
         self.search.get_or_init(|| {
@@ -646,7 +687,8 @@ impl WgpuBackend {
             SearchPipelines {
                 dots: pipeline("query_dots"),
                 rotate: pipeline("rotate_queries"),
-                search: pipeline("search_queries"),
+                search: Mutex::new(HashMap::new()),
+                module,
             }
         })
     }

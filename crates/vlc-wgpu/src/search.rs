@@ -142,7 +142,7 @@ impl<'b> WgpuIndex<'b> {
         let mut lists: Vec<u32> = Vec::with_capacity(num_anchors + 1 + view.num_vectors);
         lists.extend(view.list_offsets.iter().map(|&o| o as u32));
         lists.extend_from_slice(&view.ids);
-        Ok(WgpuIndex {
+        let index = WgpuIndex {
             backend,
             dim: view.dim,
             metric: view.metric,
@@ -161,7 +161,27 @@ impl<'b> WgpuIndex<'b> {
             off_rotation,
             off_pca,
             pca_scale,
-        })
+        };
+        // And the search pipeline of the default parameters' pool.
+        let usual = index.pool_cap(&SearchParams::default());
+        if backend.pool_fits_workgroup(usual) {
+            backend.search_pipeline(usual as u32);
+        }
+        Ok(index)
+    }
+
+    /// Candidate pool slots of a search with `params`: the larger of its two selections (the
+    /// nprobe anchors, the pool) plus one round of the workgroup, to a power of two.
+    fn pool_cap(&self, params: &SearchParams) -> usize {
+        (params.pool_size(self.has_second_stage).max(params.nprobe) + WG).next_power_of_two()
+    }
+
+    /// Whether a search with `params` keeps its candidate pool in workgroup memory, as it does
+    /// where the pool's slots (12 bytes each, [`SearchParams::pool_size`] or nprobe plus 256,
+    /// to a power of two) fit the adapter's workgroup memory. Larger pools live in the
+    /// storage buffer instead: the same results, slower.
+    pub fn pool_in_workgroup_memory(&self, params: &SearchParams) -> bool {
+        self.backend.pool_fits_workgroup(self.pool_cap(params))
     }
 
     /// Search a batch (num_queries, dim), as [`Index::search_batch`] does on the CPU.
@@ -172,12 +192,14 @@ impl<'b> WgpuIndex<'b> {
         let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);
         let pool_size = params.pool_size(self.has_second_stage);
         let nq = queries.len() / dim;
-        // Pool slots: the larger of the two selections plus one round of the workgroup.
-        let cap = (pool_size.max(nprobe) + WG).next_power_of_two();
+        let cap = self.pool_cap(params);
+        // The pool in workgroup memory (POOL_SLOTS = cap), else in the scratch buffer.
+        let in_workgroup = b.pool_fits_workgroup(cap);
+        let pool_words = if in_workgroup { 0 } else { cap };
         let tables = if self.primary.kind == KIND_PCA { 2 } else { 1 };
         // Each query's slice of the scratch buffer (`slice_layout` in search.wgsl).
         let stride =
-            3 * cap + 4 * nprobe + 1 + (1 + 4 * tables) * self.padded_dim + self.num_anchors;
+            3 * pool_words + 4 * nprobe + 1 + (1 + 4 * tables) * self.padded_dim + self.num_anchors;
         let limit = b.max_binding() as usize;
         let chunk = (limit / (4 * stride))
             .min(limit / (8 * k))
@@ -254,11 +276,12 @@ impl<'b> WgpuIndex<'b> {
                         .to_bits(),
                     self.off_pca,
                     self.pca_scale.to_bits(),
-                    0,
+                    pool_words as u32,
                     0,
                 ];
                 let uniform = b.uniform(&words);
                 let pipelines = b.search_pipelines();
+                let search = b.search_pipeline(if in_workgroup { cap as u32 } else { 1 });
                 let products = [
                     (0, &uniform),
                     (1, &self.anchors),
@@ -267,7 +290,7 @@ impl<'b> WgpuIndex<'b> {
                     (8, &scratch),
                 ];
                 let group = b.bind(
-                    &pipelines.search,
+                    &search,
                     &[
                         (0, &uniform),
                         (2, &self.floats),
@@ -299,7 +322,7 @@ impl<'b> WgpuIndex<'b> {
                         tiles(rows),
                     );
                 }
-                b.dispatch(&mut encoder, &pipelines.search, &group, rows as u32, 1);
+                b.dispatch(&mut encoder, &search, &group, rows as u32, 1);
                 let got = b.read_back::<u32>(encoder, &[(&out, rows * k * 2)])?;
                 let (got_ids, got_dists) = got[0].split_at(rows * k);
                 for (i, (&id, &dist)) in got_ids.iter().zip(got_dists).enumerate() {

@@ -36,3 +36,39 @@ fn wgpu_search_rejects_bad_parameters() {
     let Some(gpu) = backend() else { return };
     vlc::conformance::check_search_rejects_bad_parameters(&opener(&gpu));
 }
+
+/// The candidate pool in workgroup memory (the usual pool sizes) and in the storage buffer (a
+/// pool too large for the adapter's workgroup memory) both give the CPU's results.
+#[test]
+fn wgpu_search_pool_in_workgroup_or_storage_memory() {
+    use vlc::{BuildParams, CodecKind, Index, SearchParams};
+    let Some(gpu) = backend() else { return };
+    let dim = 48;
+    let data = vlc::synthetic::clustered(6_000, dim, 40, 0.4, 11);
+    let queries = vlc::synthetic::clustered(200, dim, 40, 0.5, 12);
+    let mut params = BuildParams::default()
+        .with_codec(CodecKind::PcaRaBitQ)
+        .with_num_anchors(100);
+    params.codec_params.bits = 3.0;
+    let (index, _) = Index::build(&data, dim, &params, &vlc::CpuBackend, &mut |_| {}).unwrap();
+    let device = vlc_wgpu::WgpuIndex::new(&gpu, &index).unwrap();
+    let usual = SearchParams {
+        k: 10,
+        nprobe: 16,
+        ..SearchParams::default()
+    };
+    assert!(device.pool_in_workgroup_memory(&usual));
+    // Deepen the pool until it no longer fits the adapter's workgroup memory.
+    let mut large = usual;
+    large.rerank = 64;
+    while device.pool_in_workgroup_memory(&large) {
+        large.rerank *= 2;
+        assert!(large.rerank < 1 << 22, "every pool fits workgroup memory?");
+    }
+    let search: vlc::conformance::DeviceSearch<'_> = Box::new(|q, p| device.search_batch(q, p));
+    for (label, p) in [("workgroup pool", &usual), ("storage pool", &large)] {
+        let overlap =
+            vlc::conformance::compare_search_with_cpu(label, &index, &queries, p, &search);
+        eprintln!("{label} (rerank {}): overlap {overlap:.4}", p.rerank);
+    }
+}

@@ -6,24 +6,38 @@
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
 fn check(name: &str, source: &str, capabilities: Capabilities) {
+    check_with(name, source, capabilities, &[]);
+}
+
+/// As `check`, with pipeline-overridable constants set (the others keep their defaults), as
+/// wgpu does when it creates a pipeline.
+fn check_with(name: &str, source: &str, capabilities: Capabilities, constants: &[(&str, f64)]) {
     let module = naga::front::wgsl::parse_str(source)
         .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
     let info = Validator::new(ValidationFlags::all(), capabilities)
         .validate(&module)
         .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+    let mut values = naga::back::PipelineConstants::default();
+    for &(key, value) in constants {
+        values.insert(key.to_string(), value);
+    }
+    let (module, info) =
+        naga::back::pipeline_constants::process_overrides(&module, &info, None, &values)
+            .unwrap_or_else(|e| panic!("{name} with {constants:?}: {e}"));
     let options = naga::back::spv::Options {
         lang_version: (1, 3),
         ..Default::default()
     };
     let words = naga::back::spv::write_vec(&module, &info, &options, None)
-        .unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
+        .unwrap_or_else(|e| panic!("{name} with {constants:?}: SPIR-V: {e}"));
     assert!(
         words.len() > 5 && words[0] == 0x0723_0203,
         "{name}: not SPIR-V"
     );
     if let Ok(dir) = std::env::var("VLC_SPIRV_DIR") {
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        std::fs::write(format!("{dir}/{name}.spv"), bytes).unwrap();
+        let suffix: String = constants.iter().map(|(k, v)| format!("_{k}{v}")).collect();
+        std::fs::write(format!("{dir}/{name}{suffix}.spv"), bytes).unwrap();
     }
 }
 
@@ -40,6 +54,14 @@ fn fp32_shaders_validate() {
     for (name, source) in sources {
         check(name, source, Capabilities::empty());
     }
+    // The search pipeline with its candidate pool in workgroup memory (the default keeps it in
+    // the storage buffer).
+    check_with(
+        "search",
+        include_str!("../src/shaders/search.wgsl"),
+        Capabilities::empty(),
+        &[("POOL_SLOTS", 2048.0)],
+    );
 }
 
 #[test]

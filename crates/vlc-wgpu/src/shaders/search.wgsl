@@ -13,8 +13,8 @@
 // word, as `vlc::linalg::order_key`; so ties resolve by position, as on the CPU. Thresholds are
 // kept as ordered words too, so no shader value is ever an infinity.
 //
-// The pool lives in this workgroup's slice of `scratch`: `cap` slots (a power of two, at least
-// keep + WG). Each round every invocation scores at most one item and appends it when it beats
+// The pool has `cap` slots (a power of two, at least keep + WG), in workgroup memory where
+// they fit (`POOL_SLOTS`), else in this workgroup's slice of `scratch`. Each round every invocation scores at most one item and appends it when it beats
 // the threshold; when fewer than WG free slots are left the workgroup sorts the pool (bitonic),
 // keeps the best `keep` and tightens the threshold to the worst kept distance.
 
@@ -62,7 +62,8 @@ struct Params {
     // the dimensions of each plane (E + L), as vlc's StageCodec::Pca; and 2 / sqrt(active).
     off_pca: u32,
     pca_scale: f32,
-    pad0: u32,
+    // u32 words of each pool array in `scratch`: `cap`, or 0 with the pool in workgroup memory.
+    pool_words: u32,
     pad1: u32,
 }
 
@@ -81,7 +82,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read> codes2: array<u32>;
 // (rows, k) ids (0xffffffff pads), then (rows, k) distance bits.
 @group(0) @binding(7) var<storage, read_write> out: array<u32>;
-// Per workgroup, `stride` words: keys high (cap), keys low (cap), aux (cap), probe anchors
+// Per workgroup, `stride` words: keys high, keys low, aux (`pool_words` each), probe anchors
 // (nprobe), probe distances (nprobe), probe list starts (nprobe), prefix sums of the probe
 // sizes (nprobe + 1), rotated query (padded_dim), RaBitQ table (4 * padded_dim; pcaq: a table
 // weighted by each dimension's top bit, then a plain one, 4 * padded_dim each), query . anchor
@@ -93,6 +94,70 @@ var<workgroup> count_plain: u32;
 var<workgroup> threshold: u32;
 var<workgroup> total_plain: u32;
 var<workgroup> partial: array<f32, WG>;
+
+// The candidate pool in workgroup memory: key high words, key low words, aux, `POOL_SLOTS`
+// each. The host sets `POOL_SLOTS` per pipeline (see `WgpuIndex::pool_in_workgroup_memory`):
+// a power of two of at least `cap` where 12 bytes a slot fit the adapter's workgroup memory;
+// otherwise the default 1, and the pool lives in this workgroup's slice of `scratch`.
+override POOL_SLOTS: u32 = 1u;
+override POOL_IN_WORKGROUP: bool = POOL_SLOTS > 1u;
+var<workgroup> pool_hi: array<u32, POOL_SLOTS>;
+var<workgroup> pool_lo: array<u32, POOL_SLOTS>;
+var<workgroup> pool_aux: array<u32, POOL_SLOTS>;
+
+fn get_hi(i: u32) -> u32 {
+    if (POOL_IN_WORKGROUP) {
+        return pool_hi[i];
+    }
+    return scratch[key_hi + i];
+}
+
+fn get_lo(i: u32) -> u32 {
+    if (POOL_IN_WORKGROUP) {
+        return pool_lo[i];
+    }
+    return scratch[key_lo + i];
+}
+
+fn get_aux(i: u32) -> u32 {
+    if (POOL_IN_WORKGROUP) {
+        return pool_aux[i];
+    }
+    return scratch[aux + i];
+}
+
+fn set_hi(i: u32, v: u32) {
+    if (POOL_IN_WORKGROUP) {
+        pool_hi[i] = v;
+    } else {
+        scratch[key_hi + i] = v;
+    }
+}
+
+fn set_lo(i: u32, v: u32) {
+    if (POOL_IN_WORKGROUP) {
+        pool_lo[i] = v;
+    } else {
+        scratch[key_lo + i] = v;
+    }
+}
+
+fn set_aux(i: u32, v: u32) {
+    if (POOL_IN_WORKGROUP) {
+        pool_aux[i] = v;
+    } else {
+        scratch[aux + i] = v;
+    }
+}
+
+// Make every invocation's pool writes visible to the workgroup (and wait for all of them).
+fn pool_barrier() {
+    if (POOL_IN_WORKGROUP) {
+        workgroupBarrier();
+    } else {
+        storageBarrier();
+    }
+}
 
 // Offsets of this workgroup's arrays in `scratch`, and of its query in `queries`.
 var<private> key_hi: u32;
@@ -110,9 +175,9 @@ var<private> query_at: u32;
 // Set the offsets above for workgroup slice `query` (the host's `stride` is the same sum).
 fn slice_layout(query: u32) {
     key_hi = query * p.stride;
-    key_lo = key_hi + p.cap;
-    aux = key_lo + p.cap;
-    probe_anchor = aux + p.cap;
+    key_lo = key_hi + p.pool_words;
+    aux = key_lo + p.pool_words;
+    probe_anchor = aux + p.pool_words;
     probe_dist = probe_anchor + p.nprobe;
     probe_start = probe_dist + p.nprobe;
     prefix = probe_start + p.nprobe;
@@ -256,21 +321,21 @@ fn bitonic_sort(n: u32, tid: u32) {
                 let lo = 2u * stride * (i / stride) + (i % stride);
                 let hi = lo + stride;
                 let ascending = (lo & size) == 0u;
-                let ah = scratch[key_hi + lo];
-                let al = scratch[key_lo + lo];
-                let bh = scratch[key_hi + hi];
-                let bl = scratch[key_lo + hi];
+                let ah = get_hi(lo);
+                let al = get_lo(lo);
+                let bh = get_hi(hi);
+                let bl = get_lo(hi);
                 if (after(ah, al, bh, bl) == ascending) {
-                    scratch[key_hi + lo] = bh;
-                    scratch[key_lo + lo] = bl;
-                    scratch[key_hi + hi] = ah;
-                    scratch[key_lo + hi] = al;
-                    let t = scratch[aux + lo];
-                    scratch[aux + lo] = scratch[aux + hi];
-                    scratch[aux + hi] = t;
+                    set_hi(lo, bh);
+                    set_lo(lo, bl);
+                    set_hi(hi, ah);
+                    set_lo(hi, al);
+                    let t = get_aux(lo);
+                    set_aux(lo, get_aux(hi));
+                    set_aux(hi, t);
                 }
             }
-            storageBarrier();
+            pool_barrier();
         }
     }
 }
@@ -280,16 +345,16 @@ fn bitonic_sort(n: u32, tid: u32) {
 fn compact(keep: u32, tid: u32) {
     let c = workgroupUniformLoad(&count_plain);
     for (var i = c + tid; i < p.cap; i = i + WG) {
-        scratch[key_hi + i] = 0xffffffffu;
-        scratch[key_lo + i] = 0xffffffffu;
+        set_hi(i, 0xffffffffu);
+        set_lo(i, 0xffffffffu);
     }
-    storageBarrier();
+    pool_barrier();
     bitonic_sort(p.cap, tid);
     if (tid == 0u) {
         let kept = min(c, keep);
         atomicStore(&pool_count, kept);
         count_plain = kept;
-        threshold = select(0xffffffffu, scratch[key_hi + keep - 1u], c >= keep);
+        threshold = select(0xffffffffu, get_hi(keep - 1u), c >= keep);
     }
     storageBarrier();
     workgroupBarrier();
@@ -301,9 +366,9 @@ fn offer(valid: bool, d: f32, id: u32, tag: u32, keep: u32, tid: u32) {
     let key = ordered(d);
     if (valid && key < threshold) {
         let slot = atomicAdd(&pool_count, 1u);
-        scratch[key_hi + slot] = key;
-        scratch[key_lo + slot] = id;
-        scratch[aux + slot] = tag;
+        set_hi(slot, key);
+        set_lo(slot, id);
+        set_aux(slot, tag);
     }
     workgroupBarrier();
     storageBarrier();
@@ -549,9 +614,9 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
     }
     compact(p.nprobe, tid);
     for (var i = tid; i < p.nprobe; i = i + WG) {
-        let anchor = scratch[key_lo + i];
+        let anchor = get_lo(i);
         scratch[probe_anchor + i] = anchor;
-        scratch[probe_dist + i] = bitcast<u32>(unordered(scratch[key_hi + i]));
+        scratch[probe_dist + i] = bitcast<u32>(unordered(get_hi(i)));
         scratch[probe_start + i] = lists[anchor];
         scratch[prefix + i + 1u] = lists[anchor + 1u] - lists[anchor];
     }
@@ -645,20 +710,20 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
     let found = workgroupUniformLoad(&count_plain);
     if (p.kind2 != KIND_NONE) {
         for (var i = tid; i < found; i = i + WG) {
-            let position = scratch[key_lo + i];
-            let at = scratch[aux + i];
+            let position = get_lo(i);
+            let at = get_aux(i);
             let dist = score(2u, true, position, scratch[probe_anchor + at],
                              bitcast<f32>(scratch[probe_dist + at]), constant, constant2);
-            scratch[key_hi + i] = ordered(dist);
+            set_hi(i, ordered(dist));
         }
-        storageBarrier();
+        pool_barrier();
         compact(p.k, tid);
     }
     for (var i = tid; i < p.k; i = i + WG) {
         let o = query * p.k + i;
         if (i < found) {
-            out[o] = lists[p.off_ids + scratch[key_lo + i]];
-            out[p.rows * p.k + o] = bitcast<u32>(max(unordered(scratch[key_hi + i]), 0.0));
+            out[o] = lists[p.off_ids + get_lo(i)];
+            out[p.rows * p.k + o] = bitcast<u32>(max(unordered(get_hi(i)), 0.0));
         } else {
             out[o] = 0xffffffffu;
             out[p.rows * p.k + o] = 0u;
