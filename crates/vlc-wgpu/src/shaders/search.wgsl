@@ -159,6 +159,14 @@ fn pool_barrier() {
     }
 }
 
+// The same for the pool and the workgroup's pool state (count, threshold).
+fn pool_state_barrier() {
+    workgroupBarrier();
+    if (!POOL_IN_WORKGROUP) {
+        storageBarrier();
+    }
+}
+
 // Offsets of this workgroup's arrays in `scratch`, and of its query in `queries`.
 var<private> key_hi: u32;
 var<private> key_lo: u32;
@@ -356,8 +364,7 @@ fn compact(keep: u32, tid: u32) {
         count_plain = kept;
         threshold = select(0xffffffffu, get_hi(keep - 1u), c >= keep);
     }
-    storageBarrier();
-    workgroupBarrier();
+    pool_state_barrier();
 }
 
 // Offer one scored item to the pool, then compact when the pool is nearly full. Every
@@ -370,8 +377,7 @@ fn offer(valid: bool, d: f32, id: u32, tag: u32, keep: u32, tid: u32) {
         set_lo(slot, id);
         set_aux(slot, tag);
     }
-    workgroupBarrier();
-    storageBarrier();
+    pool_state_barrier();
     if (tid == 0u) {
         count_plain = atomicLoad(&pool_count);
     }
