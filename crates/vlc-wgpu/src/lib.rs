@@ -192,6 +192,11 @@ struct SearchPipelines {
 const SEARCH_WORKGROUP_BYTES: usize = 2 * 1024 * 4 + 256 * 4 + 16;
 /// Bytes of workgroup memory per pool slot (key high and low words, aux).
 const POOL_SLOT_BYTES: usize = 12;
+/// The largest pool kept in workgroup memory: 1,024 slots. On an H100 a pool of 2,048 slots
+/// (24 KiB, e.g. a rerank depth of 1,000) searched slower there than in the storage buffer
+/// (fewer workgroups resident at once), while pools of 512 and 1,024 slots searched faster
+/// (bench/results/h100/session37_wgpu_pool_2026-11-26.log).
+const WORKGROUP_POOL_BYTES: usize = 12 * 1024;
 
 /// The WGPU implementation of [`Backend`].
 pub struct WgpuBackend {
@@ -628,11 +633,13 @@ impl WgpuBackend {
         Ok(out)
     }
 
-    /// Whether a candidate pool of `cap` slots fits the adapter's workgroup memory next to
-    /// search.wgsl's other workgroup arrays (else it lives in the storage buffer).
+    /// Whether a candidate pool of `cap` slots goes in workgroup memory: at most
+    /// [`WORKGROUP_POOL_BYTES`], within the adapter's limit next to search.wgsl's other
+    /// workgroup arrays (else it lives in the storage buffer).
     fn pool_fits_workgroup(&self, cap: usize) -> bool {
         let limit = self.limits.max_compute_workgroup_storage_size as usize;
-        SEARCH_WORKGROUP_BYTES + POOL_SLOT_BYTES * cap <= limit
+        let bytes = POOL_SLOT_BYTES * cap;
+        bytes <= WORKGROUP_POOL_BYTES && SEARCH_WORKGROUP_BYTES + bytes <= limit
     }
 
     /// The `search_queries` pipeline with `pool_slots` slots of workgroup memory for the
