@@ -13,10 +13,11 @@
 // word, as `vlc::linalg::order_key`; so ties resolve by position, as on the CPU. Thresholds are
 // kept as ordered words too, so no shader value is ever an infinity.
 //
-// The pool has `cap` slots (a power of two, at least keep + WG), in workgroup memory where
-// they fit (`POOL_SLOTS`), else in this workgroup's slice of `scratch`. Each round every invocation scores at most one item and appends it when it beats
-// the threshold; when fewer than WG free slots are left the workgroup sorts the pool (bitonic),
-// keeps the best `keep` and tightens the threshold to the worst kept distance.
+// The pool has `cap` slots (a power of two, at least keep + WG), in workgroup memory up to 1,024
+// slots (`POOL_SLOTS`), else in this workgroup's slice of `scratch`. Each round every
+// invocation scores at most one item and appends it when it beats the threshold; when fewer
+// than WG free slots are left the workgroup sorts the pool (bitonic), keeps the best `keep` and
+// tightens the threshold to the worst kept distance.
 
 const WG: u32 = 256u;
 const KIND_NONE: u32 = 0u;
@@ -97,8 +98,9 @@ var<workgroup> partial: array<f32, WG>;
 
 // The candidate pool in workgroup memory: key high words, key low words, aux, `POOL_SLOTS`
 // each. The host sets `POOL_SLOTS` per pipeline (see `WgpuIndex::pool_in_workgroup_memory`):
-// a power of two of at least `cap` where 12 bytes a slot fit the adapter's workgroup memory;
-// otherwise the default 1, and the pool lives in this workgroup's slice of `scratch`.
+// to `cap` where the pool (12 bytes a slot) takes at most 12 KiB and fits the adapter's
+// workgroup memory; otherwise to the default 1, and the pool lives in this workgroup's slice
+// of `scratch`.
 override POOL_SLOTS: u32 = 1u;
 override POOL_IN_WORKGROUP: bool = POOL_SLOTS > 1u;
 var<workgroup> pool_hi: array<u32, POOL_SLOTS>;
