@@ -179,7 +179,7 @@ impl<'b> WgpuIndex<'b> {
     /// Whether a search with `params` keeps its candidate pool in workgroup memory, as it does
     /// where the pool's slots ([`SearchParams::pool_size`] or nprobe, whichever is larger,
     /// plus 256, to a power of two; 12 bytes each) are at most 1,024 and fit the adapter's
-    /// workgroup memory: the default pool of 10·k with k up to 76, or nprobe up to 768.
+    /// workgroup memory: with the default pool of 10·k, for k up to 76 and nprobe up to 768.
     /// Larger pools live in the storage buffer instead, with the same results.
     pub fn pool_in_workgroup_memory(&self, params: &SearchParams) -> bool {
         self.backend.pool_fits_workgroup(self.pool_cap(params))
