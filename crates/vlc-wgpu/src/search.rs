@@ -89,8 +89,6 @@ impl<'b> WgpuIndex<'b> {
                 view.num_vectors
             )));
         }
-        // Compile the search pipelines now, so that the first search is not slower.
-        backend.search_pipelines();
         let num_anchors = view.anchor_norms.len();
         let mut floats: Vec<f32> = view.anchor_norms.to_vec();
         let (off_rotation, padded_dim) = match &view.primary.codec {
@@ -162,11 +160,19 @@ impl<'b> WgpuIndex<'b> {
             off_pca,
             pca_scale,
         };
-        // And the search pipeline of the default parameters' pool.
+        // Compile the search pipelines now, so that the first search is not slower: the matrix
+        // products and the scan with the default parameters' pool (a compile error is returned
+        // here, not raised by wgpu's default handler).
         let usual = index.pool_cap(&SearchParams::default());
-        if backend.pool_fits_workgroup(usual) {
-            backend.search_pipeline(usual as u32);
-        }
+        backend.scoped(|| {
+            backend.search_pipelines();
+            backend.search_pipeline(if backend.pool_fits_workgroup(usual) {
+                usual as u32
+            } else {
+                1
+            });
+            Ok(())
+        })?;
         Ok(index)
     }
 
