@@ -643,27 +643,35 @@ impl WgpuBackend {
     }
 
     /// The `search_queries` pipeline with `pool_slots` slots of workgroup memory for the
-    /// candidate pool (1: the pool in the storage buffer), compiled on first use.
-    fn search_pipeline(&self, pool_slots: u32) -> wgpu::ComputePipeline {
+    /// candidate pool (1: the pool in the storage buffer), compiled on first use; one that
+    /// fails to compile is reported and not kept.
+    fn search_pipeline(&self, pool_slots: u32) -> Result<wgpu::ComputePipeline> {
         let pipelines = self.search_pipelines();
         let mut cache = pipelines.search.lock().unwrap();
-        cache
-            .entry(pool_slots)
-            .or_insert_with(|| {
-                self.device
-                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                        label: Some("search_queries"),
-                        layout: None,
-                        module: &pipelines.module,
-                        entry_point: Some("search_queries"),
-                        compilation_options: wgpu::PipelineCompilationOptions {
-                            constants: &[("POOL_SLOTS", f64::from(pool_slots))],
-                            ..Default::default()
-                        },
-                        cache: None,
-                    })
-            })
-            .clone()
+        if let Some(pipeline) = cache.get(&pool_slots) {
+            return Ok(pipeline.clone());
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("search_queries"),
+                layout: None,
+                module: &pipelines.module,
+                entry_point: Some("search_queries"),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &[("POOL_SLOTS", f64::from(pool_slots))],
+                    ..Default::default()
+                },
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(err(format!(
+                "the search pipeline with a {pool_slots}-slot pool failed to compile: {e}"
+            )));
+        }
+        cache.insert(pool_slots, pipeline.clone());
+        Ok(pipeline)
     }
 
     /// The search pipelines, compiled on first use.

@@ -170,7 +170,7 @@ impl<'b> WgpuIndex<'b> {
                 usual as u32
             } else {
                 1
-            });
+            })?;
             Ok(())
         })?;
         Ok(index)
@@ -288,7 +288,7 @@ impl<'b> WgpuIndex<'b> {
                 ];
                 let uniform = b.uniform(&words);
                 let pipelines = b.search_pipelines();
-                let search = b.search_pipeline(if in_workgroup { cap as u32 } else { 1 });
+                let search = b.search_pipeline(if in_workgroup { cap as u32 } else { 1 })?;
                 let products = [
                     (0, &uniform),
                     (1, &self.anchors),
