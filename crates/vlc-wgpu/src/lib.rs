@@ -216,8 +216,8 @@ pub struct WgpuBackend {
     /// [`WgpuIndex`] is built (training never needs it).
     search: std::sync::OnceLock<SearchPipelines>,
     /// Device buffers reused across calls (f16 copies, assignment outputs, read-back staging,
-    /// search batches' queries, results and scratch), by label; each only grows. A call takes a buffer out and puts it back, so concurrent
-    /// calls never share one.
+    /// search batches' queries, results and scratch), by label; each only grows. A call takes
+    /// a buffer out and puts it back, so concurrent calls never share one.
     scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
 }
 
@@ -651,25 +651,27 @@ impl WgpuBackend {
         if let Some(pipeline) = cache.get(&pool_slots) {
             return Ok(pipeline.clone());
         }
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let pipeline = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("search_queries"),
-                layout: None,
-                module: &pipelines.module,
-                entry_point: Some("search_queries"),
-                compilation_options: wgpu::PipelineCompilationOptions {
-                    constants: &[("POOL_SLOTS", f64::from(pool_slots))],
-                    ..Default::default()
-                },
-                cache: None,
-            });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(err(format!(
-                "the search pipeline with a {pool_slots}-slot pool failed to compile: {e}"
-            )));
-        }
+            .scoped(|| {
+                Ok(self
+                    .device
+                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some("search_queries"),
+                        layout: None,
+                        module: &pipelines.module,
+                        entry_point: Some("search_queries"),
+                        compilation_options: wgpu::PipelineCompilationOptions {
+                            constants: &[("POOL_SLOTS", f64::from(pool_slots))],
+                            ..Default::default()
+                        },
+                        cache: None,
+                    }))
+            })
+            .map_err(|e| {
+                err(format!(
+                    "the search pipeline with a {pool_slots}-slot pool failed to compile: {e}"
+                ))
+            })?;
         cache.insert(pool_slots, pipeline.clone());
         Ok(pipeline)
     }

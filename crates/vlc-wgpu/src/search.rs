@@ -233,6 +233,8 @@ impl<'b> WgpuIndex<'b> {
         let second = self.second.unwrap_or_default();
         let codes2 = self.refine_codes.as_ref().unwrap_or(&self.codes);
         b.scoped(|| {
+            let pipelines = b.search_pipelines();
+            let search = b.search_pipeline(if in_workgroup { cap as u32 } else { 1 })?;
             // Device buffers from the backend's pool, reused by every chunk and call: wgpu zeroes
             // a fresh allocation, work that grows with the scratch (which holds every query's
             // dot products with the anchors). The shaders write every word they read.
@@ -287,8 +289,6 @@ impl<'b> WgpuIndex<'b> {
                     0,
                 ];
                 let uniform = b.uniform(&words);
-                let pipelines = b.search_pipelines();
-                let search = b.search_pipeline(if in_workgroup { cap as u32 } else { 1 })?;
                 let products = [
                     (0, &uniform),
                     (1, &self.anchors),
