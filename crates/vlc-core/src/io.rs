@@ -1,4 +1,4 @@
-//! Reading vectors and ground truth: `.npy` (f32, f16, i32, i64; C order), `.fvecs`, `.bvecs`,
+//! Reading vectors and ground truth: `.npy` (f32, f64, f16, u8, i32, i64; C order), `.fvecs`, `.bvecs`,
 //! `.ivecs`, and raw little-endian f32 with a given dimension.
 
 use crate::error::{Result, VlcError};
@@ -24,6 +24,8 @@ impl<T> Matrix<T> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NpyType {
     F32,
+    /// NumPy's default float; vectors are narrowed to f32 as they are read.
+    F64,
     F16,
     I32,
     I64,
@@ -35,13 +37,14 @@ impl NpyType {
         match self {
             NpyType::F32 | NpyType::I32 => 4,
             NpyType::F16 => 2,
-            NpyType::I64 => 8,
+            NpyType::F64 | NpyType::I64 => 8,
             NpyType::U8 => 1,
         }
     }
     fn descr(self) -> &'static str {
         match self {
             NpyType::F32 => "<f4",
+            NpyType::F64 => "<f8",
             NpyType::F16 => "<f2",
             NpyType::I32 => "<i4",
             NpyType::I64 => "<i8",
@@ -129,6 +132,7 @@ fn parse_npy_header_of(
     let descr = field("descr")?;
     let ty = [
         NpyType::F32,
+        NpyType::F64,
         NpyType::F16,
         NpyType::I32,
         NpyType::I64,
@@ -144,7 +148,9 @@ fn parse_npy_header_of(
         malformed(
             path,
             "npy",
-            format!("unsupported dtype {shown} (supported: <f4, <f2, <i4, <i8, u1; little-endian)"),
+            format!(
+                "unsupported dtype {shown} (supported: <f4, <f8, <f2, <i4, <i8, u1; little-endian)"
+            ),
         )
     })?;
     if field("fortran_order")?.starts_with("True") {
@@ -200,12 +206,12 @@ fn shape_2d(path: &Path, shape: &[usize]) -> Result<(usize, usize)> {
     }
 }
 
-/// Read a 2-d `.npy` of f32 or f16 (widened to f32) vectors.
+/// Read a 2-d `.npy` of f32, f64 (narrowed), f16 or u8 (widened) vectors, as f32.
 pub fn read_npy_f32(path: &Path) -> Result<Matrix<f32>> {
     decode_npy_f32(path, &read_all(path)?)
 }
 
-/// Decode `.npy` bytes of f32, f16 or u8 vectors; `path` only names the source in errors.
+/// Decode `.npy` bytes of f32, f64, f16 or u8 vectors; `path` only names the source in errors.
 pub fn decode_npy_f32(path: &Path, bytes: &[u8]) -> Result<Matrix<f32>> {
     let (ty, shape, off) = parse_npy_header(path, bytes)?;
     let (rows, cols) = shape_2d(path, &shape)?;
@@ -219,6 +225,7 @@ pub fn decode_npy_f32(path: &Path, bytes: &[u8]) -> Result<Matrix<f32>> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Elem {
     F32,
+    F64,
     F16,
     U8,
 }
@@ -227,6 +234,7 @@ impl Elem {
     fn of_npy(path: &Path, ty: NpyType) -> Result<Self> {
         match ty {
             NpyType::F32 => Ok(Elem::F32),
+            NpyType::F64 => Ok(Elem::F64),
             NpyType::F16 => Ok(Elem::F16),
             NpyType::U8 => Ok(Elem::U8),
             t => Err(malformed(
@@ -239,16 +247,24 @@ impl Elem {
     fn size(self) -> usize {
         match self {
             Elem::F32 => 4,
+            Elem::F64 => 8,
             Elem::F16 => 2,
             Elem::U8 => 1,
         }
     }
-    /// Widen `bytes` (out.len() values of this type) into `out`.
+    /// Convert `bytes` (out.len() values of this type) into `out`. f64 is rounded to the
+    /// nearest f32; a value beyond f32's range becomes infinite, which the readers' finiteness
+    /// check then reports with its row and column.
     fn convert(self, bytes: &[u8], out: &mut [f32]) {
         match self {
             Elem::F32 => {
                 for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
                     *o = f32::from_le_bytes(c.try_into().unwrap());
+                }
+            }
+            Elem::F64 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+                    *o = f64::from_le_bytes(c.try_into().unwrap()) as f32;
                 }
             }
             Elem::F16 => {

@@ -1,4 +1,4 @@
-//! Input readers: npy (f32, f16, i32, i64), fvecs, bvecs, ivecs, raw f32; malformed files.
+//! Input readers: npy (f32, f64, f16, i32, i64), fvecs, bvecs, ivecs, raw f32; malformed files.
 
 use std::path::Path;
 use vlc::io::{npy_bytes, read_ids, read_vectors, NpyType};
@@ -36,6 +36,20 @@ fn every_format_reads_the_same_matrix() {
             "b.npy",
             &npy_bytes(NpyType::F16, 3, 4, &f16_bytes),
         ),
+        // NumPy's default float64, narrowed to f32 (these values are exact in f32).
+        write(
+            dir.path(),
+            "b64.npy",
+            &npy_bytes(
+                NpyType::F64,
+                3,
+                4,
+                &values
+                    .iter()
+                    .flat_map(|v| (*v as f64).to_le_bytes())
+                    .collect::<Vec<u8>>(),
+            ),
+        ),
         write(
             dir.path(),
             "c.fvecs",
@@ -51,6 +65,29 @@ fn every_format_reads_the_same_matrix() {
         assert_eq!((m.rows, m.cols), (3, 4), "{}", p.display());
         assert_eq!(m.data, values, "{}", p.display());
     }
+    // f64 rounds to the nearest f32; beyond f32's range it is reported as non-finite, with
+    // its row and column.
+    let tenth: Vec<u8> = [0.1f64, 1e300]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let big = write(
+        dir.path(),
+        "big.npy",
+        &npy_bytes(NpyType::F64, 1, 2, &tenth),
+    );
+    match read_vectors(&big, None).unwrap_err() {
+        VlcError::NonFinite {
+            row: 0, column: 1, ..
+        } => {}
+        e => panic!("unexpected {e}"),
+    }
+    let tenth = write(
+        dir.path(),
+        "tenth.npy",
+        &npy_bytes(NpyType::F64, 1, 1, &0.1f64.to_le_bytes()),
+    );
+    assert_eq!(read_vectors(&tenth, None).unwrap().data, vec![0.1f32]);
     let b = write(dir.path(), "e.bvecs", &vecs(2, &[vec![1, 2], vec![250, 0]]));
     assert_eq!(
         read_vectors(&b, None).unwrap().data,

@@ -16,7 +16,7 @@ use clap::Subcommand;
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Build an index from vectors (.npy f32/f16, .fvecs, .bvecs, or raw f32 with --dim).
+    /// Build an index from vectors (.npy f32/f64/f16/u8, .fvecs, .bvecs, or raw f32 with --dim).
     Build(build::Args),
     /// Add vectors to an index (encoded against its anchors and codecs; nothing retrained).
     Add(add::Args),
