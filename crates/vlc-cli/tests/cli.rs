@@ -285,7 +285,8 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .arg(s.p("good.vlc"))
         .assert()
         .failure();
-    // k = 0, k > n, nprobe out of range.
+    // k = 0, nprobe = 0 (k and nprobe above the index are clamped: see
+    // `search_of_a_small_index_with_default_parameters_returns_every_vector`).
     vlc()
         .arg("search")
         .arg(s.p("good.vlc"))
@@ -298,18 +299,10 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .arg("search")
         .arg(s.p("good.vlc"))
         .arg(s.p("queries.npy"))
-        .args(["-k", "2001"])
+        .args(["--nprobe", "0"])
         .assert()
         .failure()
-        .stderr(predicate::str::contains("1..=2000"));
-    vlc()
-        .arg("search")
-        .arg(s.p("good.vlc"))
-        .arg(s.p("queries.npy"))
-        .args(["--nprobe", "17"])
-        .assert()
-        .failure()
-        .stderr(predicate::str::contains("nprobe"));
+        .stderr(predicate::str::contains("`nprobe`"));
     vlc()
         .arg("eval")
         .arg(s.p("good.vlc"))
@@ -371,6 +364,63 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
         .collect();
     assert!(stray.is_empty());
+}
+
+/// A new index of a few vectors has fewer than the default k (10) and nprobe (32): search
+/// with the defaults returns every vector (JSON: the hits only; npy: rows padded with −1 and
+/// +inf), and nprobe above the anchor count scans every list.
+#[test]
+fn search_of_a_small_index_with_default_parameters_returns_every_vector() {
+    let s = Set::new();
+    let data = clustered(6, DIM, 2, 0.5, 3);
+    write_f32(&s.p("six.npy"), 6, DIM, &data);
+    vlc()
+        .arg("build")
+        .arg(s.p("six.npy"))
+        .arg("-o")
+        .arg(s.p("six.vlc"))
+        .assert()
+        .success();
+    let out = vlc()
+        .arg("search")
+        .arg(s.p("six.vlc"))
+        .arg(s.p("six.npy"))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let rows: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    for (q, row) in rows.as_array().unwrap().iter().enumerate() {
+        let mut ids: Vec<i64> = row["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        assert_eq!(ids[0], q as i64, "each vector finds itself first");
+        assert_eq!(row["distances"].as_array().unwrap().len(), 6);
+        ids.sort_unstable();
+        assert_eq!(ids, (0..6).collect::<Vec<i64>>());
+    }
+    vlc()
+        .arg("search")
+        .arg(s.p("six.vlc"))
+        .arg(s.p("six.npy"))
+        .args(["-k", "8", "--nprobe", "1000", "-o"])
+        .arg(s.p("six_hits.npy"))
+        .assert()
+        .success();
+    let ids = vlc::io::read_npy_ids(&s.p("six_hits.npy")).unwrap();
+    let dists = vlc::io::read_npy_f32(&s.p("six_hits.distances.npy")).unwrap();
+    assert_eq!((ids.rows, ids.cols), (6, 8));
+    for q in 0..6 {
+        assert!(ids.data[q * 8..q * 8 + 6].iter().all(|&i| i >= 0));
+        assert_eq!(&ids.data[q * 8 + 6..(q + 1) * 8], &[-1, -1]);
+        assert!(dists.data[q * 8 + 6..(q + 1) * 8]
+            .iter()
+            .all(|&d| d == f32::INFINITY));
+    }
 }
 
 #[test]

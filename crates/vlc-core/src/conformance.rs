@@ -753,9 +753,8 @@ pub fn compare_search_with_cpu(
     overlap
 }
 
-/// A device search refuses what the CPU search refuses: k = 0 or above the vector count,
-/// nprobe = 0 or above the anchor count, a negative or non-finite probe margin, queries of
-/// the wrong dim, NaN.
+/// A device search refuses what the CPU search refuses: k = 0, nprobe = 0, a negative or
+/// non-finite probe margin, queries of the wrong dim, NaN.
 pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
     use crate::{BuildParams, CodecKind, Index, SearchParams};
     let dim = 16;
@@ -766,7 +765,7 @@ pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
     let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
     let device = open(&index).unwrap();
     let q = &data[..dim];
-    for (k, nprobe) in [(0, 4), (501, 4), (10, 0), (10, 17)] {
+    for (k, nprobe) in [(0, 4), (10, 0)] {
         let e = device(
             q,
             &SearchParams {
@@ -796,6 +795,53 @@ pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
         ..SearchParams::default()
     };
     assert!(device(&nan, &p).is_err());
+}
+
+/// A device search clamps what the CPU search clamps ([`crate::SearchParams::resolve`]):
+/// nprobe above the anchor count scans every list (the same results as nprobe = the anchor
+/// count), and k above the vector count returns every vector, the rows padded to k with id
+/// −1 and distance +∞ like the CPU's.
+pub fn check_search_clamps_k_and_nprobe(open: &OpenSearch<'_>) {
+    use crate::{BuildParams, CodecKind, Index, SearchParams};
+    let dim = 16;
+    let data = crate::synthetic::clustered(300, dim, 8, 0.3, 5);
+    let params = BuildParams::default()
+        .with_codec(CodecKind::Sq8)
+        .with_num_anchors(16);
+    let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    let device = open(&index).unwrap();
+    let queries = &data[..4 * dim];
+    let at = |k, nprobe| SearchParams {
+        k,
+        nprobe,
+        ..SearchParams::default()
+    };
+    let every_list = device(queries, &at(10, 16)).unwrap();
+    for nprobe in [17, 1000] {
+        assert_eq!(
+            device(queries, &at(10, nprobe)).unwrap(),
+            every_list,
+            "nprobe {nprobe}"
+        );
+    }
+    // k 310 on 300 vectors: every vector once per row, then 10 pads, against the CPU's.
+    let wide = device(queries, &at(310, 1000)).unwrap();
+    assert_eq!((wide.k, wide.ids.len()), (310, 4 * 310));
+    for (r, row) in wide.ids.chunks(310).enumerate() {
+        let mut found = row[..300].to_vec();
+        found.sort_unstable();
+        assert_eq!(found, (0..300).collect::<Vec<i64>>(), "row {r}");
+        assert!(row[300..].iter().all(|&i| i == -1), "row {r}");
+        let d = &wide.distances[r * 310 + 300..(r + 1) * 310];
+        assert!(d.iter().all(|&x| x == f32::INFINITY), "row {r}");
+    }
+    compare_search_with_cpu(
+        "k above the vector count",
+        &index,
+        queries,
+        &at(310, 1000),
+        &device,
+    );
 }
 
 #[macro_export]

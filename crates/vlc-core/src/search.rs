@@ -15,9 +15,11 @@ use std::cmp::Ordering;
 /// Search knobs.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SearchParams {
-    /// Neighbours to return (1..=number of vectors).
+    /// Neighbours to return (≥ 1; above the number of vectors, every vector, the rows padded:
+    /// see [`SearchParams::resolve`]).
     pub k: usize,
-    /// Inverted lists to scan (1..=number of anchors); with `probe_margin`, the most to scan.
+    /// Inverted lists to scan (≥ 1; above the number of anchors, every list); with
+    /// `probe_margin`, the most to scan.
     pub nprobe: usize,
     /// Candidate pool rescored by the second stage (refine tier, or the full code after a fast
     /// scan); 0 = automatic (10·k). Ignored without a second stage.
@@ -44,17 +46,15 @@ impl Default for SearchParams {
 }
 
 impl SearchParams {
-    /// Check these parameters against an index of `num_vectors` vectors and `num_anchors`
-    /// anchors: k in 1..=num_vectors, nprobe in 1..=num_anchors.
-    pub fn check(&self, num_vectors: usize, num_anchors: usize) -> Result<()> {
-        if self.k == 0 || self.k > num_vectors {
-            return Err(VlcError::param(
-                "k",
-                format!(
-                    "must be in 1..={num_vectors} (the number of indexed vectors), got {}",
-                    self.k
-                ),
-            ));
+    /// These parameters as a search of an index of `num_vectors` vectors and `num_anchors`
+    /// anchors runs them: k above the vector count returns every vector (the rows padded
+    /// with id −1 and distance +∞ up to the k asked for), nprobe above the anchor count scans
+    /// every list, as FAISS does. So an index that is still small, or one whose size varies,
+    /// can be searched with the same parameters as a large one. Errors: k = 0, nprobe = 0, a
+    /// negative or non-finite probe margin.
+    pub fn resolve(&self, num_vectors: usize, num_anchors: usize) -> Result<SearchParams> {
+        if self.k == 0 {
+            return Err(VlcError::param("k", "must be at least 1, got 0"));
         }
         if let Some(m) = self.probe_margin {
             if !m.is_finite() || m < 0.0 {
@@ -64,16 +64,14 @@ impl SearchParams {
                 ));
             }
         }
-        if self.nprobe == 0 || self.nprobe > num_anchors {
-            return Err(VlcError::param(
-                "nprobe",
-                format!(
-                    "must be in 1..={num_anchors} (the number of anchors), got {}",
-                    self.nprobe
-                ),
-            ));
+        if self.nprobe == 0 {
+            return Err(VlcError::param("nprobe", "must be at least 1, got 0"));
         }
-        Ok(())
+        Ok(SearchParams {
+            k: self.k.min(num_vectors.max(1)),
+            nprobe: self.nprobe.min(num_anchors.max(1)),
+            ..*self
+        })
     }
 
     /// How many of the nearest lists a query scans. `probes`: the `nprobe` nearest anchors'
@@ -142,8 +140,8 @@ pub struct Neighbor {
     pub distance: f32,
 }
 
-/// Results of a batch. Rows with fewer than k hits (the probed lists held fewer vectors) are
-/// padded with id −1 and distance +∞.
+/// Results of a batch. Rows with fewer than k hits (the probed lists held fewer vectors, or
+/// the index holds fewer than k) are padded with id −1 and distance +∞.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SearchResults {
     pub k: usize,
@@ -151,6 +149,26 @@ pub struct SearchResults {
     pub ids: Vec<i64>,
     /// Layout: (num_queries, k), row-major.
     pub distances: Vec<f32>,
+}
+
+impl SearchResults {
+    /// These rows widened to `k` columns (≥ `self.k`) with padding (id −1, distance +∞): a
+    /// search run with k clamped to the vector count ([`SearchParams::resolve`]), returned
+    /// as wide as the k asked for.
+    pub fn widen(self, k: usize) -> SearchResults {
+        if k <= self.k {
+            return self;
+        }
+        let rows = self.ids.len() / self.k.max(1);
+        let mut ids = vec![-1i64; rows * k];
+        let mut distances = vec![f32::INFINITY; rows * k];
+        for r in 0..rows {
+            let (from, to) = (r * self.k..(r + 1) * self.k, r * k..r * k + self.k);
+            ids[to.clone()].copy_from_slice(&self.ids[from.clone()]);
+            distances[to].copy_from_slice(&self.distances[from]);
+        }
+        SearchResults { k, ids, distances }
+    }
 }
 
 /// Anchors ranked first for an adaptive search (all `nprobe` for a fixed one): the queries
@@ -236,8 +254,9 @@ struct Scratch {
 }
 
 impl Index {
-    fn check_search(&self, params: &SearchParams) -> Result<()> {
-        params.check(self.num_vectors, self.num_anchors())
+    /// The parameters a search of this index runs with ([`SearchParams::resolve`]).
+    fn resolve_search(&self, params: &SearchParams) -> Result<SearchParams> {
+        params.resolve(self.num_vectors, self.num_anchors())
     }
 
     /// Whether search rescores a candidate pool: with the refine tier, or with the full RaBitQ
@@ -250,10 +269,10 @@ impl Index {
         params.pool_size(self.has_second_stage())
     }
 
-    /// Search one query (dim,). Results nearest first; fewer than k when the probed lists hold
-    /// fewer vectors.
+    /// Search one query (dim,). Results nearest first; fewer than k when the probed lists (or
+    /// the index) hold fewer vectors.
     pub fn search(&self, query: &[f32], params: &SearchParams) -> Result<Vec<Neighbor>> {
-        self.check_search(params)?;
+        let params = &self.resolve_search(params)?;
         validate_vectors(query, self.dim, "query")?;
         let mut scratch = Scratch::default();
         let q = self.prepare(query);
@@ -282,13 +301,14 @@ impl Index {
         params: &SearchParams,
         backend: &dyn Backend,
     ) -> Result<SearchResults> {
-        self.check_search(params)?;
+        // Rows are as wide as the k asked for; a k above the vector count leaves padding.
+        let k = params.k;
+        let params = &self.resolve_search(params)?;
         validate_vectors(queries, self.dim, "queries")?;
         // Before the queries go parallel: the layout is then built in parallel, once.
         self.prepare_search();
         let dim = self.dim;
         let nq = queries.len() / dim;
-        let k = params.k;
         let mut ids = vec![-1i64; nq * k];
         let mut distances = vec![f32::INFINITY; nq * k];
         const BLOCK: usize = 4096;

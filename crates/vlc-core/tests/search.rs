@@ -149,26 +149,8 @@ fn invalid_search_parameters_and_queries_are_errors() {
     ));
     assert!(matches!(
         err(SearchParams {
-            k: 201,
-            nprobe: 1,
-            rerank: 0,
-            probe_margin: None,
-        }),
-        VlcError::InvalidParameter { name: "k", .. }
-    ));
-    assert!(matches!(
-        err(SearchParams {
             k: 1,
             nprobe: 0,
-            rerank: 0,
-            probe_margin: None,
-        }),
-        VlcError::InvalidParameter { name: "nprobe", .. }
-    ));
-    assert!(matches!(
-        err(SearchParams {
-            k: 1,
-            nprobe: 9,
             rerank: 0,
             probe_margin: None,
         }),
@@ -206,6 +188,70 @@ fn invalid_search_parameters_and_queries_are_errors() {
         )
         .unwrap();
     assert!(res.ids.contains(&-1));
+}
+
+/// k above the vector count returns every vector, padded to k; nprobe above the anchor count
+/// scans every list: an index that is still small answers the parameters of a large one.
+#[test]
+fn k_and_nprobe_above_the_index_are_clamped_and_padded() {
+    let dim = 8;
+    let data = clustered(200, dim, 4, 0.5, 1);
+    let (index, _) = Index::build(
+        &data,
+        dim,
+        &BuildParams::default().with_num_anchors(8),
+        &CpuBackend,
+        &mut |_| {},
+    )
+    .unwrap();
+    let queries = &data[..3 * dim];
+    let run = |k, nprobe| {
+        let p = SearchParams {
+            k,
+            nprobe,
+            rerank: 0,
+            probe_margin: None,
+        };
+        index.search_batch(queries, &p, &CpuBackend).unwrap()
+    };
+    // nprobe 9 and 1,000 scan the same 8 lists as nprobe 8.
+    let all_lists = run(10, 8);
+    assert_eq!(run(10, 9), all_lists);
+    assert_eq!(run(10, 1000), all_lists);
+    // k 250 on 200 vectors: every vector once per row, nearest first, then 50 pads.
+    let wide = run(250, 1000);
+    assert_eq!(wide.k, 250);
+    assert_eq!(wide.ids.len(), 3 * 250);
+    for (r, row) in wide.ids.chunks(250).enumerate() {
+        let mut found: Vec<i64> = row[..200].to_vec();
+        found.sort_unstable();
+        assert_eq!(found, (0..200).collect::<Vec<i64>>(), "row {r}");
+        assert!(row[200..].iter().all(|&i| i == -1), "row {r}");
+        let d = &wide.distances[r * 250..(r + 1) * 250];
+        assert!(d[..200].windows(2).all(|w| w[0] <= w[1]), "row {r}");
+        assert!(d[200..].iter().all(|&x| x == f32::INFINITY), "row {r}");
+        // The first 10 are the k = 10 search's.
+        assert_eq!(&row[..10], &all_lists.ids[r * 10..(r + 1) * 10], "row {r}");
+    }
+    // One query: every vector, no padding in a Vec.
+    let p = SearchParams {
+        k: 250,
+        nprobe: 1000,
+        rerank: 0,
+        probe_margin: None,
+    };
+    assert_eq!(index.search(&data[..dim], &p).unwrap().len(), 200);
+    // SearchResults::widen keeps rows and pads them.
+    let narrow = run(3, 8);
+    let widened = narrow.clone().widen(5);
+    for r in 0..3 {
+        assert_eq!(
+            &widened.ids[r * 5..r * 5 + 3],
+            &narrow.ids[r * 3..r * 3 + 3]
+        );
+        assert_eq!(&widened.ids[r * 5 + 3..r * 5 + 5], &[-1, -1]);
+    }
+    assert_eq!(narrow.clone().widen(2), narrow);
 }
 
 #[test]

@@ -305,8 +305,15 @@ impl<'b> CudaIndex<'b> {
     }
 
     /// Search a batch (num_queries, dim), as [`Index::search_batch`] does on the CPU.
+    /// k above the vector count and nprobe above the anchor count are clamped, and the rows
+    /// padded to the k asked for ([`SearchParams::resolve`]).
     pub fn search_batch(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
-        params.check(self.num_vectors, self.num_anchors)?;
+        let resolved = params.resolve(self.num_vectors, self.num_anchors)?;
+        Ok(self.search_resolved(queries, &resolved)?.widen(params.k))
+    }
+
+    /// [`Self::search_batch`] with parameters already resolved against this index.
+    fn search_resolved(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
         vlc::vectors::validate_vectors(queries, self.dim, "queries")?;
         let b = self.backend;
         let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);

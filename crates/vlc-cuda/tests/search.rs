@@ -30,3 +30,9 @@ fn gpu_search_rejects_bad_parameters() {
     let Some(gpu) = backend() else { return };
     vlc::conformance::check_search_rejects_bad_parameters(&opener(&gpu));
 }
+
+#[test]
+fn gpu_search_clamps_k_and_nprobe_like_the_cpu() {
+    let Some(gpu) = backend() else { return };
+    vlc::conformance::check_search_clamps_k_and_nprobe(&opener(&gpu));
+}

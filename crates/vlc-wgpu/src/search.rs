@@ -179,6 +179,11 @@ impl<'b> WgpuIndex<'b> {
     /// Candidate pool slots of a search with `params`: the larger of its two selections (the
     /// nprobe anchors, the pool) plus one round of the workgroup, to a power of two.
     fn pool_cap(&self, params: &SearchParams) -> usize {
+        // As the search runs it (k and nprobe clamped to the index); invalid parameters are
+        // refused by the search itself.
+        let params = params
+            .resolve(self.num_vectors, self.num_anchors)
+            .unwrap_or(*params);
         (params.pool_size(self.has_second_stage).max(params.nprobe) + WG).next_power_of_two()
     }
 
@@ -192,8 +197,15 @@ impl<'b> WgpuIndex<'b> {
     }
 
     /// Search a batch (num_queries, dim), as [`Index::search_batch`] does on the CPU.
+    /// k above the vector count and nprobe above the anchor count are clamped, and the rows
+    /// padded to the k asked for ([`SearchParams::resolve`]).
     pub fn search_batch(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
-        params.check(self.num_vectors, self.num_anchors)?;
+        let resolved = params.resolve(self.num_vectors, self.num_anchors)?;
+        Ok(self.search_resolved(queries, &resolved)?.widen(params.k))
+    }
+
+    /// [`Self::search_batch`] with parameters already resolved against this index.
+    fn search_resolved(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
         vlc::vectors::validate_vectors(queries, self.dim, "queries")?;
         let b = self.backend;
         let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);

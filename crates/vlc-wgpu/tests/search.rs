@@ -37,6 +37,12 @@ fn wgpu_search_rejects_bad_parameters() {
     vlc::conformance::check_search_rejects_bad_parameters(&opener(&gpu));
 }
 
+#[test]
+fn wgpu_search_clamps_k_and_nprobe_like_the_cpu() {
+    let Some(gpu) = backend() else { return };
+    vlc::conformance::check_search_clamps_k_and_nprobe(&opener(&gpu));
+}
+
 /// The candidate pool in workgroup memory (the usual pool sizes) and in the storage buffer (a
 /// pool over 1,024 slots, or too large for the adapter's workgroup memory) both give the CPU's
 /// results.

@@ -7,18 +7,20 @@ use vlc::SearchParams;
 /// Search an index.
 ///
 /// Output: with `-o hits.npy`, ids go to hits.npy (int64, queries x k, −1 = no hit) and
-/// distances to hits.distances.npy (float32); with `-o hits.json` both go to one JSON file;
-/// without -o, JSON is printed.
+/// distances to hits.distances.npy (float32, +inf = no hit); with `-o hits.json` both go to
+/// one JSON file, each query's hits only; without -o, JSON is printed. k above the number of
+/// indexed vectors returns them all; nprobe above the number of anchors scans every list.
 #[derive(clap::Args)]
 pub struct Args {
     /// Index file.
     pub index: PathBuf,
     /// Query vectors (.npy, .fvecs, .bvecs, or raw f32 with the index's dimension).
     pub queries: PathBuf,
-    /// Neighbours per query.
+    /// Neighbours per query (an index of fewer vectors returns them all).
     #[arg(short, default_value_t = 10)]
     pub k: usize,
-    /// Inverted lists to scan per query (more = higher recall, slower).
+    /// Inverted lists to scan per query (more = higher recall, slower; above the index's
+    /// anchor count, every list).
     #[arg(long, default_value_t = 32)]
     pub nprobe: usize,
     /// Candidates rescored by the second stage (a refine tier, or the full code of `rabitq2-8` and
@@ -58,7 +60,13 @@ pub fn run(a: Args) -> Result<()> {
     })?;
     let json = || {
         let rows: Vec<_> = (0..queries.rows)
-            .map(|q| serde_json::json!({"query": q, "ids": &res.ids[q * a.k..(q + 1) * a.k], "distances": &res.distances[q * a.k..(q + 1) * a.k]}))
+            .map(|q| {
+                // Hits only: a row padded past the vectors found (id −1) ends early.
+                let row = q * a.k..(q + 1) * a.k;
+                let hits = res.ids[row.clone()].iter().take_while(|&&i| i >= 0).count();
+                let (ids, distances) = (&res.ids[row.clone()], &res.distances[row]);
+                serde_json::json!({"query": q, "ids": &ids[..hits], "distances": &distances[..hits]})
+            })
             .collect();
         serde_json::to_string_pretty(&rows)
     };
