@@ -98,12 +98,16 @@ __device__ void bitonic_sort(u64* keys, u32* aux, int n) {
     }
 }
 
-// Sort the pool and keep its best `keep`; called by the whole block.
+// Sort the pool and keep its best `keep`; called by the whole block. Only the occupied slots,
+// padded to a power of two (at most `cap`), are sorted: the last compactions of a query hold
+// far fewer entries than the pool's capacity.
 __device__ void compact(u64* keys, u32* aux, int* count, float* threshold, int keep, int cap) {
     int c = *count;
-    for (int i = c + threadIdx.x; i < cap; i += blockDim.x) keys[i] = ~0ull;
+    int n = 1;
+    while (n < c) n <<= 1;
+    for (int i = c + threadIdx.x; i < n; i += blockDim.x) keys[i] = ~0ull;
     __syncthreads();
-    bitonic_sort(keys, aux, cap);
+    bitonic_sort(keys, aux, n);
     if (threadIdx.x == 0) {
         *count = c < keep ? c : keep;
         *threshold = c >= keep ? key_dist(keys[keep - 1]) : infinity();

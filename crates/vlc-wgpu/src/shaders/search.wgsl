@@ -351,15 +351,17 @@ fn bitonic_sort(n: u32, tid: u32) {
 }
 
 // Sort the pool and keep its best `keep`; called by the whole workgroup with `count_plain`
-// current.
+// current. Only the occupied slots, padded to a power of two (at most `p.cap`), are sorted:
+// the last compactions of a query hold far fewer entries than the pool's capacity.
 fn compact(keep: u32, tid: u32) {
     let c = workgroupUniformLoad(&count_plain);
-    for (var i = c + tid; i < p.cap; i = i + WG) {
+    let n = select(1u, 1u << (32u - countLeadingZeros(c - 1u)), c > 1u);
+    for (var i = c + tid; i < n; i = i + WG) {
         set_hi(i, 0xffffffffu);
         set_lo(i, 0xffffffffu);
     }
     pool_barrier();
-    bitonic_sort(p.cap, tid);
+    bitonic_sort(n, tid);
     if (tid == 0u) {
         let kept = min(c, keep);
         atomicStore(&pool_count, kept);
