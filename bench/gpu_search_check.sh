@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The same index files searched on the CPU, CUDA and WGPU side by side: recall@10 and QPS per
-# nprobe (`vlc eval --backend B --repeat 3`: the fastest of three passes, so the GPU's first
-# call, which loads its kernels, is not timed; the CPU on all cores), then, at nprobe 64, how
+# nprobe (`vlc eval --backend B --repeat 10`: the fastest of ten passes, so the GPU's first
+# call, which loads its kernels, is not timed, nor are the slow spells that a shared GPU
+# machine shows at times (bench/results/h100/session38_gpu_2026-11-26.log); the CPU on all
+# cores), then, at nprobe 64, how
 # many of the CPU's top-10 ids each GPU returns (as sets and at the same rank) and how far its
 # distances are where both return the same id at the same rank.
 # Usage: bash bench/gpu_search_check.sh VLC QUERIES GROUNDTRUTH INDEX...
-#   NPROBE=16,64,128,512 (default) and BACKENDS="cpu cuda wgpu" (default) to change the sweep.
+#   NPROBE=16,64,128,512 (default), BACKENDS="cpu cuda wgpu" (default) and REPEAT=10 (default;
+#   sessions before 38 used 3) to change the sweep.
 set -euo pipefail
 vlc=${1:?usage: bench/gpu_search_check.sh VLC QUERIES GROUNDTRUTH INDEX...}
 queries=${2:?queries}
@@ -20,7 +23,7 @@ for index in "$@"; do
   for be in $backends; do
     echo "-- $name on $be"
     "$vlc" eval "$index" --queries "$queries" --groundtruth "$truth" --nprobe "${NPROBE:-16,64,128,512}" \
-      --backend "$be" --repeat 3
+      --backend "$be" --repeat "${REPEAT:-10}"
     "$vlc" search "$index" "$queries" -k 10 --nprobe 64 --backend "$be" -o "$T/$be.npy" >/dev/null 2>&1
   done
   python3 - "$T" $backends <<'PY'
