@@ -57,7 +57,8 @@ pub struct Args {
     /// Number of anchors (inverted lists); default about 4·√n, a power of two.
     #[arg(long)]
     pub anchors: Option<usize>,
-    /// Distance: l2, or cosine (vectors normalised on the way in).
+    /// Distance: l2, or cosine (vectors and queries normalised on the way in; search then
+    /// reports squared distances between unit vectors, 2 − 2·cos, so cos = 1 − d/2).
     #[arg(long, default_value = "l2")]
     pub metric: Metric,
     /// Dimension (required for raw f32 input; checked for the other formats).

@@ -10,6 +10,8 @@ use vlc::SearchParams;
 /// distances to hits.distances.npy (float32, +inf = no hit); with `-o hits.json` both go to
 /// one JSON file, each query's hits only; without -o, JSON is printed. k above the number of
 /// indexed vectors returns them all; nprobe above the number of anchors scans every list.
+/// Distances are estimated squared L2 distances; for an index built with `--metric cosine`,
+/// between unit vectors (2 − 2·cos: cosine similarity = 1 − distance / 2).
 #[derive(clap::Args)]
 pub struct Args {
     /// Index file.
@@ -34,7 +36,10 @@ pub struct Args {
     /// Queries near one cluster scan few lists, queries between clusters more. Try 0.5 to 2.
     #[arg(long)]
     pub probe_margin: Option<f32>,
-    /// Output file (.npy or .json).
+    /// Output file: .npy (ids as int64, queries x k, −1 = no hit; distances beside it in
+    /// NAME.distances.npy, +inf = no hit) or .json (each query's hits); without it, JSON on
+    /// stdout. Distances are estimated squared L2, nearest first; for a `--metric cosine`
+    /// index, between unit vectors (2 − 2·cos, so cosine similarity = 1 − distance / 2).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Open the index with a memory map instead of reading it.
