@@ -411,6 +411,32 @@ fn search_of_a_small_index_with_default_parameters_returns_every_vector() {
         .arg(s.p("six_hits.npy"))
         .assert()
         .success();
+    // eval's default sweep (nprobe 8 to 128) measures every list once, and says so.
+    let gt: Vec<u8> = vlc::exact_knn(&data, &data, DIM, 6)
+        .unwrap()
+        .iter()
+        .flat_map(|&i| (i as i32).to_le_bytes())
+        .collect();
+    std::fs::write(s.p("six_gt.npy"), npy_bytes(NpyType::I32, 6, 6, &gt)).unwrap();
+    let out = vlc()
+        .arg("eval")
+        .arg(s.p("six.vlc"))
+        .arg("--queries")
+        .arg(s.p("six.npy"))
+        .arg("--groundtruth")
+        .arg(s.p("six_gt.npy"))
+        .arg("--json")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("measured once at"))
+        .get_output()
+        .stdout
+        .clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let points = j["results"].as_array().unwrap();
+    assert_eq!(points.len(), 1, "{j}");
+    assert_eq!(points[0]["nprobe"], j["anchors"], "{j}");
+    assert_eq!(points[0]["recall@1"].as_f64(), Some(1.0), "{j}");
     let ids = vlc::io::read_npy_ids(&s.p("six_hits.npy")).unwrap();
     let dists = vlc::io::read_npy_f32(&s.p("six_hits.distances.npy")).unwrap();
     assert_eq!((ids.rows, ids.cols), (6, 8));

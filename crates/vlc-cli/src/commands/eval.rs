@@ -22,7 +22,8 @@ pub struct Args {
     /// Exact neighbours of each query, nearest first (.npy int32/int64 or .ivecs).
     #[arg(long)]
     pub groundtruth: PathBuf,
-    /// Lists to probe, comma separated.
+    /// Lists to probe, comma separated (values above the index's anchor count are measured
+    /// once, at that count: every list).
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128])]
     pub nprobe: Vec<usize>,
     /// Candidates rescored by the second stage (a refine tier, or the full code of `rabitq2-8` and
@@ -128,6 +129,19 @@ pub fn sweep(
     Ok(points)
 }
 
+/// The sweep's nprobe values with those above the anchor count measured as the anchor count
+/// (every list, as search clamps them), each value once, in the order given.
+fn clamp_nprobes(nprobes: &[usize], num_anchors: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::with_capacity(nprobes.len());
+    for &p in nprobes {
+        let p = p.min(num_anchors);
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
 pub fn print_table(points: &[EvalPoint]) {
     let margins = points.iter().any(|p| p.probe_margin.is_some());
     let margin = |p: &EvalPoint| match (margins, p.probe_margin) {
@@ -181,13 +195,20 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(bad) = a.probe_margin.iter().find(|m| !m.is_finite() || **m < 0.0) {
         bail!("--probe-margin {bad} is out of range: margins are finite numbers >= 0");
     }
-    if let Some(&bad) = a
-        .nprobe
-        .iter()
-        .find(|&&p| p == 0 || p > index.num_anchors())
-    {
-        bail!(
-            "nprobe {bad} is out of range: the index has {} anchors (use 1..={})",
+    if a.nprobe.contains(&0) {
+        bail!("nprobe 0 is out of range: a search probes at least one list");
+    }
+    let nprobes = clamp_nprobes(&a.nprobe, index.num_anchors());
+    if a.nprobe.iter().any(|&p| p > index.num_anchors()) {
+        let above: Vec<String> = a
+            .nprobe
+            .iter()
+            .filter(|&&p| p > index.num_anchors())
+            .map(|p| p.to_string())
+            .collect();
+        eprintln!(
+            "nprobe {} above the index's {} anchors: measured once at {} (every list)",
+            above.join(", "),
             index.num_anchors(),
             index.num_anchors()
         );
@@ -204,7 +225,7 @@ pub fn run(a: Args) -> Result<()> {
             &queries.data,
             &truth.data,
             truth.cols,
-            &a.nprobe,
+            &nprobes,
             &margins,
             a.rerank,
             a.repeat,
