@@ -152,22 +152,41 @@ pub struct SearchResults {
 }
 
 impl SearchResults {
+    /// `rows` x `k` results of padding only (id −1, distance +∞). An error, not an abort,
+    /// where they cannot be allocated: k above the vector count is clamped for the search but
+    /// the rows are as wide as the k asked for, so an absurd k must fail cleanly.
+    pub fn padding(rows: usize, k: usize) -> Result<SearchResults> {
+        let too_big = || {
+            VlcError::param(
+                "k",
+                format!("{rows} queries x k = {k} results do not fit in memory"),
+            )
+        };
+        let n = rows.checked_mul(k).ok_or_else(too_big)?;
+        let mut ids = Vec::new();
+        let mut distances = Vec::new();
+        ids.try_reserve_exact(n).map_err(|_| too_big())?;
+        distances.try_reserve_exact(n).map_err(|_| too_big())?;
+        ids.resize(n, -1i64);
+        distances.resize(n, f32::INFINITY);
+        Ok(SearchResults { k, ids, distances })
+    }
+
     /// These rows widened to `k` columns (≥ `self.k`) with padding (id −1, distance +∞): a
     /// search run with k clamped to the vector count ([`SearchParams::resolve`]), returned
     /// as wide as the k asked for.
-    pub fn widen(self, k: usize) -> SearchResults {
+    pub fn widen(self, k: usize) -> Result<SearchResults> {
         if k <= self.k {
-            return self;
+            return Ok(self);
         }
         let rows = self.ids.len() / self.k.max(1);
-        let mut ids = vec![-1i64; rows * k];
-        let mut distances = vec![f32::INFINITY; rows * k];
+        let mut out = SearchResults::padding(rows, k)?;
         for r in 0..rows {
             let (from, to) = (r * self.k..(r + 1) * self.k, r * k..r * k + self.k);
-            ids[to.clone()].copy_from_slice(&self.ids[from.clone()]);
-            distances[to].copy_from_slice(&self.distances[from]);
+            out.ids[to.clone()].copy_from_slice(&self.ids[from.clone()]);
+            out.distances[to].copy_from_slice(&self.distances[from]);
         }
-        SearchResults { k, ids, distances }
+        Ok(out)
     }
 }
 
@@ -309,8 +328,11 @@ impl Index {
         self.prepare_search();
         let dim = self.dim;
         let nq = queries.len() / dim;
-        let mut ids = vec![-1i64; nq * k];
-        let mut distances = vec![f32::INFINITY; nq * k];
+        let SearchResults {
+            mut ids,
+            mut distances,
+            ..
+        } = SearchResults::padding(nq, k)?;
         const BLOCK: usize = 4096;
         for (b, block) in queries.chunks(BLOCK * dim).enumerate() {
             let prepared: Vec<f32> = if self.metric == Metric::Cosine {

@@ -243,7 +243,7 @@ fn k_and_nprobe_above_the_index_are_clamped_and_padded() {
     assert_eq!(index.search(&data[..dim], &p).unwrap().len(), 200);
     // SearchResults::widen keeps rows and pads them.
     let narrow = run(3, 8);
-    let widened = narrow.clone().widen(5);
+    let widened = narrow.clone().widen(5).unwrap();
     for r in 0..3 {
         assert_eq!(
             &widened.ids[r * 5..r * 5 + 3],
@@ -251,7 +251,20 @@ fn k_and_nprobe_above_the_index_are_clamped_and_padded() {
         );
         assert_eq!(&widened.ids[r * 5 + 3..r * 5 + 5], &[-1, -1]);
     }
-    assert_eq!(narrow.clone().widen(2), narrow);
+    assert_eq!(narrow.clone().widen(2).unwrap(), narrow);
+    // An absurd k fails cleanly (no abort on allocation): the rows would be k wide.
+    for k in [usize::MAX / 2, 1usize << 60] {
+        let p = SearchParams {
+            k,
+            nprobe: 8,
+            rerank: 0,
+            probe_margin: None,
+        };
+        match index.search_batch(queries, &p, &CpuBackend).unwrap_err() {
+            VlcError::InvalidParameter { name: "k", .. } => {}
+            e => panic!("unexpected {e}"),
+        }
+    }
 }
 
 #[test]

@@ -309,7 +309,7 @@ impl<'b> CudaIndex<'b> {
     /// padded to the k asked for ([`SearchParams::resolve`]).
     pub fn search_batch(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
         let resolved = params.resolve(self.num_vectors, self.num_anchors)?;
-        Ok(self.search_resolved(queries, &resolved)?.widen(params.k))
+        self.search_resolved(queries, &resolved)?.widen(params.k)
     }
 
     /// [`Self::search_batch`] with parameters already resolved against this index.
