@@ -49,8 +49,9 @@ impl SearchParams {
     /// These parameters as a search of an index of `num_vectors` vectors and `num_anchors`
     /// anchors runs them: k above the vector count returns every vector (the rows padded
     /// with id −1 and distance +∞ up to the k asked for), nprobe above the anchor count scans
-    /// every list, as FAISS does. So an index that is still small, or one whose size varies,
-    /// can be searched with the same parameters as a large one. Errors: k = 0, nprobe = 0, a
+    /// every list, as FAISS does, and a candidate pool (`rerank`, or 10·k) deeper than the
+    /// index holds it all. So an index that is still small, or one whose size varies, can be
+    /// searched with the same parameters as a large one. Errors: k = 0, nprobe = 0, a
     /// negative or non-finite probe margin.
     pub fn resolve(&self, num_vectors: usize, num_anchors: usize) -> Result<SearchParams> {
         if self.k == 0 {
@@ -67,9 +68,19 @@ impl SearchParams {
         if self.nprobe == 0 {
             return Err(VlcError::param("nprobe", "must be at least 1, got 0"));
         }
+        let n = num_vectors.max(1);
+        let k = self.k.min(n);
+        // A pool deeper than the index holds every candidate either way; the GPUs size their
+        // pools (shared or workgroup memory) by it.
+        let automatic = 10usize.saturating_mul(k);
+        let rerank = match self.rerank {
+            0 if automatic > n => n,
+            r => r.min(n),
+        };
         Ok(SearchParams {
-            k: self.k.min(num_vectors.max(1)),
+            k,
             nprobe: self.nprobe.min(num_anchors.max(1)),
+            rerank,
             ..*self
         })
     }

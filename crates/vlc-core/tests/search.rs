@@ -214,6 +214,22 @@ fn k_and_nprobe_above_the_index_are_clamped_and_padded() {
         };
         index.search_batch(queries, &p, &CpuBackend).unwrap()
     };
+    // resolve: k and nprobe to the index, a pool deeper than the index to its size.
+    let resolved = |k, rerank| {
+        SearchParams {
+            k,
+            nprobe: 50,
+            rerank,
+            probe_margin: None,
+        }
+        .resolve(200, 8)
+        .unwrap()
+    };
+    assert_eq!((resolved(250, 0).k, resolved(250, 0).nprobe), (200, 8));
+    assert_eq!(resolved(50, 0).rerank, 200, "10·k = 500 > 200 vectors");
+    assert_eq!(resolved(10, 0).rerank, 0, "10·k = 100 stays automatic");
+    assert_eq!(resolved(10, 1000).rerank, 200);
+    assert_eq!(resolved(10, 30).rerank, 30);
     // nprobe 9 and 1,000 scan the same 8 lists as nprobe 8.
     let all_lists = run(10, 8);
     assert_eq!(run(10, 9), all_lists);
