@@ -17,6 +17,18 @@ fn write_f32(path: &Path, rows: usize, cols: usize, data: &[f32]) {
     std::fs::write(path, npy_bytes(NpyType::F32, rows, cols, &body)).unwrap();
 }
 
+/// The exact `k` nearest neighbours of each of `queries` in `data` (both of DIM), as an int32
+/// `.npy`.
+fn write_truth(path: &Path, data: &[f32], queries: &[f32], k: usize) {
+    let gt: Vec<u8> = vlc::exact_knn(data, queries, DIM, k)
+        .unwrap()
+        .iter()
+        .flat_map(|&i| (i as i32).to_le_bytes())
+        .collect();
+    let rows = queries.len() / DIM;
+    std::fs::write(path, npy_bytes(NpyType::I32, rows, k, &gt)).unwrap();
+}
+
 struct Set {
     dir: tempfile::TempDir,
 }
@@ -28,16 +40,7 @@ impl Set {
         let queries = queries_near(&data, DIM, 50, 0.2, 2);
         write_f32(&dir.path().join("base.npy"), 2000, DIM, &data);
         write_f32(&dir.path().join("queries.npy"), 50, DIM, &queries);
-        let gt: Vec<u8> = vlc::exact_knn(&data, &queries, DIM, 100)
-            .unwrap()
-            .iter()
-            .flat_map(|&i| (i as i32).to_le_bytes())
-            .collect();
-        std::fs::write(
-            dir.path().join("gt.npy"),
-            npy_bytes(NpyType::I32, 50, 100, &gt),
-        )
-        .unwrap();
+        write_truth(&dir.path().join("gt.npy"), &data, &queries, 100);
         Set { dir }
     }
     fn p(&self, name: &str) -> PathBuf {
@@ -412,12 +415,7 @@ fn search_of_a_small_index_with_default_parameters_returns_every_vector() {
         .assert()
         .success();
     // eval's default sweep (nprobe 8 to 128) measures every list once, and says so.
-    let gt: Vec<u8> = vlc::exact_knn(&data, &data, DIM, 6)
-        .unwrap()
-        .iter()
-        .flat_map(|&i| (i as i32).to_le_bytes())
-        .collect();
-    std::fs::write(s.p("six_gt.npy"), npy_bytes(NpyType::I32, 6, 6, &gt)).unwrap();
+    write_truth(&s.p("six_gt.npy"), &data, &data, 6);
     let out = vlc()
         .arg("eval")
         .arg(s.p("six.vlc"))

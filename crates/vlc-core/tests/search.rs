@@ -124,9 +124,8 @@ fn batch_matches_single_query_search() {
     }
 }
 
-#[test]
-fn invalid_search_parameters_and_queries_are_errors() {
-    let dim = 8;
+/// 200 clustered vectors of `dim` in an index of 8 anchors, and the vectors.
+fn two_hundred_in_eight_lists(dim: usize) -> (Index, Vec<f32>) {
     let data = clustered(200, dim, 4, 0.5, 1);
     let (index, _) = Index::build(
         &data,
@@ -136,6 +135,13 @@ fn invalid_search_parameters_and_queries_are_errors() {
         &mut |_| {},
     )
     .unwrap();
+    (index, data)
+}
+
+#[test]
+fn invalid_search_parameters_and_queries_are_errors() {
+    let dim = 8;
+    let (index, data) = two_hundred_in_eight_lists(dim);
     let q = &data[..dim];
     let err = |p: SearchParams| index.search(q, &p).unwrap_err();
     assert!(matches!(
@@ -195,15 +201,7 @@ fn invalid_search_parameters_and_queries_are_errors() {
 #[test]
 fn k_and_nprobe_above_the_index_are_clamped_and_padded() {
     let dim = 8;
-    let data = clustered(200, dim, 4, 0.5, 1);
-    let (index, _) = Index::build(
-        &data,
-        dim,
-        &BuildParams::default().with_num_anchors(8),
-        &CpuBackend,
-        &mut |_| {},
-    )
-    .unwrap();
+    let (index, data) = two_hundred_in_eight_lists(dim);
     let queries = &data[..3 * dim];
     let run = |k, nprobe| {
         let p = SearchParams {
