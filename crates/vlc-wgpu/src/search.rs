@@ -163,7 +163,7 @@ impl<'b> WgpuIndex<'b> {
         // Compile the search pipelines now, so that the first search is not slower: the matrix
         // products and the scan with the default parameters' pool (a compile error is returned
         // here, not raised by wgpu's default handler).
-        let usual = index.pool_cap(&SearchParams::default());
+        let usual = index.pool_cap(&index.resolve_or_as_is(&SearchParams::default()));
         backend.scoped(|| {
             backend.search_pipelines();
             backend.search_pipeline(if backend.pool_fits_workgroup(usual) {
@@ -176,14 +176,18 @@ impl<'b> WgpuIndex<'b> {
         Ok(index)
     }
 
-    /// Candidate pool slots of a search with `params`: the larger of its two selections (the
-    /// nprobe anchors, the pool) plus one round of the workgroup, to a power of two.
-    fn pool_cap(&self, params: &SearchParams) -> usize {
-        // As the search runs it (k and nprobe clamped to the index); invalid parameters are
-        // refused by the search itself.
-        let params = params
+    /// `params` as a search of this index runs them (k and nprobe clamped); invalid ones as
+    /// they are, since the search itself refuses them.
+    fn resolve_or_as_is(&self, params: &SearchParams) -> SearchParams {
+        params
             .resolve(self.num_vectors, self.num_anchors)
-            .unwrap_or(*params);
+            .unwrap_or(*params)
+    }
+
+    /// Candidate pool slots of a search with resolved `params`: the larger of its two
+    /// selections (the nprobe anchors, the pool) plus one round of the workgroup, to a power
+    /// of two.
+    fn pool_cap(&self, params: &SearchParams) -> usize {
         (params.pool_size(self.has_second_stage).max(params.nprobe) + WG).next_power_of_two()
     }
 
@@ -193,7 +197,8 @@ impl<'b> WgpuIndex<'b> {
     /// workgroup memory: with the default pool of 10·k, for k up to 76 and nprobe up to 768.
     /// Larger pools live in the storage buffer instead, with the same results.
     pub fn pool_in_workgroup_memory(&self, params: &SearchParams) -> bool {
-        self.backend.pool_fits_workgroup(self.pool_cap(params))
+        self.backend
+            .pool_fits_workgroup(self.pool_cap(&self.resolve_or_as_is(params)))
     }
 
     /// Search a batch (num_queries, dim), as [`Index::search_batch`] does on the CPU.

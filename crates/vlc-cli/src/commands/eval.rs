@@ -199,13 +199,13 @@ pub fn run(a: Args) -> Result<()> {
         bail!("nprobe 0 is out of range: a search probes at least one list");
     }
     let nprobes = clamp_nprobes(&a.nprobe, index.num_anchors());
-    if a.nprobe.iter().any(|&p| p > index.num_anchors()) {
-        let above: Vec<String> = a
-            .nprobe
-            .iter()
-            .filter(|&&p| p > index.num_anchors())
-            .map(|p| p.to_string())
-            .collect();
+    let above: Vec<String> = a
+        .nprobe
+        .iter()
+        .filter(|&&p| p > index.num_anchors())
+        .map(|p| p.to_string())
+        .collect();
+    if !above.is_empty() {
         eprintln!(
             "nprobe {} above the index's {} anchors: measured once at {} (every list)",
             above.join(", "),
