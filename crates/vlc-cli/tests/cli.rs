@@ -142,6 +142,75 @@ fn build_eval_search_info_end_to_end() {
     let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(j["vectors"], 2000);
     assert_eq!(j["refine"], "sq8");
+    assert_eq!(j["centred"], false);
+}
+
+/// Vectors far from the origin next to their spread (every coordinate moved by 200): the
+/// index is centred, `info` says so, and recall is what it is at the origin.
+#[test]
+fn data_far_from_the_origin_is_centred_and_keeps_its_recall() {
+    let s = Set::new();
+    let far = |name: &str| {
+        let (rows, data) = vlc::io::read_vectors(&s.p(name), None)
+            .map(|m| (m.rows, m.data))
+            .unwrap();
+        let moved: Vec<f32> = data.iter().map(|v| v + 200.0).collect();
+        write_f32(&s.p(&format!("far_{name}")), rows, DIM, &moved);
+    };
+    far("base.npy");
+    far("queries.npy");
+    let mut recall = Vec::new();
+    for (base, queries) in [
+        ("base.npy", "queries.npy"),
+        ("far_base.npy", "far_queries.npy"),
+    ] {
+        let index = s.p(&format!("{base}.vlc"));
+        vlc()
+            .args(["build", "--codec", "rabitq1", "--anchors", "32", "-q"])
+            .arg(s.p(base))
+            .arg("-o")
+            .arg(&index)
+            .assert()
+            .success();
+        let out = vlc()
+            .args(["eval", "--nprobe", "32", "--json"])
+            .arg(&index)
+            .arg("--queries")
+            .arg(s.p(queries))
+            .arg("--groundtruth")
+            .arg(s.p("gt.npy"))
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        recall.push(j["results"][0]["recall@10"].as_f64().unwrap());
+    }
+    assert!(
+        recall[1] >= recall[0] - 0.02,
+        "recall@10 {recall:?} (origin, far)"
+    );
+    vlc()
+        .arg("info")
+        .arg(s.p("far_base.npy.vlc"))
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("centre      subtracted")
+                .and(predicate::str::contains("CNTR")),
+        );
+    let out = vlc()
+        .args(["info", "--json"])
+        .arg(s.p("far_base.npy.vlc"))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(j["centred"], true);
+    assert!(j["centre_norm"].as_f64().unwrap() > 900.0, "{j}");
 }
 
 /// `--refine f16` reranks with half-float residuals and `--refine f32` with the residuals

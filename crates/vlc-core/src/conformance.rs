@@ -573,7 +573,8 @@ fn pca_shape(index: &crate::Index) -> String {
 }
 
 /// A device search against the CPU search on the same index, for every codec the device
-/// kernels score, both metrics, odd dims and a refine tier: same probed lists and estimators,
+/// kernels score, both metrics, odd dims, a refine tier and centred indexes (data far from
+/// the origin): same probed lists and estimators,
 /// so the results agree up to float rounding (summation orders differ, and the CPU's fast
 /// scan of RaBitQ's 1-bit part and of `pcaq`'s first stage reads quantised tables). At least
 /// 97% of the CPU's ids per case, equal distances where both return the same id at the same
@@ -650,17 +651,38 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
         (40, PcaRaBitQ, 5.0, None, false, Metric::L2, true),
         (64, PcaRaBitQ, 1.5, Some(Sq8), false, Metric::L2, false),
     ];
+    // Data and queries 50 units from the origin along every axis: the index is centred and
+    // the device must translate its queries (after normalising them, for the cosine metric).
+    let far_cases = [
+        (36, RaBitQ1, 0.0, Some(Sq8), false, Metric::L2, false),
+        (64, PcaRaBitQ, 2.0, None, false, Metric::L2, false),
+        (33, Sq8, 0.0, None, true, Metric::L2, false),
+        (
+            36,
+            CodecKind::RaBitQ4,
+            0.0,
+            None,
+            false,
+            Metric::Cosine,
+            false,
+        ),
+    ];
     // 100 anchors: a full and a partial 64-column tile of the WGPU query products.
     let (n, anchors) = (6_000, 100);
-    for (dim, codec, bits, refine, jacobian, metric, leading) in cases {
+    let all =
+        (cases.into_iter().map(|c| (c, false))).chain(far_cases.into_iter().map(|c| (c, true)));
+    for ((dim, codec, bits, refine, jacobian, metric, leading), far) in all {
         let mut data = crate::synthetic::clustered(n, dim, 40, 0.4, 11);
         let mut queries = crate::synthetic::clustered(200, dim, 40, 0.5, 12);
-        if leading {
-            for row in data
-                .chunks_exact_mut(dim)
-                .chain(queries.chunks_exact_mut(dim))
-            {
+        for row in data
+            .chunks_exact_mut(dim)
+            .chain(queries.chunks_exact_mut(dim))
+        {
+            if leading {
                 row[8..].iter_mut().for_each(|v| *v /= 64.0);
+            }
+            if far {
+                row.iter_mut().for_each(|v| *v += 50.0);
             }
         }
         let mut params = BuildParams::default()
@@ -673,16 +695,18 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
             params.codec_params.bits = bits;
         }
         let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+        assert_eq!(index.centre().is_some(), far, "{codec} dim {dim}: centred");
         let device = open(&index).unwrap();
         let label = format!(
-            "{codec}{}{} dim {dim} {metric:?}{}",
+            "{codec}{}{} dim {dim} {metric:?}{}{}",
             if codec == PcaRaBitQ {
                 format!(" {bits} bits ({})", pca_shape(&index))
             } else {
                 String::new()
             },
             refine.map(|r| format!("+{r}")).unwrap_or_default(),
-            if jacobian { " jacobian" } else { "" }
+            if jacobian { " jacobian" } else { "" },
+            if far { " far from the origin" } else { "" }
         );
         // The last two probe adaptively: a margin of 0 scans the nearest lists until they
         // hold k vectors; 0.5 adds the lists whose anchors are nearly as near.

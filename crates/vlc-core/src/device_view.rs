@@ -92,6 +92,8 @@ pub struct DeviceStage<'a> {
 pub struct DeviceView<'a> {
     pub dim: usize,
     pub metric: Metric,
+    /// Subtracted from every query after normalisation ([`Index::centre`]). Layout: (dim,).
+    pub centre: Option<&'a [f32]>,
     pub num_vectors: usize,
     /// Layout: (num_anchors, dim), row-major.
     pub anchors: &'a [f32],
@@ -272,6 +274,7 @@ impl Index {
         DeviceView {
             dim: self.dim,
             metric: self.metric,
+            centre: self.centre.as_deref(),
             num_vectors: self.num_vectors,
             anchors: &self.anchors,
             anchor_norms: &self.anchor_norms,

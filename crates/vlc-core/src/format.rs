@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "VLCINDEX"
-//!      8     4  format version (u32) = 8 (versions 1 to 7 are read too)
+//!      8     4  format version (u32) = 9 (versions 1 to 8 are read too)
 //!     12     4  header size (u32) = 64
 //!     16     4  dim (u32)
 //!     20     4  num_anchors (u32)
@@ -22,7 +22,8 @@
 //!     60     4  CRC-32 of bytes 0..60
 //!     64  32·S  section table: tag [4], reserved u32, offset u64, length u64, CRC-32 u32, reserved u32
 //! ```
-//! Sections (all offsets multiples of 64): `ANCH` anchors (num_anchors, dim) as f32, f16, or
+//! Sections (all offsets multiples of 64): `CNTR` (version 9, optional) the centre, dim f32
+//! subtracted from every vector and query (see [`crate::Index::centre`]); `ANCH` anchors (num_anchors, dim) as f32, f16, or
 //! int8 (the num_anchors f32 scales first, see [`crate::anchor_store`]); `LOFF` list
 //! offsets u64 (num_anchors + 1); `IDSP` ids bit-packed at the width of the largest (version 3,
 //! see [`crate::ids`]) or `IDS_` ids u32 (num_vectors; versions 1 and 2); `CPAR` primary codec
@@ -56,6 +57,13 @@
 //! changed: a reader built before it reports the newer version, and an earlier version's file
 //! with a width above 8 is rejected as corrupt.
 //!
+//! Version 9 added the optional `CNTR` section: an index of data whose mean lies far from the
+//! origin holds its vectors, anchors and codes translated by minus that centre, and search
+//! translates queries the same way. Nothing else changed; a file without the section reads as
+//! before, and an earlier version's file that has one is rejected as corrupt (a reader built
+//! before version 9 reports the newer version instead of ignoring the section and answering
+//! wrongly).
+//!
 //! Every size read from a file is checked against the file length with checked arithmetic
 //! before anything is allocated or indexed.
 
@@ -71,7 +79,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"VLCINDEX";
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 pub const HEADER_SIZE: usize = 64;
 const ENTRY_SIZE: usize = 32;
 const MAX_SECTIONS: usize = 16;
@@ -133,13 +141,17 @@ fn sections<'a>(index: &'a Index, e: &'a Encoded<'a>) -> Vec<([u8; 4], &'a [u8])
     );
     // Little-endian targets only (checked at compile time below), so typed slices are their
     // on-disk bytes.
-    let mut s: Vec<([u8; 4], &[u8])> = vec![
+    let mut s: Vec<([u8; 4], &[u8])> = Vec::new();
+    if let Some(centre) = &index.centre {
+        s.push((*b"CNTR", as_bytes(centre)));
+    }
+    s.extend([
         (*b"ANCH", anchors),
         (*b"LOFF", as_bytes(&index.list_offsets)),
         (*b"IDSP", as_bytes(&e.packed_ids)),
         (*b"CPAR", params),
         (*b"CODE", &index.codes),
-    ];
+    ]);
     if let Some((_, codes)) = &index.refine {
         s.push((*b"RPAR", refine_params));
         s.push((*b"RCOD", codes));
@@ -614,6 +626,29 @@ fn assemble(
         .anchor_precision
         .section_bytes(info.num_anchors, info.dim)
         .ok_or_else(|| corrupt("sizes overflow", 16))?;
+    let centre = match find(b"CNTR") {
+        None => None,
+        Some((lo, _)) if info.version < 9 => {
+            return Err(corrupt(
+                format!(
+                    "section `CNTR` in a version {} file (it needs version 9)",
+                    info.version
+                ),
+                lo as u64,
+            ))
+        }
+        Some(_) => {
+            let (lo, hi) = need(b"CNTR", Some(mul(info.dim as u64, 4)?))?;
+            let centre: Vec<f32> = cast_owned(&bytes[lo..hi]);
+            if let Some(i) = centre.iter().position(|v| !v.is_finite()) {
+                return Err(corrupt(
+                    format!("the centre has a non-finite value at dimension {i}"),
+                    lo as u64,
+                ));
+            }
+            Some(centre)
+        }
+    };
     let anchors_r = need(b"ANCH", Some(anchor_bytes as u64))?;
     let loff_r = need(b"LOFF", Some(mul(k + 1, 8)?))?;
     let ids_r = if info.version >= 3 {
@@ -686,6 +721,7 @@ fn assemble(
     Ok(Index::from_parts(
         info.dim,
         info.metric,
+        centre,
         info.num_vectors,
         stored_anchors,
         list_offsets,

@@ -10,7 +10,9 @@ use crate::fastscan::FastScan;
 use crate::format::{file_size_for, Section};
 use crate::ids::{packed_len, width_for, Ids};
 use crate::train::{train_anchors_from, IterationStats, TrainParams, TrainReport};
-use crate::vectors::{gather_rows, read_block_rows, PreparedRows, SliceSource, VectorSource};
+use crate::vectors::{
+    choose_centre, gather_rows, read_block_rows, PreparedRows, SliceSource, VectorSource,
+};
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -272,6 +274,9 @@ pub struct RemoveReport {
 pub struct Index {
     pub(crate) dim: usize,
     pub(crate) metric: Metric,
+    /// Subtracted from every vector and query (after normalisation), when the data's mean is
+    /// far from the origin (see [`Index::centre`]). Layout: (dim,).
+    pub(crate) centre: Option<Vec<f32>>,
     pub(crate) num_vectors: usize,
     /// The decoded anchors. Layout: (num_anchors, dim), row-major.
     pub(crate) anchors: Section<f32>,
@@ -386,9 +391,16 @@ impl Index {
                 ));
             }
         }
+        let normalize = params.metric == Metric::Cosine;
+        let centre = choose_centre(&PreparedRows {
+            inner: source,
+            normalize,
+            centre: None,
+        })?;
         let rows = PreparedRows {
             inner: source,
-            normalize: params.metric == Metric::Cosine,
+            normalize,
+            centre: centre.as_deref(),
         };
 
         progress(&BuildEvent::Stage {
@@ -475,6 +487,7 @@ impl Index {
                 // The file's size with a primary codec of these parameter and code sizes.
                 let file_with = |params_len: usize, code_size: usize| {
                     let mut lengths = vec![
+                        centre.as_ref().map_or(0, |c| c.len() * 4),
                         stored_anchors.bytes.len(),
                         (num_anchors + 1) * 8,
                         ids,
@@ -483,7 +496,8 @@ impl Index {
                         meta,
                     ];
                     lengths.extend(&refine_sections);
-                    file_size_for(lengths.into_iter())
+                    // No `CNTR` section without a centre.
+                    file_size_for(lengths.into_iter().skip(centre.is_none() as usize))
                 };
                 let file_size = |bits: f32| {
                     let (code_size, params_len) = fit.sizes(bits);
@@ -577,6 +591,7 @@ impl Index {
         let index = Index::from_parts(
             dim,
             params.metric,
+            centre,
             n,
             stored_anchors,
             Section::Owned(offsets.iter().map(|&o| o as u64).collect()),
@@ -631,6 +646,7 @@ impl Index {
         let rows = PreparedRows {
             inner: source,
             normalize: self.metric == Metric::Cosine,
+            centre: self.centre.as_deref(),
         };
         let num_anchors = self.num_anchors();
         let mut block = vec![0f32; read_block_rows(dim).min(added) * dim];
@@ -696,6 +712,7 @@ impl Index {
         let index = Index::from_parts(
             dim,
             self.metric,
+            self.centre.clone(),
             total,
             self.stored_anchors.clone(),
             Section::Owned(offsets),
@@ -796,6 +813,7 @@ impl Index {
         let index = Index::from_parts(
             self.dim,
             self.metric,
+            self.centre.clone(),
             total,
             self.stored_anchors.clone(),
             Section::Owned(offsets),
@@ -820,6 +838,7 @@ impl Index {
     pub(crate) fn from_parts(
         dim: usize,
         metric: Metric,
+        centre: Option<Vec<f32>>,
         num_vectors: usize,
         stored_anchors: StoredAnchors,
         list_offsets: Section<u64>,
@@ -835,6 +854,7 @@ impl Index {
         let index = Index {
             dim,
             metric,
+            centre,
             num_vectors,
             anchors,
             stored_anchors,
@@ -892,6 +912,25 @@ impl Index {
     }
     pub fn metric(&self) -> Metric {
         self.metric
+    }
+    /// The vector subtracted from every vector and query on the way in (after normalisation
+    /// for the cosine metric), or `None`. A build sets one when the data's mean lies far from
+    /// the origin next to the spread around it ([`crate::vectors::CENTRE_RATIO`]), where
+    /// distances computed from norms would lose the digits that tell neighbours apart; L2
+    /// distances do not change. Anchors ([`Index::anchors`]) and codes are in these translated
+    /// coordinates. Layout: (dim,).
+    pub fn centre(&self) -> Option<&[f32]> {
+        self.centre.as_deref()
+    }
+    /// `queries` (n, dim), row-major, in the index's coordinates: normalised for the cosine
+    /// metric, then the [`centre`](Self::centre) subtracted. Borrowed when neither applies.
+    pub fn prepare_queries<'a>(&self, queries: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        crate::vectors::prepare_rows(
+            queries,
+            self.dim,
+            self.metric == Metric::Cosine,
+            self.centre.as_deref(),
+        )
     }
     pub fn len(&self) -> usize {
         self.num_vectors
@@ -955,7 +994,9 @@ impl Index {
     pub fn refine_code_size(&self) -> Option<usize> {
         self.refine.as_ref().map(|r| r.0.code_size())
     }
-    /// The anchors. Layout: (num_anchors, dim), row-major.
+    /// The anchors, in the index's coordinates (the vectors' with the
+    /// [`centre`](Self::centre) subtracted, when there is one). Layout: (num_anchors, dim),
+    /// row-major.
     pub fn anchors(&self) -> &[f32] {
         &self.anchors
     }

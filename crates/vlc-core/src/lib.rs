@@ -60,7 +60,22 @@ pub use train::{TrainParams, TrainReport};
 pub use vectors::{SliceSource, VectorSource};
 
 /// Exact k nearest neighbours by squared L2 (brute force, GEMM form), for ground truth and
-/// tests. `base`: (n, dim), `queries`: (m, dim); returns ids (m, k), row-major.
+/// tests. `base`: (n, dim), `queries`: (m, dim); returns ids (m, k), row-major. Both are
+/// translated by the base's mean first: the GEMM form `‖q‖² − 2⟨q, x⟩ + ‖x‖²` loses digits
+/// with the norms, and a translation changes no distance.
 pub fn exact_knn(base: &[f32], queries: &[f32], dim: usize, k: usize) -> Result<Vec<u32>> {
-    Ok(CpuBackend.nearest_anchors(queries, base, dim, k)?.ids)
+    if dim == 0 || base.len() < dim || !base.len().is_multiple_of(dim) {
+        // The backend reports what is wrong.
+        return Ok(CpuBackend.nearest_anchors(queries, base, dim, k)?.ids);
+    }
+    let mut mean = vec![0f64; dim];
+    for row in base.chunks_exact(dim) {
+        mean.iter_mut().zip(row).for_each(|(s, &v)| *s += v as f64);
+    }
+    let rows = (base.len() / dim) as f64;
+    let mean: Vec<f32> = mean.iter().map(|s| (s / rows) as f32).collect();
+    let centred = |rows: &[f32]| vectors::prepare_rows(rows, dim, false, Some(&mean)).into_owned();
+    Ok(CpuBackend
+        .nearest_anchors(&centred(queries), &centred(base), dim, k)?
+        .ids)
 }

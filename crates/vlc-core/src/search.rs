@@ -5,7 +5,7 @@ use crate::backend::Backend;
 use crate::codec::{Codec, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::fastscan::QueryLut;
-use crate::index::{Index, Metric};
+use crate::index::Index;
 use crate::linalg::{key_dist, key_id, order_key, smallest_keys};
 use crate::simd::below_mask;
 use crate::vectors::validate_vectors;
@@ -346,11 +346,7 @@ impl Index {
         } = SearchResults::padding(nq, k)?;
         const BLOCK: usize = 4096;
         for (b, block) in queries.chunks(BLOCK * dim).enumerate() {
-            let prepared: Vec<f32> = if self.metric == Metric::Cosine {
-                crate::vectors::normalize_rows(block, dim)
-            } else {
-                block.to_vec()
-            };
+            let prepared = self.prepare_queries(block);
             let probes = self.block_probes(&prepared, params, backend)?;
             // Codecs with a dense rotation rotate the whole block as one GEMM.
             let rotated = self.codec.rotate_queries(&prepared);
@@ -440,11 +436,7 @@ impl Index {
     }
 
     fn prepare(&self, query: &[f32]) -> Vec<f32> {
-        if self.metric == Metric::Cosine {
-            crate::vectors::normalize_rows(query, self.dim)
-        } else {
-            query.to_vec()
-        }
+        self.prepare_queries(query).into_owned()
     }
 
     /// Fill `scratch.order` with the keys of the `nprobe` nearest anchors and

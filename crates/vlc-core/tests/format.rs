@@ -172,6 +172,35 @@ fn pcaq_widths_above_8_bits_need_format_version_8() {
     assert!(err.to_string().contains("need version 8"), "{err}");
 }
 
+/// The centre (`CNTR`) came with format version 9: a file of an earlier version that holds one
+/// is corrupt (a reader would search it untranslated); a centre with a non-finite value is
+/// corrupt, naming its dimension; files without one have none.
+#[test]
+fn a_centre_needs_format_version_9_and_finite_values() {
+    assert!(Index::from_bytes(bytes()).unwrap().centre().is_none());
+    assert!(bytes().chunks_exact(32).all(|e| &e[..4] != b"CNTR"));
+    let far: Vec<f32> = clustered(300, DIM, 6, 0.3, 4)
+        .iter()
+        .map(|&x| x + 1000.0)
+        .collect();
+    let params = BuildParams::default()
+        .with_codec(CodecKind::Sq8)
+        .with_num_anchors(8);
+    let index = Index::build(&far, DIM, &params, &CpuBackend, &mut |_| {})
+        .unwrap()
+        .0;
+    let b = to_bytes(&index);
+    assert_eq!(section_length(&b, b"CNTR"), 4 * DIM as u64);
+    assert_eq!(Index::from_bytes(&b).unwrap().centre(), index.centre());
+    let err = Index::from_bytes(&with_header_field(&b, 8, &8u32.to_le_bytes())).unwrap_err();
+    assert!(matches!(err, VlcError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("needs version 9"), "{err}");
+    let nan = with_section_bytes(&b, b"CNTR", 4 * 7, &f32::NAN.to_le_bytes());
+    let err = Index::from_bytes(&nan).unwrap_err();
+    assert!(matches!(err, VlcError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("dimension 7"), "{err}");
+}
+
 #[test]
 fn every_anchor_precision_round_trips_with_the_same_answers() {
     let data = clustered(300, DIM, 6, 0.3, 4);

@@ -8,8 +8,9 @@
 //! factors: `v6-pcaq6` holds both widths), `v7-*.vlc` by version 7 (codecs `rabitq5`-`8`:
 //! `v7-rabitq7`) and `v8-*.vlc` by version 8 (`pcaq` axes wider than 8 bits: `v8-pcaq7-wide`,
 //! 24-d data with 8 dimensions spread 256 times wider, whose 12-bit axes the first stage reads
-//! down to their sixth bit), with the search results they gave recorded beside them
-//! (`.expected.json`).
+//! down to their sixth bit) and `v9-*.vlc` by version 9 (the `CNTR` section: `v9-rabitq1-sq8-
+//! centred-l2`, data 100 units from the origin along every axis), with the search results
+//! they gave recorded beside them (`.expected.json`).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
 //! `v{FORMAT_VERSION}-*` files for the current version (existing files are never overwritten).
@@ -87,6 +88,13 @@ fn cases() -> Vec<(&'static str, BuildParams)> {
             p.codec_params.bits = 6.0;
             p
         }),
+        (
+            "rabitq1-sq8-centred-l2",
+            BuildParams::default()
+                .with_codec(CodecKind::RaBitQ1)
+                .with_refine(Some(CodecKind::Sq8))
+                .with_num_anchors(8),
+        ),
         ("pcaq7-wide-l2", {
             let mut p = BuildParams::default()
                 .with_codec(CodecKind::PcaRaBitQ)
@@ -121,9 +129,22 @@ fn widen(name: &str, rows: Vec<f32>) -> Vec<f32> {
         .collect()
 }
 
+/// Cases named `*-centred-*` move data and queries 100 + j/4 units along each axis j: a mean
+/// far from the origin next to the data's spread, so the index is centred (format version 9).
+fn shift(name: &str, rows: Vec<f32>) -> Vec<f32> {
+    if !name.contains("-centred-") {
+        return rows;
+    }
+    let dim = dim_of(name);
+    rows.iter()
+        .enumerate()
+        .map(|(k, &x)| x + 100.0 + (k % dim) as f32 / 4.0)
+        .collect()
+}
+
 /// The data a case is built on.
 fn data_for(name: &str) -> Vec<f32> {
-    widen(name, clustered(400, dim_of(name), 7, 0.3, 11))
+    shift(name, widen(name, clustered(400, dim_of(name), 7, 0.3, 11)))
 }
 
 /// The queries a case (a file, by its name) is searched with: near the data, by as much on
@@ -132,9 +153,12 @@ fn data_for(name: &str) -> Vec<f32> {
 /// which differ between the x86-64 and aarch64 kernels).
 fn queries(name: &str) -> Vec<f32> {
     let dim = dim_of(name);
-    widen(
+    shift(
         name,
-        queries_near(&clustered(400, dim, 7, 0.3, 11), dim, 12, 0.1, 12),
+        widen(
+            name,
+            queries_near(&clustered(400, dim, 7, 0.3, 11), dim, 12, 0.1, 12),
+        ),
     )
 }
 
@@ -269,6 +293,11 @@ fn write_golden_files_when_asked() {
             let widths = index.pcaq_widths().unwrap();
             assert!(widths[0] > 8, "{name}: {widths:?}");
         }
+        assert_eq!(
+            index.centre().is_some(),
+            name.contains("-centred-"),
+            "{name}"
+        );
         index.save(&path).unwrap();
         let got = index
             .search_batch(&queries(name), &PARAMS, &CpuBackend)

@@ -122,8 +122,10 @@ fn the_build_reads_its_source_a_block_at_a_time() {
         largest <= block && block < rows,
         "largest read {largest} rows of {rows}"
     );
-    // Two passes (assign, encode) plus the two training samples.
-    let sampled = 16 * params.train.max_points_per_anchor + params.codec_training_points;
+    // Two passes (assign, encode) plus the three samples (centre, anchors, codec).
+    let sampled = vlc::vectors::CENTRE_SAMPLE_ROWS.min(rows)
+        + 16 * params.train.max_points_per_anchor
+        + params.codec_training_points;
     let read = source.rows_read.load(Ordering::Relaxed);
     assert!(read <= 2 * rows + sampled, "{read} rows read for {rows}");
     // Its vectors are found where they are.

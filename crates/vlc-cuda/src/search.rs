@@ -125,6 +125,8 @@ pub struct CudaIndex<'b> {
     backend: &'b CudaBackend,
     dim: usize,
     metric: Metric,
+    /// Subtracted from every query after normalisation ([`Index::centre`]). Layout: (dim,).
+    centre: Option<Vec<f32>>,
     num_vectors: usize,
     num_anchors: usize,
     has_second_stage: bool,
@@ -285,6 +287,7 @@ impl<'b> CudaIndex<'b> {
             backend,
             dim: view.dim,
             metric: view.metric,
+            centre: view.centre.map(<[f32]>::to_vec),
             num_vectors: view.num_vectors,
             num_anchors: view.anchor_norms.len(),
             has_second_stage: view.has_second_stage,
@@ -347,13 +350,12 @@ impl<'b> CudaIndex<'b> {
             )
             .map_err(err)?;
 
-        let prepared_storage;
-        let prepared: &[f32] = if self.metric == Metric::Cosine {
-            prepared_storage = vlc::vectors::normalize_rows(queries, dim);
-            &prepared_storage
-        } else {
-            queries
-        };
+        let prepared = vlc::vectors::prepare_rows(
+            queries,
+            dim,
+            self.metric == Metric::Cosine,
+            self.centre.as_deref(),
+        );
         let chunk = ((256usize << 20) / (self.num_anchors * 4)).clamp(1, MAX_QUERIES_PER_LAUNCH);
         let mut ids = vec![-1i64; nq * k];
         let mut distances = vec![f32::INFINITY; nq * k];

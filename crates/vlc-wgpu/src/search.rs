@@ -40,6 +40,8 @@ pub struct WgpuIndex<'b> {
     backend: &'b WgpuBackend,
     dim: usize,
     metric: Metric,
+    /// Subtracted from every query after normalisation ([`Index::centre`]). Layout: (dim,).
+    centre: Option<Vec<f32>>,
     num_vectors: usize,
     num_anchors: usize,
     has_second_stage: bool,
@@ -144,6 +146,7 @@ impl<'b> WgpuIndex<'b> {
             backend,
             dim: view.dim,
             metric: view.metric,
+            centre: view.centre.map(<[f32]>::to_vec),
             num_vectors: view.num_vectors,
             num_anchors,
             has_second_stage: view.has_second_stage,
@@ -238,13 +241,12 @@ impl<'b> WgpuIndex<'b> {
                 ),
             ));
         }
-        let prepared_storage;
-        let prepared: &[f32] = if self.metric == Metric::Cosine {
-            prepared_storage = vlc::vectors::normalize_rows(queries, dim);
-            &prepared_storage
-        } else {
-            queries
-        };
+        let prepared = vlc::vectors::prepare_rows(
+            queries,
+            dim,
+            self.metric == Metric::Cosine,
+            self.centre.as_deref(),
+        );
         let mut ids = vec![-1i64; nq * k];
         let mut distances = vec![f32::INFINITY; nq * k];
         let second = self.second.unwrap_or_default();

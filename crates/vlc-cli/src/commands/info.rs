@@ -27,6 +27,7 @@ pub fn run(a: Args) -> Result<()> {
         let j = serde_json::json!({
             "path": a.index, "format_version": info.version, "dim": info.dim, "vectors": info.num_vectors,
             "anchors": info.num_anchors, "anchor_precision": info.anchor_precision.name(), "metric": info.metric.name(), "normalized_on_input": info.metric == Metric::Cosine,
+            "centred": index.centre().is_some(), "centre_norm": index.centre().map(norm),
             "codec": info.codec.name(), "code_size": index.code_size(), "pcaq_widths": index.pcaq_widths(),
             "refine": info.refine.map(|c| c.name()), "refine_code_size": index.refine_code_size(),
             "file_bytes": info.file_size, "bytes_per_vector": bpv, "compression_vs_f32": (4 * info.dim) as f64 / bpv,
@@ -53,6 +54,12 @@ pub fn run(a: Args) -> Result<()> {
             ""
         }
     );
+    if let Some(centre) = index.centre() {
+        println!(
+            "  centre      subtracted on the way in (norm {:.4}: the data's mean, far from the origin next to its spread)",
+            norm(centre)
+        );
+    }
     println!(
         "  anchors     {} stored as {} (list sizes: min {min}, median {median}, max {max}; {empty} empty)",
         info.num_anchors, info.anchor_precision
@@ -122,6 +129,11 @@ fn describe_widths(widths: &[u8]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Euclidean norm of a vector.
+fn norm(v: &[f32]) -> f64 {
+    v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt()
 }
 
 #[cfg(test)]
