@@ -3,11 +3,12 @@
 
 Clustered synthetic data (200 clusters, spread 0.7 around unit-variance centres) is moved along a
 random direction by RATIO times its spread (the root mean squared distance of the vectors to their
-mean), for each RATIO; each codec is built with `vlc build --backend cpu` and searched with
-`vlc search --nprobe 64`; recall@10 is against exact neighbours computed in float64. A translation
-changes no distance, so every row should match ratio 0.
+mean), for each RATIO; each codec is built with `vlc build` and searched with `vlc search --nprobe 64`,
+both on --backend (cpu by default); recall@10 is against exact neighbours computed in float64. A
+translation changes no distance, so every row should match ratio 0.
 
-Usage: python3 bench/offset_check.py [--vlc target/release/vlc] [--dim 128] [--ratios 0,1,4,...]
+Usage: python3 bench/offset_check.py [--vlc target/release/vlc] [--backend cpu|cuda|wgpu] [--dim 128]
+       [--ratios 0,1,4,...] [--codecs sq8,rabitq1+sq8,...]
 """
 import argparse, os, subprocess, tempfile
 import numpy as np
@@ -20,6 +21,7 @@ ap.add_argument("--queries", type=int, default=200)
 ap.add_argument("--ratios", default="0,1,4,10,30,100,1000")
 ap.add_argument("--codecs", default="sq8,f16,rabitq1,rabitq4,pcaq1,pcaq3,rabitq1+sq8")
 ap.add_argument("--seed", type=int, default=7)
+ap.add_argument("--backend", default="cpu", help="where vlc build trains and vlc search searches")
 a = ap.parse_args()
 
 rng = np.random.default_rng(a.seed)
@@ -32,7 +34,7 @@ direction /= np.linalg.norm(direction)
 base0, q0 = x0[:n], x0[n:]
 dist = (q0 ** 2).sum(1)[:, None] - 2 * q0 @ base0.T + (base0 ** 2).sum(1)[None]
 gt = np.argsort(dist, 1)[:, :10]
-print(f"# {n} x {d}, {nq} queries, spread {spread:.3f}; recall@10 at nprobe 64, `{a.vlc}`")
+print(f"# {n} x {d}, {nq} queries, spread {spread:.3f}; recall@10 at nprobe 64, `{a.vlc}`, backend {a.backend}")
 codecs = a.codecs.split(",")
 print("| mean / spread | " + " | ".join(codecs) + " |")
 print("|---" * (len(codecs) + 1) + "|")
@@ -43,12 +45,12 @@ with tempfile.TemporaryDirectory() as t:
         np.save(f"{t}/q.npy", (q0 + shift).astype(np.float32))
         row = []
         for codec in codecs:
-            args = [a.vlc, "build", f"{t}/b.npy", "-o", f"{t}/i.vlc", "-q", "--backend", "cpu"]
+            args = [a.vlc, "build", f"{t}/b.npy", "-o", f"{t}/i.vlc", "-q", "--backend", a.backend]
             primary, _, refine = codec.partition("+")
             args += ["--codec", primary] + (["--refine", refine] if refine else [])
             subprocess.run(args, check=True, capture_output=True)
             subprocess.run([a.vlc, "search", f"{t}/i.vlc", f"{t}/q.npy", "-k", "10", "--nprobe", "64",
-                            "-o", f"{t}/h.npy", "--backend", "cpu"], check=True, capture_output=True)
+                            "-o", f"{t}/h.npy", "--backend", a.backend], check=True, capture_output=True)
             hits = np.load(f"{t}/h.npy")
             row.append(np.mean([len(set(hits[i]) & set(gt[i])) / 10 for i in range(nq)]))
         print(f"| {ratio:g} | " + " | ".join(f"{r:.3f}" for r in row) + " |", flush=True)
