@@ -146,12 +146,16 @@ fn the_build_reads_its_source_a_block_at_a_time() {
 
 #[test]
 fn a_bad_row_fails_the_build_naming_it_wherever_it_lies() {
-    // A bad row in the anchors' training sample fails the build before training; any other
-    // is met by the assignment pass that follows. Row 2,777 is outside that sample here (32
-    // random rows): the error must come from the pass, after more than 2,777 rows were read.
-    for bad in [0, 2777] {
+    // A bad row in a sample read before training (the centre's evenly spaced rows, every
+    // third here; the anchors' training sample) fails the build there; any other is met by
+    // the assignment pass that follows. Row 29,999 is outside both samples here (not a
+    // multiple of 3; the anchors' 32 random rows): the error must come from the pass, after
+    // more than 29,999 rows were read.
+    let rows: usize = 40_000;
+    assert_eq!(rows.div_ceil(vlc::vectors::CENTRE_SAMPLE_ROWS), 3);
+    for bad in [0, 29_999] {
         let source = Generated {
-            rows: 3000,
+            rows,
             dim: 8,
             largest_read: AtomicUsize::new(0),
             rows_read: AtomicUsize::new(0),
@@ -168,7 +172,7 @@ fn a_bad_row_fails_the_build_naming_it_wherever_it_lies() {
             }) => {
                 assert_eq!((row, column), (bad, 3));
                 assert_eq!(what, "generated rows");
-                if bad == 2777 {
+                if bad == 29_999 {
                     let read = source.rows_read.load(Ordering::Relaxed);
                     assert!(read > bad, "found after {read} rows: in a training sample");
                 }
