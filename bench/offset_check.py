@@ -4,13 +4,14 @@
 Clustered synthetic data (200 clusters, spread 0.7 around unit-variance centres) is moved along a
 random direction by RATIO times its spread (the root mean squared distance of the vectors to their
 mean), for each RATIO; each codec is built with `vlc build` and searched with `vlc search --nprobe 64`,
-both on --backend (cpu by default); recall@10 is against exact neighbours computed in float64. A
-translation changes no distance, so every row should match ratio 0.
+both on --backend (cpu by default). Each cell is recall@10 against exact neighbours computed in
+float64, and the index's bytes per vector. A translation changes no distance, so every row should
+match ratio 0.
 
 Usage: python3 bench/offset_check.py [--vlc target/release/vlc] [--backend cpu|cuda|wgpu] [--dim 128]
        [--ratios 0,1,4,...] [--codecs sq8,rabitq1+sq8,...]
 """
-import argparse, os, subprocess, tempfile
+import argparse, json, subprocess, tempfile
 import numpy as np
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,5 +53,8 @@ with tempfile.TemporaryDirectory() as t:
             subprocess.run([a.vlc, "search", f"{t}/i.vlc", f"{t}/q.npy", "-k", "10", "--nprobe", "64",
                             "-o", f"{t}/h.npy", "--backend", a.backend], check=True, capture_output=True)
             hits = np.load(f"{t}/h.npy")
-            row.append(np.mean([len(set(hits[i]) & set(gt[i])) / 10 for i in range(nq)]))
-        print(f"| {ratio:g} | " + " | ".join(f"{r:.3f}" for r in row) + " |", flush=True)
+            info = json.loads(subprocess.run([a.vlc, "info", "--json", f"{t}/i.vlc"], check=True,
+                                             capture_output=True, text=True).stdout)
+            recall = np.mean([len(set(hits[i]) & set(gt[i])) / 10 for i in range(nq)])
+            row.append(f"{recall:.3f} ({info['bytes_per_vector']:.1f} B)")
+        print(f"| {ratio:g} | " + " | ".join(row) + " |", flush=True)

@@ -31,8 +31,10 @@ pub struct Args {
     /// the ranking error most: axes that are noise stay uncoded, axes with structure get
     /// several bits. The best recall per byte on anisotropic data such as text embeddings:
     /// B·D/8 + 8 bytes, plus the rotation's rows of the coded axes (up to D x D bytes, int8 with a scale per row) per index.
-    /// RaBitQ-family sizes are larger by 4 (rabitq1) or 8 for data far from the origin, whose
-    /// factors are kept as f32. RaBitQ-family codes are scanned a bit or two at a time and
+    /// RaBitQ-family sizes are larger by 4 (rabitq1) or 8 where the anchors are much longer
+    /// than the residuals (tight clusters far apart), whose factors are kept as f32. Data
+    /// whose mean lies far from the origin (over 4 times its spread) is centred first: its
+    /// mean is subtracted from every vector and query, which changes no distance. RaBitQ-family codes are scanned a bit or two at a time and
     /// their candidates rescored with all bits. [default: sq8; pcaq with --bytes-per-vector]
     #[arg(long)]
     pub codec: Option<String>,

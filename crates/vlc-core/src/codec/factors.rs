@@ -13,7 +13,8 @@
 //! decoded residual. Versions 2 to 5 stored two scaled f16 (4 bytes), version 1 two f32 (8).
 //!
 //! The factors hold a cross term with the anchor of size about `‖r‖ ‖c‖ / √D`; when anchors
-//! are much longer than residuals (data far from the origin) that term dominates and rounding
+//! are much longer than residuals (tight clusters far apart; data far from the origin as a
+//! whole is centred first, see [`crate::Index::centre`]) that term dominates and rounding
 //! it would not be negligible, so [`ResidualSpread::compact`] says no there and such codes keep
 //! `F32`.
 
@@ -24,7 +25,7 @@ use rayon::prelude::*;
 /// How a code stores the two factors `(f1, f2)` of one stage.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum FactorFormat {
-    /// Two `f32` (8 bytes): format version 1, and data far from the origin.
+    /// Two `f32` (8 bytes): format version 1, and anchors much longer than the residuals.
     F32,
     /// `f1 / f1_scale` and `f2 / f2_scale` as IEEE half floats (4 bytes), the scales being
     /// powers of two near the training sample's mean `‖r‖²` and `‖r‖`: format versions 2 to 5.

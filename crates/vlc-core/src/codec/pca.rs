@@ -43,7 +43,7 @@
 //!   width is 1 or no prefix of at most half the axes is 2 bits wide), f1 and f2 of the
 //!   coarse grid in the codec's [`FactorFormat`] (8 or 16 bits each from format version 6,
 //!   as fine as the stage's error needs, see [`ResidualSpread::factor_bits`]; two scaled `f16`
-//!   before; two `f32` for data far from the origin);
+//!   before; two `f32` for anchors much longer than the residuals);
 //! - the remaining bits of `u`, low bit first: plane `j` holds bit `j` of the first
 //!   `plane_dims[j]` dimensions (a prefix, as the remaining widths are non-increasing), then
 //!   f1 and f2 of the full code in its own [`FactorFormat`] (8 or 16 bits each from format

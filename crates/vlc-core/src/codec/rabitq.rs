@@ -24,7 +24,7 @@
 //! - sign plane (`nb` bytes), then f1, f2 of the 1-bit code in the codec's
 //!   [`FactorFormat`] (8 or 16 bits each from format version 6, as fine as the code's error
 //!   needs, see [`ResidualSpread::factor_bits`]; two scaled `f16` in versions 2 to 5; two
-//!   `f32` in version 1 and for data far from the origin);
+//!   `f32` in version 1 and for anchors much longer than the residuals);
 //! - for `b > 1`: planes of bits `0..b−1` of `u` (`nb` bytes each), then f1, f2 of the full
 //!   code in its own [`FactorFormat`] (8 or 16 bits each from format version 6; like the first
 //!   stage's in versions 4 and 5; two `f32` before).
