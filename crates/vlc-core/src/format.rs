@@ -23,12 +23,12 @@
 //!     64  32·S  section table: tag [4], reserved u32, offset u64, length u64, CRC-32 u32, reserved u32
 //! ```
 //! Sections (all offsets multiples of 64): `CNTR` (version 9, optional) the centre, dim f32
-//! subtracted from every vector and query (see [`crate::Index::centre`]); `ANCH` anchors (num_anchors, dim) as f32, f16, or
-//! int8 (the num_anchors f32 scales first, see [`crate::anchor_store`]); `LOFF` list
-//! offsets u64 (num_anchors + 1); `IDSP` ids bit-packed at the width of the largest (version 3,
-//! see [`crate::ids`]) or `IDS_` ids u32 (num_vectors; versions 1 and 2); `CPAR` primary codec
-//! parameters; `CODE` primary codes (num_vectors, code_size); `RPAR`/`RCOD` the refine tier;
-//! `META` build report (JSON).
+//! subtracted from every vector and query (see [`crate::Index::centre`]); `ANCH` anchors
+//! (num_anchors, dim) as f32, f16, or int8 (the num_anchors f32 scales first, see
+//! [`crate::anchor_store`]); `LOFF` list offsets u64 (num_anchors + 1); `IDSP` ids bit-packed
+//! at the width of the largest (version 3, see [`crate::ids`]) or `IDS_` ids u32 (num_vectors;
+//! versions 1 and 2); `CPAR` primary codec parameters; `CODE` primary codes (num_vectors,
+//! code_size); `RPAR`/`RCOD` the refine tier; `META` build report (JSON).
 //!
 //! Version 4 changed codes only: the full-code factors of the multi-bit RaBitQ codes and of
 //! `pcaq` are stored like their first stage's (two scaled `f16`, 4 bytes less per vector;
