@@ -116,35 +116,33 @@ fn dim_of(name: &str) -> usize {
     }
 }
 
-/// Cases named `*-wide-*` spread the first 8 of their 24 dimensions 256 times wider, data
-/// and queries alike, so that `pcaq` gives those axes more than 8 bits.
-fn widen(name: &str, rows: Vec<f32>) -> Vec<f32> {
-    if !name.contains("-wide-") {
+/// A case's rows (data or queries) as its name asks: cases named `*-wide-*` spread the first
+/// 8 of their 24 dimensions 256 times wider, so that `pcaq` gives those axes more than 8 bits;
+/// cases named `*-centred-*` move them 100 + j/4 units along each axis j, a mean far from the
+/// origin next to the data's spread, so the index is centred (format version 9).
+fn shape(name: &str, rows: Vec<f32>) -> Vec<f32> {
+    let (wide, centred) = (name.contains("-wide-"), name.contains("-centred-"));
+    if !wide && !centred {
         return rows;
     }
     let dim = dim_of(name);
     rows.iter()
         .enumerate()
-        .map(|(k, &x)| if k % dim < 8 { 256.0 * x } else { x })
-        .collect()
-}
-
-/// Cases named `*-centred-*` move data and queries 100 + j/4 units along each axis j: a mean
-/// far from the origin next to the data's spread, so the index is centred (format version 9).
-fn shift(name: &str, rows: Vec<f32>) -> Vec<f32> {
-    if !name.contains("-centred-") {
-        return rows;
-    }
-    let dim = dim_of(name);
-    rows.iter()
-        .enumerate()
-        .map(|(k, &x)| x + 100.0 + (k % dim) as f32 / 4.0)
+        .map(|(k, &x)| {
+            let j = k % dim;
+            let x = if wide && j < 8 { 256.0 * x } else { x };
+            if centred {
+                x + 100.0 + j as f32 / 4.0
+            } else {
+                x
+            }
+        })
         .collect()
 }
 
 /// The data a case is built on.
 fn data_for(name: &str) -> Vec<f32> {
-    shift(name, widen(name, clustered(400, dim_of(name), 7, 0.3, 11)))
+    shape(name, clustered(400, dim_of(name), 7, 0.3, 11))
 }
 
 /// The queries a case (a file, by its name) is searched with: near the data, by as much on
@@ -153,12 +151,9 @@ fn data_for(name: &str) -> Vec<f32> {
 /// which differ between the x86-64 and aarch64 kernels).
 fn queries(name: &str) -> Vec<f32> {
     let dim = dim_of(name);
-    shift(
+    shape(
         name,
-        widen(
-            name,
-            queries_near(&clustered(400, dim, 7, 0.3, 11), dim, 12, 0.1, 12),
-        ),
+        queries_near(&clustered(400, dim, 7, 0.3, 11), dim, 12, 0.1, 12),
     )
 }
 
