@@ -117,6 +117,71 @@ pub fn orthonormalize_rows(rows: &mut [f32], dim: usize) -> std::result::Result<
     Ok(())
 }
 
+/// Largest dimension whose eigendecompositions use nalgebra's solver; above it, faer's.
+pub(crate) const NALGEBRA_EIGEN_MAX_DIM: usize = 1536;
+
+/// Eigenvalues and eigenvectors of the symmetric matrix `a` (dim, dim), row-major:
+/// `(values, vectors)`, `vectors` of layout (dim, dim), row-major, row `j` the unit
+/// eigenvector of `values[j]` (in no particular order). `None` if the solver does not converge.
+///
+/// Up to [`NALGEBRA_EIGEN_MAX_DIM`] dimensions nalgebra's solver, as in every version before
+/// faer's came, so that the indexes built there (and every figure measured on them) stay as
+/// they were: a `pcaq1` build of 2,000 vectors takes 2.6 s at 1,536 dimensions with it.
+/// Above, its unblocked tridiagonalisation dominates (23.8 s at 3,072, 64.7 s at 4,096), and
+/// faer's blocked one runs instead (7.3 and 16.2 s; `bash bench/pcaq_high_dim.sh`), on one
+/// thread so that the result does not depend on the thread count. The two agree to rounding
+/// on eigenvalues, but not on the signs and bases of the eigenvectors, which `pcaq` mixes
+/// with a random rotation: the same data gives other, equally good codes.
+pub(crate) fn symmetric_eigen(a: &[f64], dim: usize) -> Option<(Vec<f64>, Vec<f64>)> {
+    assert_eq!(a.len(), dim * dim, "symmetric_eigen: a is not (dim, dim)");
+    if dim <= NALGEBRA_EIGEN_MAX_DIM {
+        Some(eigen_nalgebra(a, dim))
+    } else {
+        eigen_faer(a, dim)
+    }
+}
+
+/// [`symmetric_eigen`] by nalgebra (unblocked Householder tridiagonalisation, implicit QR).
+fn eigen_nalgebra(a: &[f64], dim: usize) -> (Vec<f64>, Vec<f64>) {
+    let eigen =
+        nalgebra::DMatrix::<f64>::from_fn(dim, dim, |i, j| a[i * dim + j]).symmetric_eigen();
+    // Column-major storage: column j (eigenvector j) is contiguous, a row of the result.
+    (
+        eigen.eigenvalues.iter().copied().collect(),
+        eigen.eigenvectors.as_slice().to_vec(),
+    )
+}
+
+/// [`symmetric_eigen`] by faer (blocked tridiagonalisation, divide and conquer), one thread.
+fn eigen_faer(a: &[f64], dim: usize) -> Option<(Vec<f64>, Vec<f64>)> {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::evd::{self, ComputeEigenvectors};
+    let matrix = faer::MatRef::from_row_major_slice(a, dim, dim);
+    let mut values = faer::diag::Diag::<f64>::zeros(dim);
+    let mut vectors = faer::Mat::<f64>::zeros(dim, dim);
+    let (params, par) = (Default::default(), faer::Par::Seq);
+    let mut buffer = MemBuffer::new(evd::self_adjoint_evd_scratch::<f64>(
+        dim,
+        ComputeEigenvectors::Yes,
+        par,
+        params,
+    ));
+    evd::self_adjoint_evd(
+        matrix,
+        values.as_mut(),
+        Some(vectors.as_mut()),
+        par,
+        MemStack::new(&mut buffer),
+        params,
+    )
+    .ok()?;
+    let values = (0..dim).map(|j| values[j]).collect();
+    let rows = (0..dim * dim)
+        .map(|k| vectors[(k % dim, k / dim)])
+        .collect();
+    Some((values, rows))
+}
+
 /// Squared norm of every row. `rows` layout: (n, dim), row-major. Returns n values.
 pub fn row_norms_sq(rows: &[f32], dim: usize) -> Vec<f32> {
     rows.par_chunks(dim.max(1)).map(|r| dot(r, r)).collect()
@@ -247,6 +312,63 @@ pub fn smallest_keys(values: &[f32], m: usize, keys: &mut Vec<u64>) {
 mod tests {
     use super::*;
     use crate::rng::Rng;
+
+    /// Both eigensolvers on covariance-like matrices of odd sizes (one with a repeated
+    /// eigenvalue): the same eigenvalues to rounding, and faer's vectors orthonormal
+    /// eigenvectors (‖Av − λv‖ tiny next to ‖A‖), as `pcaq` above 1,536 dimensions needs.
+    #[test]
+    fn both_eigensolvers_decompose_symmetric_matrices_alike() {
+        for (dim, seed) in [(1, 1), (7, 2), (37, 3), (70, 4)] {
+            let mut r = Rng::new(seed);
+            let m = dim + 5;
+            let x: Vec<f64> = (0..dim * m).map(|_| r.normal()).collect();
+            // A = X Xᵀ / m, plus, from 37 on, the first two axes given equal variance.
+            let mut a = vec![0f64; dim * dim];
+            for i in 0..dim {
+                for j in 0..dim {
+                    a[i * dim + j] =
+                        (0..m).map(|k| x[i * m + k] * x[j * m + k]).sum::<f64>() / m as f64;
+                }
+            }
+            if dim >= 37 {
+                for i in 0..dim {
+                    a[i] = 0.0;
+                    a[i * dim] = 0.0;
+                    a[dim + i] = 0.0;
+                    a[i * dim + 1] = 0.0;
+                }
+                a[0] = 9.0;
+                a[dim + 1] = 9.0;
+            }
+            let scale = a.iter().fold(0f64, |s, v| s.max(v.abs()));
+            let (mut nv, _) = eigen_nalgebra(&a, dim);
+            let (fv, vectors) = eigen_faer(&a, dim).unwrap();
+            let mut sorted = fv.clone();
+            nv.sort_by(f64::total_cmp);
+            sorted.sort_by(f64::total_cmp);
+            for (p, q) in nv.iter().zip(&sorted) {
+                assert!((p - q).abs() <= 1e-10 * scale, "dim {dim}: {p} vs {q}");
+            }
+            for (j, &value) in fv.iter().enumerate() {
+                let v = &vectors[j * dim..(j + 1) * dim];
+                for i in 0..dim {
+                    let av: f64 = (0..dim).map(|k| a[i * dim + k] * v[k]).sum();
+                    assert!(
+                        (av - value * v[i]).abs() <= 1e-10 * scale,
+                        "dim {dim}, vector {j}"
+                    );
+                }
+                for (l, w) in vectors.chunks_exact(dim).enumerate() {
+                    let d = dot64(v, w);
+                    let want = if l == j { 1.0 } else { 0.0 };
+                    assert!((d - want).abs() < 1e-10, "dim {dim}: vectors {j}, {l}: {d}");
+                }
+            }
+        }
+        // The dispatch: nalgebra's up to the threshold.
+        let a = [2.0, 1.0, 1.0, 2.0];
+        assert_eq!(symmetric_eigen(&a, 2).unwrap(), eigen_nalgebra(&a, 2));
+    }
 
     /// Rows of a random orthogonal matrix rounded to 8 bits per entry come back orthonormal to
     /// f32 rounding and close to where they were, across block boundaries (32 rows) and odd

@@ -70,7 +70,7 @@ use super::{
     ParamReader, QueryState, ResidualCodec,
 };
 use crate::error::{Result, VlcError};
-use crate::linalg::{dot, gemm_nt};
+use crate::linalg::{dot, gemm_nt, symmetric_eigen};
 use crate::simd::BitTerm;
 use rayon::prelude::*;
 
@@ -509,8 +509,9 @@ fn check_bits(bits: f32) -> Result<()> {
 pub(crate) struct PcaFit {
     dim: usize,
     seed: u64,
-    /// Eigenvector columns of the residual covariance. Layout: (dim, dim), column `a` is axis `a`.
-    eigenvectors: nalgebra::DMatrix<f64>,
+    /// Eigenvectors of the residual covariance. Layout: (dim, dim), row-major, row `a` is
+    /// axis `a`.
+    eigenvectors: Vec<f64>,
     /// Axis indices into `eigenvectors`, by falling variance. Layout: (dim,).
     axes: Vec<usize>,
     model: ErrorModel,
@@ -551,32 +552,31 @@ impl PcaFit {
             rows.len(),
             &mut covariance,
         );
-        let cov = nalgebra::DMatrix::<f64>::from_fn(dim, dim, |i, j| {
-            covariance[i * dim + j] as f64 / rows.len() as f64
-        });
-        let eigen = cov.symmetric_eigen();
-        let mut axes: Vec<usize> = (0..dim).collect();
-        axes.sort_by(|&a, &b| {
-            eigen.eigenvalues[b]
-                .total_cmp(&eigen.eigenvalues[a])
-                .then(a.cmp(&b))
-        });
-        let variances: Vec<f64> = axes
+        let cov: Vec<f64> = covariance
             .iter()
-            .map(|&a| eigen.eigenvalues[a].max(0.0))
+            .map(|&c| c as f64 / rows.len() as f64)
             .collect();
+        let (eigenvalues, eigenvectors) = symmetric_eigen(&cov, dim).ok_or_else(|| {
+            VlcError::param(
+                "input",
+                "the eigendecomposition of the residuals' covariance did not converge",
+            )
+        })?;
+        let mut axes: Vec<usize> = (0..dim).collect();
+        axes.sort_by(|&a, &b| eigenvalues[b].total_cmp(&eigenvalues[a]).then(a.cmp(&b)));
+        let variances: Vec<f64> = axes.iter().map(|&a| eigenvalues[a].max(0.0)).collect();
         // The principal axes as rows, in allocation order. Layout: (dim, dim), row-major.
         let basis: Vec<f32> = axes
             .iter()
-            .flat_map(|&a| (0..dim).map(move |d| (a, d)))
-            .map(|(a, d)| eigen.eigenvectors[(d, a)] as f32)
+            .flat_map(|&a| &eigenvectors[a * dim..(a + 1) * dim])
+            .map(|&v| v as f32)
             .collect();
         let coherence = neighbour_coherence(points, anchors, assignment, dim, &basis);
         let spread = ResidualSpread::measure(points, anchors, assignment, dim);
         Ok(PcaFit {
             dim,
             seed,
-            eigenvectors: eigen.eigenvectors,
+            eigenvectors,
             axes,
             model: ErrorModel::new(&variances, &coherence),
             spread,
@@ -681,7 +681,7 @@ impl PcaFit {
                     let weight = mix[a * n + b] as f64;
                     let axis = axes[start + b];
                     for (d, r) in row.iter_mut().enumerate() {
-                        *r += (weight * self.eigenvectors[(d, axis)]) as f32;
+                        *r += (weight * self.eigenvectors[axis * dim + d]) as f32;
                     }
                 }
             }
