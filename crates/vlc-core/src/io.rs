@@ -149,7 +149,7 @@ fn parse_npy_header_of(
             path,
             "npy",
             format!(
-                "unsupported dtype {shown} (supported: <f4, <f8, <f2, <i4, <i8, u1; little-endian)"
+                "unsupported dtype {shown} (supported, little-endian: <f4, <f8, <f2 or u1 for vectors; <i4 or <i8 for ids)"
             ),
         )
     })?;
@@ -240,7 +240,10 @@ impl Elem {
             t => Err(malformed(
                 path,
                 "npy",
-                format!("expected float vectors, got {}", t.descr()),
+                format!(
+                    "expected vectors of <f4, <f8, <f2 or u1, got {} (integer arrays are read as ids: ground truth, --ids-file)",
+                    t.descr()
+                ),
             )),
         }
     }

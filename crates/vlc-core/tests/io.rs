@@ -191,4 +191,21 @@ fn malformed_inputs_are_named_errors() {
     let f = write(dir.path(), "f.npy", fortran);
     let err = read_vectors(&f, None).unwrap_err().to_string();
     assert!(err.contains("Fortran") || err.contains("needs"), "{err}");
+    // An integer array is not vectors, and the error says which types are.
+    let ints: Vec<u8> = [1i64, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let ids = write(dir.path(), "ids.npy", &npy_bytes(NpyType::I64, 1, 2, &ints));
+    let err = read_vectors(&ids, None).unwrap_err().to_string();
+    assert!(
+        err.contains("<i8") && err.contains("<f4, <f8, <f2 or u1"),
+        "{err}"
+    );
+    // A big-endian array names the types read, vectors and ids apart.
+    let big = b"\x93NUMPY\x01\x00\x46\x00{'descr': '>f4', 'fortran_order': False, 'shape': (1, 1), }         \n\x3f\x80\x00\x00";
+    let err = read_vectors(&write(dir.path(), "big.npy", big), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(">f4") && err.contains("for vectors") && err.contains("for ids"),
+        "{err}"
+    );
 }
