@@ -777,16 +777,23 @@ pub fn compare_search_with_cpu(
     overlap
 }
 
+/// `n` clustered 16-d vectors (8 clusters, spread 0.3, from `seed`) and a CPU index of them
+/// in 16 lists with `codec`, for the parameter checks.
+fn small_index(n: usize, codec: crate::CodecKind, seed: u64) -> (Vec<f32>, crate::Index) {
+    let data = crate::synthetic::clustered(n, 16, 8, 0.3, seed);
+    let params = crate::BuildParams::default()
+        .with_codec(codec)
+        .with_num_anchors(16);
+    let (index, _) = crate::Index::build(&data, 16, &params, &CpuBackend, &mut |_| {}).unwrap();
+    (data, index)
+}
+
 /// A device search refuses what the CPU search refuses: k = 0, nprobe = 0, a negative or
 /// non-finite probe margin, queries of the wrong dim, NaN.
 pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
-    use crate::{BuildParams, CodecKind, Index, SearchParams};
+    use crate::{CodecKind, SearchParams};
     let dim = 16;
-    let data = crate::synthetic::clustered(500, dim, 8, 0.3, 3);
-    let params = BuildParams::default()
-        .with_codec(CodecKind::RaBitQ1)
-        .with_num_anchors(16);
-    let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    let (data, index) = small_index(500, CodecKind::RaBitQ1, 3);
     let device = open(&index).unwrap();
     let q = &data[..dim];
     for (k, nprobe) in [(0, 4), (10, 0)] {
@@ -826,13 +833,9 @@ pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
 /// count), and k above the vector count returns every vector, the rows padded to k with id
 /// −1 and distance +∞ like the CPU's.
 pub fn check_search_clamps_k_and_nprobe(open: &OpenSearch<'_>) {
-    use crate::{BuildParams, CodecKind, Index, SearchParams};
+    use crate::{CodecKind, SearchParams};
     let dim = 16;
-    let data = crate::synthetic::clustered(300, dim, 8, 0.3, 5);
-    let params = BuildParams::default()
-        .with_codec(CodecKind::Sq8)
-        .with_num_anchors(16);
-    let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    let (data, index) = small_index(300, CodecKind::Sq8, 5);
     let device = open(&index).unwrap();
     let queries = &data[..4 * dim];
     let at = |k, nprobe| SearchParams {

@@ -486,18 +486,18 @@ impl Index {
                 // here too: the budget test would see the file pass its budget).
                 // The file's size with a primary codec of these parameter and code sizes.
                 let file_with = |params_len: usize, code_size: usize| {
-                    let mut lengths = vec![
-                        centre.as_ref().map_or(0, |c| c.len() * 4),
+                    // `CNTR` only with a centre.
+                    let mut lengths: Vec<usize> = centre.iter().map(|c| c.len() * 4).collect();
+                    lengths.extend([
                         stored_anchors.bytes.len(),
                         (num_anchors + 1) * 8,
                         ids,
                         params_len,
                         n * code_size,
                         meta,
-                    ];
+                    ]);
                     lengths.extend(&refine_sections);
-                    // No `CNTR` section without a centre.
-                    file_size_for(lengths.into_iter().skip(centre.is_none() as usize))
+                    file_size_for(lengths.into_iter())
                 };
                 let file_size = |bits: f32| {
                     let (code_size, params_len) = fit.sizes(bits);

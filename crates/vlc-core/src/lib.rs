@@ -68,12 +68,10 @@ pub fn exact_knn(base: &[f32], queries: &[f32], dim: usize, k: usize) -> Result<
         // The backend reports what is wrong.
         return Ok(CpuBackend.nearest_anchors(queries, base, dim, k)?.ids);
     }
-    let mut mean = vec![0f64; dim];
-    for row in base.chunks_exact(dim) {
-        mean.iter_mut().zip(row).for_each(|(s, &v)| *s += v as f64);
-    }
-    let rows = (base.len() / dim) as f64;
-    let mean: Vec<f32> = mean.iter().map(|s| (s / rows) as f32).collect();
+    let mean: Vec<f32> = vectors::column_means(base, dim)
+        .iter()
+        .map(|&s| s as f32)
+        .collect();
     let centred = |rows: &[f32]| vectors::prepare_rows(rows, dim, false, Some(&mean)).into_owned();
     Ok(CpuBackend
         .nearest_anchors(&centred(queries), &centred(base), dim, k)?

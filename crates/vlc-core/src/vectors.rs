@@ -200,11 +200,7 @@ pub(crate) fn choose_centre(source: &dyn VectorSource) -> Result<Option<Vec<f32>
     let sample: Vec<usize> = (0..n).step_by(stride).collect();
     let rows = gather_rows(source, &sample)?;
     let m = sample.len().max(1) as f64;
-    let mut mean = vec![0f64; dim];
-    for row in rows.chunks_exact(dim) {
-        mean.iter_mut().zip(row).for_each(|(s, &v)| *s += v as f64);
-    }
-    mean.iter_mut().for_each(|s| *s /= m);
+    let mean = column_means(&rows, dim);
     let spread: f64 = rows
         .chunks_exact(dim)
         .map(|row| {
@@ -218,6 +214,17 @@ pub(crate) fn choose_centre(source: &dyn VectorSource) -> Result<Option<Vec<f32>
     let norm: f64 = mean.iter().map(|c| c * c).sum();
     Ok((norm > CENTRE_RATIO * CENTRE_RATIO * spread)
         .then(|| mean.iter().map(|&c| c as f32).collect()))
+}
+
+/// The mean of the rows of `rows` (n ≥ 1, dim), row-major, summed in f64. Layout: (dim,).
+pub(crate) fn column_means(rows: &[f32], dim: usize) -> Vec<f64> {
+    let mut mean = vec![0f64; dim];
+    for row in rows.chunks_exact(dim) {
+        mean.iter_mut().zip(row).for_each(|(s, &v)| *s += v as f64);
+    }
+    let n = (rows.len() / dim).max(1) as f64;
+    mean.iter_mut().for_each(|s| *s /= n);
+    mean
 }
 
 /// Rows `indices` of `source`, in that order. Layout: (indices.len(), dim), row-major.
