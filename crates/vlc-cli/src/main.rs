@@ -15,6 +15,7 @@ use std::process::ExitCode;
 ///   vlc build vectors.npy -o memory.vlc --codec rabitq1 --refine sq8
 ///   vlc add memory.vlc new_vectors.npy
 ///   vlc remove memory.vlc --ids 3,17,42
+///   vlc groundtruth vectors.npy q.npy -o gt.npy   (exact neighbours, for eval)
 ///   vlc eval memory.vlc --queries q.npy --groundtruth gt.npy
 ///   vlc search memory.vlc q.npy -k 10 -o hits.json
 ///   vlc info memory.vlc

@@ -13,6 +13,13 @@ pub fn npy_i64(rows: usize, cols: usize, data: &[i64]) -> Vec<u8> {
     npy_bytes(NpyType::I64, rows, cols, &body)
 }
 
+/// Row numbers (rows, cols), row-major, as an int32 `.npy` (the common ground truth format); each
+/// must be below 2³¹.
+pub fn npy_i32_ids(rows: usize, cols: usize, ids: &[u32]) -> Vec<u8> {
+    let body: Vec<u8> = ids.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect();
+    npy_bytes(NpyType::I32, rows, cols, &body)
+}
+
 pub fn npy_f32(rows: usize, cols: usize, data: &[f32]) -> Vec<u8> {
     let body: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
     npy_bytes(NpyType::F32, rows, cols, &body)

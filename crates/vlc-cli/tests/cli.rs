@@ -965,3 +965,196 @@ fn bench_meets_each_peer_at_its_footprint_and_build_fills_a_budget() {
             .stderr(predicate::str::contains("pcaq:NB"));
     }
 }
+
+/// An int32 `.npy` (rows, cols) read back as i64.
+fn read_ids_npy(path: &Path) -> Vec<i64> {
+    vlc::io::read_ids(path).unwrap().data
+}
+
+#[test]
+fn groundtruth_is_exact_and_feeds_eval_and_bench() {
+    let s = Set::new();
+    let gt = s.p("computed.npy");
+    vlc()
+        .args(["groundtruth", "-k", "20", "-q"])
+        .arg(s.p("base.npy"))
+        .arg(s.p("queries.npy"))
+        .arg("-o")
+        .arg(&gt)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "exact 20 nearest neighbours (l2) of 50 queries among 2000",
+        ));
+    // The same neighbours as the test's own exact search (the set's gt.npy), and distances
+    // that are the squared L2 distances of those rows, nearest first.
+    let want: Vec<i64> = read_ids_npy(&s.p("gt.npy"))
+        .chunks_exact(100)
+        .flat_map(|r| r[..20].to_vec())
+        .collect();
+    assert_eq!(read_ids_npy(&gt), want);
+    let data = clustered(2000, DIM, 16, 0.5, 1);
+    let queries = queries_near(&data, DIM, 50, 0.2, 2);
+    let dists = vlc::io::read_vectors(&s.p("computed.distances.npy"), Some(20)).unwrap();
+    for (q, (ids, ds)) in want
+        .chunks_exact(20)
+        .zip(dists.data.chunks_exact(20))
+        .enumerate()
+    {
+        for (&i, &d) in ids.iter().zip(ds) {
+            let exact: f64 = queries[q * DIM..(q + 1) * DIM]
+                .iter()
+                .zip(&data[i as usize * DIM..(i as usize + 1) * DIM])
+                .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+                .sum();
+            assert!(
+                (d as f64 - exact).abs() <= 1e-5 * exact.max(1.0),
+                "{d} vs {exact}"
+            );
+        }
+        assert!(ds.windows(2).all(|w| w[0] <= w[1]));
+    }
+    // .ivecs holds the same ids.
+    let ivecs = s.p("computed.ivecs");
+    vlc()
+        .args(["groundtruth", "-k", "20", "-q"])
+        .arg(s.p("base.npy"))
+        .arg(s.p("queries.npy"))
+        .arg("-o")
+        .arg(&ivecs)
+        .assert()
+        .success();
+    assert_eq!(vlc::io::read_ids(&ivecs).unwrap().data, want);
+
+    // `vlc eval --base` computes the same truth as `--groundtruth` gives.
+    let index = s.p("i.vlc");
+    vlc()
+        .args(["build", "--codec", "rabitq1", "--refine", "sq8", "-q"])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(&index)
+        .assert()
+        .success();
+    let from_file = eval_json(&s, &index, "4,16");
+    let out = vlc()
+        .args(["eval", "--nprobe", "4,16", "--json", "--queries"])
+        .arg(s.p("queries.npy"))
+        .arg("--base")
+        .arg(s.p("base.npy"))
+        .arg(&index)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let from_base: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    for (a, b) in from_file["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(from_base["results"].as_array().unwrap())
+    {
+        for r in ["recall@1", "recall@10", "recall@100"] {
+            assert_eq!(a[r], b[r], "{r}");
+        }
+    }
+
+    // `vlc bench` on a directory without ground truth computes it and writes it.
+    let dir = s.p("set");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::copy(s.p("base.npy"), dir.join("base.npy")).unwrap();
+    std::fs::copy(s.p("queries.npy"), dir.join("queries.npy")).unwrap();
+    let out = s.p("bench-out");
+    vlc()
+        .args([
+            "bench",
+            "--configs",
+            "rabitq1",
+            "--nprobe",
+            "16",
+            "--repeat",
+            "1",
+        ])
+        .args(["--rerank", "0", "--probe-margin", "1"])
+        .arg(&dir)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("no ground truth given"));
+    assert_eq!(
+        read_ids_npy(&out.join("groundtruth.npy")),
+        read_ids_npy(&s.p("gt.npy"))
+    );
+}
+
+#[test]
+fn groundtruth_and_eval_from_base_name_bad_input() {
+    let s = Set::new();
+    let run = |args: &[&str], base: &Path, queries: &Path| {
+        vlc()
+            .arg("groundtruth")
+            .args(args)
+            .arg(base)
+            .arg(queries)
+            .assert()
+            .failure()
+    };
+    let (base, queries) = (s.p("base.npy"), s.p("queries.npy"));
+    run(&["-o", "x.npy", "-k", "0"], &base, &queries).stderr(predicate::str::contains("-k 0"));
+    run(&["-o", "x.txt"], &base, &queries).stderr(predicate::str::contains(".npy or .ivecs"));
+    let other = s.p("other.npy");
+    write_f32(&other, 3, DIM + 1, &vec![0.5; 3 * (DIM + 1)]);
+    let out = s.p("x.npy");
+    let out = out.to_str().unwrap();
+    run(&["-o", out], &base, &other).stderr(predicate::str::contains("dimension"));
+    let mut data = clustered(2000, DIM, 16, 0.5, 1);
+    data[1234 * DIM + 5] = f32::NAN;
+    let bad = s.p("bad.npy");
+    write_f32(&bad, 2000, DIM, &data);
+    run(&["-o", out], &bad, &queries)
+        .stderr(predicate::str::contains("row 1234").and(predicate::str::contains("column 5")));
+    assert!(!Path::new(out).exists(), "no output after an error");
+
+    // eval: --groundtruth or --base, not both, and --base only for an index of exactly its rows.
+    let index = s.p("i.vlc");
+    vlc()
+        .args(["build", "--codec", "sq8", "-q"])
+        .arg(&base)
+        .arg("-o")
+        .arg(&index)
+        .assert()
+        .success();
+    vlc()
+        .arg("eval")
+        .arg(&index)
+        .args(s.truth_args())
+        .arg("--base")
+        .arg(&base)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("cannot be used with"));
+    vlc()
+        .arg("eval")
+        .arg(&index)
+        .arg("--queries")
+        .arg(&queries)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--groundtruth").and(predicate::str::contains("--base")));
+    vlc()
+        .args(["remove", "--ids", "7"])
+        .arg(&index)
+        .assert()
+        .success();
+    vlc()
+        .arg("eval")
+        .arg(&index)
+        .arg("--queries")
+        .arg(&queries)
+        .arg("--base")
+        .arg(&base)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("holds 1999 vectors"));
+}

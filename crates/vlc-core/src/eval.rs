@@ -1,4 +1,148 @@
-//! Recall against ground truth.
+//! Ground truth and recall against it.
+
+use crate::backend::Backend;
+use crate::error::{Result, VlcError};
+use crate::index::{BuildEvent, Metric};
+use crate::vectors::{
+    column_means, prepare_rows, read_block_rows, validate_vectors, PreparedRows, VectorSource,
+};
+use rayon::prelude::*;
+
+/// The exact nearest neighbours of each query among the rows of a base set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroundTruth {
+    /// Neighbours per query: the `k` asked for, or the number of base rows if that is smaller.
+    pub k: usize,
+    /// Row numbers in the base set (0-based), nearest first; equal distances go to the
+    /// smaller row. Layout: (num_queries, k), row-major.
+    pub ids: Vec<u32>,
+    /// Their squared L2 distances (for the cosine metric, between the rows scaled to unit
+    /// length: 2 − 2·cos). Layout: (num_queries, k), row-major.
+    pub distances: Vec<f32>,
+}
+
+/// The exact `k` nearest neighbours by squared L2 of each query (`queries`: (num_queries, dim),
+/// row-major) among the rows of `base`, which is read a block at a time (about 64 MiB of f32,
+/// as a build reads it), so a base set larger than memory works; with [`Metric::Cosine`] base
+/// rows and queries are scaled to unit length first, as an index of that metric scales them.
+///
+/// Each block is ranked for every query in GEMM form through `backend` (`‖q‖² − 2⟨q, x⟩ +
+/// ‖x‖²`, on rows translated by the first block's mean so that the norms stay small), which
+/// keeps the `2k + 8` nearest rows of the block; those are then measured exactly (differences
+/// squared and summed in f64) and merged into each query's list. So the order and the
+/// distances returned are the exact ones, ties going to the smaller row: the GEMM form only
+/// chooses the candidates, and its rounding would have to move a true neighbour past `k + 8`
+/// others of its block to lose it.
+///
+/// Errors: `k` = 0; an empty base set; queries not of the base's dimension, empty, or with a
+/// NaN or infinite value; a base row with one (named by row and column); more than 2³² base
+/// rows. `progress` gets a `Stage` ("exact neighbours", the base's row count) and an
+/// `Advance` after each block.
+pub fn ground_truth(
+    base: &dyn VectorSource,
+    queries: &[f32],
+    k: usize,
+    metric: Metric,
+    backend: &dyn Backend,
+    progress: &mut dyn FnMut(&BuildEvent),
+) -> Result<GroundTruth> {
+    ground_truth_in_blocks(
+        base,
+        queries,
+        k,
+        metric,
+        backend,
+        read_block_rows(base.dim()),
+        progress,
+    )
+}
+
+/// [`ground_truth`] reading `block_rows` base rows at a time.
+pub(crate) fn ground_truth_in_blocks(
+    base: &dyn VectorSource,
+    queries: &[f32],
+    k: usize,
+    metric: Metric,
+    backend: &dyn Backend,
+    block_rows: usize,
+    progress: &mut dyn FnMut(&BuildEvent),
+) -> Result<GroundTruth> {
+    let (n, dim) = (base.num_rows(), base.dim());
+    if k == 0 {
+        return Err(VlcError::param("k", "must be at least 1"));
+    }
+    if n == 0 {
+        return Err(VlcError::EmptyInput {
+            what: base.describe(),
+        });
+    }
+    if n as u64 > u32::MAX as u64 + 1 {
+        return Err(VlcError::param(
+            "base",
+            format!("{n} rows: row numbers are 32-bit, at most 2^32 rows"),
+        ));
+    }
+    validate_vectors(queries, dim, "queries")?;
+    let normalize = metric == Metric::Cosine;
+    let queries = prepare_rows(queries, dim, normalize, None).into_owned();
+    let num_queries = queries.len() / dim;
+    let k = k.min(n);
+    let source = PreparedRows {
+        inner: base,
+        normalize,
+        centre: None,
+    };
+    // Each query's nearest rows so far: (exact squared distance, row), sorted.
+    let mut best: Vec<Vec<(f64, u32)>> = vec![Vec::with_capacity(3 * k + 8); num_queries];
+    let mut block = Vec::new();
+    let mut shift: Option<(Vec<f32>, Vec<f32>)> = None;
+    progress(&BuildEvent::Stage {
+        name: "exact neighbours",
+        total: n,
+    });
+    let block_rows = block_rows.max(1);
+    for start in (0..n).step_by(block_rows) {
+        let rows = block_rows.min(n - start);
+        block.resize(rows * dim, 0.0);
+        source.read_rows(start, &mut block)?;
+        // The GEMM form loses digits with the norms; a common translation changes no distance.
+        let (mean, shifted_queries) = shift.get_or_insert_with(|| {
+            let mean: Vec<f32> = column_means(&block, dim)
+                .iter()
+                .map(|&m| m as f32)
+                .collect();
+            let q = prepare_rows(&queries, dim, false, Some(&mean)).into_owned();
+            (mean, q)
+        });
+        let shifted_block = prepare_rows(&block, dim, false, Some(mean));
+        let per_point = (2 * k + 8).min(rows);
+        let near = backend.nearest_anchors(shifted_queries, &shifted_block, dim, per_point)?;
+        best.par_iter_mut().enumerate().for_each(|(i, list)| {
+            let q = &queries[i * dim..(i + 1) * dim];
+            for &j in &near.ids[i * per_point..(i + 1) * per_point] {
+                let x = &block[j as usize * dim..(j as usize + 1) * dim];
+                let d: f64 = q
+                    .iter()
+                    .zip(x)
+                    .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+                    .sum();
+                list.push((d, (start + j as usize) as u32));
+            }
+            list.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            list.truncate(k);
+        });
+        progress(&BuildEvent::Advance { done: start + rows });
+    }
+    let ids = best
+        .iter()
+        .flat_map(|l| l.iter().map(|&(_, id)| id))
+        .collect();
+    let distances = best
+        .iter()
+        .flat_map(|l| l.iter().map(|&(d, _)| d as f32))
+        .collect();
+    Ok(GroundTruth { k, ids, distances })
+}
 
 /// Mean over queries of |top-`at` results ∩ top-`at` ground truth| / `at`.
 ///
@@ -26,6 +170,150 @@ pub fn recall_at(ids: &[i64], k: usize, truth: &[i64], truth_cols: usize, at: us
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::backend::CpuBackend;
+    use crate::vectors::SliceSource;
+
+    /// Every distance in f64, fully sorted (distance, then row).
+    fn brute_force(base: &[f32], queries: &[f32], dim: usize, k: usize) -> Vec<Vec<(f64, u32)>> {
+        queries
+            .chunks_exact(dim)
+            .map(|q| {
+                let mut all: Vec<(f64, u32)> = base
+                    .chunks_exact(dim)
+                    .enumerate()
+                    .map(|(j, x)| {
+                        let d = q
+                            .iter()
+                            .zip(x)
+                            .map(|(&a, &b)| (a as f64 - b as f64).powi(2));
+                        (d.sum(), j as u32)
+                    })
+                    .collect();
+                all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                all.truncate(k);
+                all
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ground_truth_is_the_exact_order_for_any_block_size() {
+        let dim = 13;
+        let mut base = crate::synthetic::clustered(500, dim, 7, 0.4, 3);
+        // Exact duplicates (ties go to the smaller row), and data far from the origin.
+        base.copy_within(0..dim * 20, dim * 100);
+        let far: Vec<f32> = base.iter().map(|v| v + 1000.0).collect();
+        let queries = crate::synthetic::queries_near(&base, dim, 40, 0.05, 9);
+        let far_queries: Vec<f32> = queries.iter().map(|v| v + 1000.0).collect();
+        for (base, queries) in [(&base, &queries), (&far, &far_queries)] {
+            let source = SliceSource::new(base, dim).unwrap();
+            for (k, block_rows) in [(10, 1), (10, 7), (25, 64), (10, 500), (600, 128)] {
+                let got = ground_truth_in_blocks(
+                    &source,
+                    queries,
+                    k,
+                    Metric::L2,
+                    &CpuBackend,
+                    block_rows,
+                    &mut |_| {},
+                )
+                .unwrap();
+                let want = brute_force(base, queries, dim, k);
+                assert_eq!(got.k, k.min(500));
+                let want_ids: Vec<u32> = want.iter().flatten().map(|p| p.1).collect();
+                assert_eq!(got.ids, want_ids, "k {k}, blocks of {block_rows}");
+                for (d, w) in got.distances.iter().zip(want.iter().flatten()) {
+                    assert_eq!(*d, w.0 as f32);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cosine_ground_truth_ranks_unit_rows() {
+        let dim = 9;
+        let base = crate::synthetic::clustered(300, dim, 5, 0.5, 1);
+        // Rows scaled by different factors: cosine ignores the scale, L2 does not.
+        let scaled: Vec<f32> = base
+            .chunks_exact(dim)
+            .enumerate()
+            .flat_map(|(i, r)| r.iter().map(move |v| v * (1 + i % 5) as f32))
+            .collect();
+        let queries = crate::synthetic::queries_near(&base, dim, 20, 0.05, 2);
+        let source = SliceSource::new(&scaled, dim).unwrap();
+        let got = ground_truth_in_blocks(
+            &source,
+            &queries,
+            10,
+            Metric::Cosine,
+            &CpuBackend,
+            50,
+            &mut |_| {},
+        )
+        .unwrap();
+        let unit = crate::vectors::normalize_rows(&scaled, dim);
+        let unit_queries = crate::vectors::normalize_rows(&queries, dim);
+        let want = brute_force(&unit, &unit_queries, dim, 10);
+        assert_eq!(
+            got.ids,
+            want.iter().flatten().map(|p| p.1).collect::<Vec<_>>()
+        );
+        let l2 = ground_truth(&source, &queries, 10, Metric::L2, &CpuBackend, &mut |_| {});
+        assert_ne!(l2.unwrap().ids, got.ids);
+    }
+
+    #[test]
+    fn ground_truth_names_bad_input() {
+        let dim = 4;
+        let mut base = crate::synthetic::clustered(100, dim, 3, 0.4, 3);
+        let queries = base[..dim * 3].to_vec();
+        let source = SliceSource::new(&base, dim).unwrap();
+        let run = |source: &dyn VectorSource, queries: &[f32], k| {
+            ground_truth_in_blocks(source, queries, k, Metric::L2, &CpuBackend, 16, &mut |_| {})
+        };
+        let err = run(&source, &queries, 0).unwrap_err();
+        assert!(
+            matches!(err, VlcError::InvalidParameter { name: "k", .. }),
+            "{err}"
+        );
+        let err = run(&SliceSource::new(&[], dim).unwrap(), &queries, 5).unwrap_err();
+        assert!(matches!(err, VlcError::EmptyInput { .. }), "{err}");
+        let err = run(&source, &queries[..dim + 1], 5).unwrap_err();
+        assert!(matches!(err, VlcError::DimensionMismatch { .. }), "{err}");
+        let err = run(&source, &[], 5).unwrap_err();
+        assert!(matches!(err, VlcError::EmptyInput { .. }), "{err}");
+        let mut bad_queries = queries.clone();
+        bad_queries[dim + 2] = f32::NAN;
+        let err = run(&source, &bad_queries, 5).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                VlcError::NonFinite {
+                    row: 1,
+                    column: 2,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // A bad base row in the fifth block is named by its row in the whole set.
+        base[70 * dim + 3] = f32::INFINITY;
+        let source = SliceSource::new(&base, dim).unwrap();
+        let err = run(&source, &queries, 5).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                VlcError::NonFinite {
+                    row: 70,
+                    column: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
     #[test]
     fn recall_counts_overlap() {
         let ids = [0, 1, 2, 9, -1, 3];

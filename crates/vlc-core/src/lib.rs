@@ -59,21 +59,18 @@ pub use search::{Neighbor, SearchParams, SearchResults};
 pub use train::{TrainParams, TrainReport};
 pub use vectors::{SliceSource, VectorSource};
 
-/// Exact k nearest neighbours by squared L2 (brute force, GEMM form), for ground truth and
-/// tests. `base`: (n, dim), `queries`: (m, dim); returns ids (m, k), row-major. Both are
-/// translated by the base's mean first: the GEMM form `‖q‖² − 2⟨q, x⟩ + ‖x‖²` loses digits
-/// with the norms, and a translation changes no distance.
+/// Exact k nearest neighbours by squared L2, for ground truth and tests: `base`: (n, dim),
+/// `queries`: (m, dim), both row-major; returns the rows of `base`, nearest first, ties to the
+/// smaller row. Layout: (m, k), row-major. `k` must be at most n. The in-memory form of
+/// [`eval::ground_truth`] (which reads its base set a block at a time and returns distances).
 pub fn exact_knn(base: &[f32], queries: &[f32], dim: usize, k: usize) -> Result<Vec<u32>> {
-    if dim == 0 || base.len() < dim || !base.len().is_multiple_of(dim) {
-        // The backend reports what is wrong.
-        return Ok(CpuBackend.nearest_anchors(queries, base, dim, k)?.ids);
+    let source = SliceSource::new(base, dim)?;
+    if k > source.num_rows() {
+        return Err(VlcError::param(
+            "k",
+            format!("must be in 1..={}, got {k}", source.num_rows()),
+        ));
     }
-    let mean: Vec<f32> = vectors::column_means(base, dim)
-        .iter()
-        .map(|&s| s as f32)
-        .collect();
-    let centred = |rows: &[f32]| vectors::prepare_rows(rows, dim, false, Some(&mean)).into_owned();
-    Ok(CpuBackend
-        .nearest_anchors(&centred(queries), &centred(base), dim, k)?
-        .ids)
+    let truth = eval::ground_truth(&source, queries, k, Metric::L2, &CpuBackend, &mut |_| {})?;
+    Ok(truth.ids)
 }

@@ -17,12 +17,19 @@ use vlc::{BuildParams, CodecKind, CpuBackend, Index, Metric};
 /// Peer points come from bench/faiss_bench.py (same JSON schema).
 #[derive(clap::Args)]
 pub struct Args {
-    /// Dataset directory with base.npy, query.npy (or queries.npy) and groundtruth.npy.
+    /// Dataset directory with base.npy (or base.fvecs), query.npy (or queries.npy,
+    /// query.fvecs) and, optionally, groundtruth.npy (or groundtruth.ivecs).
     pub dataset: Option<PathBuf>,
+    /// Base vectors (instead of, or overriding, the dataset directory's).
     #[arg(long)]
     pub base: Option<PathBuf>,
+    /// Query vectors, of the base's dimension (instead of, or overriding, the directory's).
     #[arg(long)]
     pub queries: Option<PathBuf>,
+    /// Exact neighbours of each query among the base vectors, nearest first (.npy or .ivecs).
+    /// Without it and without one in the dataset directory, the bench computes them (as `vlc
+    /// groundtruth` does, 100 per query) and writes them to --out as groundtruth.npy, for
+    /// the next run and for bench/faiss_bench.py.
     #[arg(long)]
     pub groundtruth: Option<PathBuf>,
     /// Index configurations, `codec` or `codec+refine`, comma separated, each optionally with
@@ -218,6 +225,44 @@ fn peer_footprints(peers: &[Point], dim: usize) -> Vec<String> {
         .collect()
 }
 
+/// The exact 100 nearest neighbours of each query (fewer if the base has fewer rows), written to
+/// `out`/groundtruth.npy (int32) for later runs and for bench/faiss_bench.py.
+fn computed_truth(
+    base: &vlc::io::Matrix<f32>,
+    queries: &vlc::io::Matrix<f32>,
+    metric: Metric,
+    out: &Path,
+) -> Result<vlc::io::Matrix<i64>> {
+    let t = Instant::now();
+    let source = vlc::SliceSource::new(&base.data, base.cols)?;
+    let truth = vlc::eval::ground_truth(
+        &source,
+        &queries.data,
+        100,
+        metric,
+        &CpuBackend,
+        &mut |_| {},
+    )
+    .context("computing the ground truth")?;
+    let path = out.join("groundtruth.npy");
+    crate::output::write_atomic(
+        &path,
+        &crate::output::npy_i32_ids(queries.rows, truth.k, &truth.ids),
+    )?;
+    eprintln!(
+        "no ground truth given: computed the exact {} nearest neighbours ({}) of each query in {:.1} s and wrote {}",
+        truth.k,
+        metric.name(),
+        t.elapsed().as_secs_f64(),
+        path.display()
+    );
+    Ok(vlc::io::Matrix {
+        rows: queries.rows,
+        cols: truth.k,
+        data: truth.ids.iter().map(|&i| i as i64).collect(),
+    })
+}
+
 pub fn run(a: Args) -> Result<()> {
     let base_path = pick(&a.dataset, &a.base, &["base.npy", "base.fvecs"], "base")?;
     let query_path = pick(
@@ -226,12 +271,14 @@ pub fn run(a: Args) -> Result<()> {
         &["query.npy", "queries.npy", "query.fvecs"],
         "queries",
     )?;
-    let gt_path = pick(
-        &a.dataset,
-        &a.groundtruth,
-        &["groundtruth.npy", "groundtruth.ivecs"],
-        "groundtruth",
-    )?;
+    // None: computed below, once the base is read.
+    let gt_path = a.groundtruth.clone().or_else(|| {
+        let dir = a.dataset.as_ref()?;
+        ["groundtruth.npy", "groundtruth.ivecs"]
+            .iter()
+            .map(|n| dir.join(n))
+            .find(|p| p.exists())
+    });
     let mut peer_points: Vec<Point> = Vec::new();
     for p in &a.peers {
         let text =
@@ -270,8 +317,11 @@ pub fn run(a: Args) -> Result<()> {
     }
     let queries = vlc::io::read_vectors(&query_path, Some(base.cols))
         .with_context(|| format!("reading {}", query_path.display()))?;
-    let truth =
-        vlc::io::read_ids(&gt_path).with_context(|| format!("reading {}", gt_path.display()))?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let truth = match &gt_path {
+        Some(p) => vlc::io::read_ids(p).with_context(|| format!("reading {}", p.display()))?,
+        None => computed_truth(&base, &queries, a.metric, &a.out)?,
+    };
     if truth.rows != queries.rows {
         bail!(
             "ground truth has {} rows for {} queries",
@@ -279,7 +329,6 @@ pub fn run(a: Args) -> Result<()> {
             queries.rows
         );
     }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(a.search_threads)
         .build()?;

@@ -1,7 +1,7 @@
 use crate::backend::{with_search, Search, SearchBackend};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 use vlc::eval::recall_at;
 use vlc::{Index, SearchParams};
@@ -13,15 +13,23 @@ use vlc::{Index, SearchParams};
 /// with k = 100 (untimed, for recall@100). Recall@k is the mean fraction of the true k nearest
 /// neighbours found among the k returned.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("truth").required(true).args(["groundtruth", "base"])))]
 pub struct Args {
     /// Index file.
     pub index: PathBuf,
     /// Query vectors (.npy, .fvecs, .bvecs).
     #[arg(long)]
     pub queries: PathBuf,
-    /// Exact neighbours of each query, nearest first (.npy int32/int64 or .ivecs).
+    /// Exact neighbours of each query, nearest first (.npy int32/int64 or .ivecs; `vlc
+    /// groundtruth` makes one).
     #[arg(long)]
-    pub groundtruth: PathBuf,
+    pub groundtruth: Option<PathBuf>,
+    /// Instead of --groundtruth: the vectors the index was built from (the file given to `vlc
+    /// build`, row i = id i), to compute the exact neighbours from first (as `vlc groundtruth`
+    /// does, with the index's metric). The index must hold exactly those rows: nothing added
+    /// or removed since.
+    #[arg(long)]
+    pub base: Option<PathBuf>,
     /// Lists to probe, comma separated (values above the index's anchor count are measured
     /// once, at that count: every list).
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128])]
@@ -174,21 +182,62 @@ pub fn print_table(points: &[EvalPoint]) {
     }
 }
 
+/// Ground truth for `vlc eval --base`: the exact 100 nearest rows of `base` (fewer if it has
+/// fewer) for each query, by the index's metric. The index's ids must be the rows of `base`.
+fn truth_from_base(
+    index: &Index,
+    base: &Path,
+    queries: &Path,
+    quiet: bool,
+) -> Result<vlc::io::Matrix<i64>> {
+    let rows = vlc::io::VectorFile::open(base, Some(index.dim()))
+        .with_context(|| format!("reading {}", base.display()))?
+        .rows();
+    if rows != index.len() || index.next_id() as usize != rows {
+        bail!(
+            "{} has {rows} rows, but the index holds {} vectors with ids below {}: --base must \
+             be the file the index was built from (row i = id i), with nothing added or \
+             removed since (for other indexes, give --groundtruth in the ids the index uses)",
+            base.display(),
+            index.len(),
+            index.next_id()
+        );
+    }
+    if !quiet {
+        eprintln!(
+            "computing the exact neighbours of the queries among the {rows} vectors of {} ({})",
+            base.display(),
+            index.metric().name()
+        );
+    }
+    let (truth, _, _) =
+        super::groundtruth::compute(base, queries, Some(index.dim()), 100, index.metric(), quiet)?;
+    Ok(vlc::io::Matrix {
+        rows: truth.ids.len() / truth.k,
+        cols: truth.k,
+        data: truth.ids.iter().map(|&i| i as i64).collect(),
+    })
+}
+
 pub fn run(a: Args) -> Result<()> {
     let (index, queries) = super::open_with_queries(&a.index, a.view, &a.queries)?;
-    let truth = vlc::io::read_ids(&a.groundtruth)
-        .with_context(|| format!("reading {}", a.groundtruth.display()))?;
+    let truth = match (&a.groundtruth, &a.base) {
+        (Some(path), _) => {
+            vlc::io::read_ids(path).with_context(|| format!("reading {}", path.display()))?
+        }
+        (None, Some(base)) => truth_from_base(&index, base, &a.queries, a.json)?,
+        (None, None) => bail!("give --groundtruth or --base"),
+    };
     if truth.rows != queries.rows {
         bail!(
-            "{} has {} rows but there are {} queries",
-            a.groundtruth.display(),
+            "the ground truth has {} rows but there are {} queries",
             truth.rows,
             queries.rows
         );
     }
     if truth.cols < 10.min(index.len()) {
         bail!(
-            "ground truth has {} neighbours per query; eval needs at least 10",
+            "ground truth has {} neighbours per query; eval needs at least 10 (`vlc groundtruth -k`)",
             truth.cols
         );
     }

@@ -5,6 +5,7 @@ mod bench;
 mod build;
 mod demo;
 mod eval;
+mod groundtruth;
 mod info;
 mod remove;
 mod search;
@@ -26,6 +27,8 @@ pub enum Command {
     Search(search::Args),
     /// Measure recall@1/10/100 and queries per second against ground truth over an nprobe sweep.
     Eval(eval::Args),
+    /// Compute exact nearest neighbours of queries among base vectors (ground truth for eval and bench).
+    Groundtruth(groundtruth::Args),
     /// Show what is inside an index file.
     Info(info::Args),
     /// Compare anchor training on CUDA and the CPU on synthetic data (times, energy, speedup).
@@ -48,6 +51,7 @@ pub fn run(command: Command) -> Result<()> {
         Command::Remove(a) => remove::run(a),
         Command::Search(a) => search::run(a),
         Command::Eval(a) => eval::run(a),
+        Command::Groundtruth(a) => groundtruth::run(a),
         Command::Info(a) => info::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
