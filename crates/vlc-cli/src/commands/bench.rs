@@ -73,6 +73,8 @@ pub struct Args {
     /// `vlc build --codec C [--refine R]` makes with its defaults.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Distance of every build and of the ground truth: l2, or cosine (vectors and queries
+    /// scaled to unit length, as `vlc build --metric cosine`).
     #[arg(long, default_value = "l2")]
     pub metric: Metric,
     /// Threads for searching (timed).

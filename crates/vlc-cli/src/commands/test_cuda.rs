@@ -8,8 +8,10 @@ use vlc::{Backend, CpuBackend};
 /// Small: 1,000 x 64, 32 anchors. --large: 10,000 x 128, 256 anchors. 30 iterations each.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The larger problem: 10,000 x 128 vectors, 256 anchors (else 1,000 x 64, 32 anchors).
     #[arg(long)]
     pub large: bool,
+    /// Print the comparison as JSON.
     #[arg(long)]
     pub json: bool,
 }

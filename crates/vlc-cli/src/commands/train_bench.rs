@@ -9,22 +9,26 @@ use vlc::train::{train_anchors, TrainParams};
 pub struct Args {
     /// Input vectors (.npy, .fvecs, ...).
     pub input: PathBuf,
+    /// Anchors to train.
     #[arg(long, default_value_t = 4096)]
     pub anchors: usize,
     /// Iterations (all of them run: convergence does not stop early).
     #[arg(long, default_value_t = 20)]
     pub iterations: usize,
+    /// Where training runs: cpu, cuda, wgpu, or auto (a GPU that works, else cpu).
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: crate::backend::BackendChoice,
     /// Train on a sample of at most this many points per anchor instead of every point.
     #[arg(long)]
     pub max_points_per_anchor: Option<usize>,
+    /// Seed of the k-means++ seeding and the sample.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Train once untimed first (GPU libraries load their kernels on first use; PyTorch's
     /// timings in bench/gpu_bench.py exclude its warm-up the same way).
     #[arg(long)]
     pub warmup: bool,
+    /// Print the timing as JSON.
     #[arg(long)]
     pub json: bool,
 }
