@@ -16,6 +16,13 @@ pub enum BackendChoice {
 
 /// Open the chosen backend; `auto` falls back to the CPU and says why on stderr.
 pub fn open(choice: BackendChoice, quiet: bool) -> Result<Box<dyn Backend>> {
+    open_with(choice, quiet, false)
+}
+
+/// [`open`], with CUDA's GEMMs in FP32 when `fp32` (else its default, TF32 and FP16 where
+/// they rank well enough: `VLC_CUDA_PRECISION`).
+pub fn open_with(choice: BackendChoice, quiet: bool, fp32: bool) -> Result<Box<dyn Backend>> {
+    let open_cuda = || open_cuda_with(fp32);
     match choice {
         BackendChoice::Cpu => Ok(Box::new(CpuBackend)),
         BackendChoice::Cuda => open_cuda().map_err(|e| anyhow::anyhow!("--backend cuda: {e}")),
@@ -36,13 +43,27 @@ pub fn open(choice: BackendChoice, quiet: bool) -> Result<Box<dyn Backend>> {
 
 #[cfg(feature = "cuda")]
 pub fn open_cuda() -> Result<Box<dyn Backend>> {
-    let b = vlc_cuda::CudaBackend::new(0)?;
+    open_cuda_with(false)
+}
+
+#[cfg(feature = "cuda")]
+fn open_cuda_with(fp32: bool) -> Result<Box<dyn Backend>> {
+    let b = if fp32 {
+        vlc_cuda::CudaBackend::with_precision(0, vlc_cuda::GemmPrecision::Fp32)?
+    } else {
+        vlc_cuda::CudaBackend::new(0)?
+    };
     eprintln!("backend: cuda ({})", b.device_name());
     Ok(Box::new(b))
 }
 
 #[cfg(not(feature = "cuda"))]
 pub fn open_cuda() -> Result<Box<dyn Backend>> {
+    open_cuda_with(false)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda_with(_fp32: bool) -> Result<Box<dyn Backend>> {
     anyhow::bail!("this vlc was built without the `cuda` feature")
 }
 

@@ -1025,6 +1025,24 @@ fn groundtruth_is_exact_and_feeds_eval_and_bench() {
         .assert()
         .success();
     assert_eq!(vlc::io::read_ids(&ivecs).unwrap().data, want);
+    // On a GPU the GEMM only picks candidates: the same ids. (On lavapipe, which cuts shader
+    // loops past 65,535 iterations short, its candidates are caught and measured in full.)
+    let gpu = s.p("gpu.npy");
+    let out = vlc()
+        .args(["groundtruth", "-k", "20", "--json", "--backend", "wgpu"])
+        .arg(s.p("base.npy"))
+        .arg(s.p("queries.npy"))
+        .arg("-o")
+        .arg(&gpu)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        assert_eq!(read_ids_npy(&gpu), want);
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--backend wgpu"), "{err}");
+        println!("SKIPPED groundtruth --backend wgpu: no adapter ({err})");
+    }
 
     // `vlc eval --base` computes the same truth as `--groundtruth` gives.
     let index = s.p("i.vlc");

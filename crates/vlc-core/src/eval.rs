@@ -19,6 +19,10 @@ pub struct GroundTruth {
     /// Their squared L2 distances (for the cosine metric, between the rows scaled to unit
     /// length: 2 − 2·cos). Layout: (num_queries, k), row-major.
     pub distances: Vec<f32>,
+    /// (query, block) pairs where the GEMM form's candidates could not be shown to hold the
+    /// block's share of the query's nearest rows, so that every row of the block was measured
+    /// exactly for the query (see [`ground_truth`]).
+    pub rescanned: usize,
 }
 
 /// The exact `k` nearest neighbours by squared L2 of each query (`queries`: (num_queries, dim),
@@ -29,10 +33,15 @@ pub struct GroundTruth {
 /// Each block is ranked for every query in GEMM form through `backend` (`‖q‖² − 2⟨q, x⟩ +
 /// ‖x‖²`, on rows translated by the first block's mean so that the norms stay small), which
 /// keeps the `2k + 8` nearest rows of the block; those are then measured exactly (differences
-/// squared and summed in f64) and merged into each query's list. So the order and the
-/// distances returned are the exact ones, ties going to the smaller row: the GEMM form only
-/// chooses the candidates, and its rounding would have to move a true neighbour past `k + 8`
-/// others of its block to lose it.
+/// squared and summed in f64) and merged into each query's list, ties going to the smaller row.
+/// The GEMM form only chooses candidates, and the choice is checked: a row it left out has a
+/// GEMM distance at least the last candidate's, so its true distance is at least that minus
+/// the GEMM's rounding bound (`2 · max(backend.ranking_rounding(), dim · ε)` times the
+/// largest `‖q‖² + ‖x‖²` of the block). Where the query's k-th exact distance so far is not
+/// below that, every row of the block is measured exactly for that query instead, as it is
+/// where the backend returns a row twice or one outside the block ([`GroundTruth::rescanned`]
+/// counts such cases). So the lists are exact whatever the backend's GEMM precision (CPU,
+/// CUDA's TF32 or FP16, WGPU), as far as it keeps to its stated rounding.
 ///
 /// Errors: `k` = 0; an empty base set; queries not of the base's dimension, empty, or with a
 /// NaN or infinite value; a base row with one (named by row and column); more than 2³² base
@@ -96,6 +105,7 @@ pub(crate) fn ground_truth_in_blocks(
     let mut best: Vec<Vec<(f64, u32)>> = vec![Vec::with_capacity(3 * k + 8); num_queries];
     let mut block = Vec::new();
     let mut shift: Option<(Vec<f32>, Vec<f32>)> = None;
+    let mut rescanned = 0;
     progress(&BuildEvent::Stage {
         name: "exact neighbours",
         total: n,
@@ -117,20 +127,59 @@ pub(crate) fn ground_truth_in_blocks(
         let shifted_block = prepare_rows(&block, dim, false, Some(mean));
         let per_point = (2 * k + 8).min(rows);
         let near = backend.nearest_anchors(shifted_queries, &shifted_block, dim, per_point)?;
-        best.par_iter_mut().enumerate().for_each(|(i, list)| {
-            let q = &queries[i * dim..(i + 1) * dim];
-            for &j in &near.ids[i * per_point..(i + 1) * per_point] {
-                let x = &block[j as usize * dim..(j as usize + 1) * dim];
-                let d: f64 = q
+        // Bound of the GEMM form's error, per unit of ‖q‖² + ‖x‖² (translated rows).
+        let rounding =
+            2.0 * (backend.ranking_rounding() as f64).max(dim as f64 * f32::EPSILON as f64);
+        let max_norm = shifted_block
+            .chunks_exact(dim)
+            .map(|x| squared_norm(x))
+            .fold(0f64, f64::max);
+        let rescanned_now: usize = best
+            .par_iter_mut()
+            .enumerate()
+            .map(|(i, list)| {
+                let q = &queries[i * dim..(i + 1) * dim];
+                let measure = |j: usize| {
+                    (
+                        exact_distance(q, &block[j * dim..(j + 1) * dim]),
+                        (start + j) as u32,
+                    )
+                };
+                let candidates = &near.ids[i * per_point..(i + 1) * per_point];
+                let chosen: std::collections::HashSet<u32> = candidates.iter().copied().collect();
+                let valid =
+                    chosen.len() == per_point && chosen.iter().all(|&j| (j as usize) < rows);
+                if !valid {
+                    // Repeated or out-of-range rows: the backend broke its contract (seen on
+                    // a software Vulkan driver that cuts long shader loops short); measure all.
+                    list.extend((0..rows).map(measure));
+                    sort_and_keep(list, k);
+                    return 1;
+                }
+                list.extend(candidates.iter().map(|&j| measure(j as usize)));
+                sort_and_keep(list, k);
+                if per_point == rows {
+                    return 0;
+                }
+                // A row left out is at least this far (exactly) from the query.
+                let last = near.dists[i * per_point..(i + 1) * per_point]
                     .iter()
-                    .zip(x)
-                    .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
-                    .sum();
-                list.push((d, (start + j as usize) as u32));
-            }
-            list.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            list.truncate(k);
-        });
+                    .fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+                let q_norm = squared_norm(&shifted_queries[i * dim..(i + 1) * dim]);
+                let floor = last - rounding * (q_norm + max_norm);
+                if list.len() == k && list[k - 1].0 < floor {
+                    return 0;
+                }
+                list.extend(
+                    (0..rows)
+                        .filter(|&j| !chosen.contains(&(j as u32)))
+                        .map(measure),
+                );
+                sort_and_keep(list, k);
+                1
+            })
+            .sum();
+        rescanned += rescanned_now;
         progress(&BuildEvent::Advance { done: start + rows });
     }
     let ids = best
@@ -141,7 +190,31 @@ pub(crate) fn ground_truth_in_blocks(
         .iter()
         .flat_map(|l| l.iter().map(|&(d, _)| d as f32))
         .collect();
-    Ok(GroundTruth { k, ids, distances })
+    Ok(GroundTruth {
+        k,
+        ids,
+        distances,
+        rescanned,
+    })
+}
+
+/// `‖x‖²`, summed in f64.
+fn squared_norm(x: &[f32]) -> f64 {
+    x.iter().map(|&v| (v as f64).powi(2)).sum()
+}
+
+/// `‖q − x‖²`, differences and sum in f64.
+fn exact_distance(q: &[f32], x: &[f32]) -> f64 {
+    q.iter()
+        .zip(x)
+        .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+        .sum()
+}
+
+/// Sort `list` by distance, then row, and keep its first `k`.
+fn sort_and_keep(list: &mut Vec<(f64, u32)>, k: usize) {
+    list.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    list.truncate(k);
 }
 
 /// Mean over queries of |top-`at` results ∩ top-`at` ground truth| / `at`.
@@ -226,6 +299,122 @@ mod tests {
                 for (d, w) in got.distances.iter().zip(want.iter().flatten()) {
                     assert_eq!(*d, w.0 as f32);
                 }
+            }
+        }
+    }
+
+    /// A backend whose GEMM-form distances are off by up to the rounding it states (`rho` times
+    /// `‖x‖² + ‖c‖²`), as a low-precision GPU GEMM may be: it chooses its candidates by them.
+    /// With `cut`, only the first `cut` candidates are filled in and the rest are row 0 at
+    /// distance 0, as lavapipe returned them when it stopped a long shader loop.
+    struct Coarse {
+        rho: f32,
+        cut: Option<usize>,
+    }
+
+    impl Backend for Coarse {
+        fn name(&self) -> &'static str {
+            "coarse"
+        }
+        fn ranking_rounding(&self) -> f32 {
+            self.rho
+        }
+        fn nearest_anchors(
+            &self,
+            points: &[f32],
+            anchors: &[f32],
+            dim: usize,
+            per_point: usize,
+        ) -> Result<crate::backend::Nearest> {
+            let num_anchors = anchors.len() / dim;
+            let all = CpuBackend.nearest_anchors(points, anchors, dim, num_anchors)?;
+            let mut rng = crate::Rng::new(points.len() as u64);
+            let (mut ids, mut dists) = (Vec::new(), Vec::new());
+            for (i, p) in points.chunks_exact(dim).enumerate() {
+                let p_norm = crate::linalg::dot(p, p);
+                let row = &all.ids[i * num_anchors..(i + 1) * num_anchors];
+                let mut noisy: Vec<(f32, u32)> = row
+                    .iter()
+                    .zip(&all.dists[i * num_anchors..(i + 1) * num_anchors])
+                    .map(|(&j, &d)| {
+                        let c = &anchors[j as usize * dim..(j as usize + 1) * dim];
+                        let scale = self.rho * (p_norm + crate::linalg::dot(c, c));
+                        (d + scale * (rng.next_f64() as f32 * 2.0 - 1.0), j)
+                    })
+                    .collect();
+                noisy.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                if let Some(cut) = self.cut {
+                    noisy[cut..].iter_mut().for_each(|p| *p = (0.0, 0));
+                }
+                ids.extend(noisy[..per_point].iter().map(|p| p.1));
+                dists.extend(noisy[..per_point].iter().map(|p| p.0.max(0.0)));
+            }
+            Ok(crate::backend::Nearest {
+                per_point,
+                ids,
+                dists,
+                resident: None,
+            })
+        }
+        fn accumulate(
+            &self,
+            points: &[f32],
+            dim: usize,
+            assignment: &[u32],
+            dists: &[f32],
+            thresholds: &[f32],
+        ) -> Result<crate::backend::AnchorSums> {
+            CpuBackend.accumulate(points, dim, assignment, dists, thresholds)
+        }
+        fn update(
+            &self,
+            anchors: &mut [f32],
+            dim: usize,
+            sums: &crate::backend::AnchorSums,
+            step: f32,
+        ) -> Result<()> {
+            CpuBackend.update(anchors, dim, sums, step)
+        }
+    }
+
+    #[test]
+    fn candidates_of_a_coarse_gemm_are_checked_and_the_truth_stays_exact() {
+        let dim = 16;
+        let base = crate::synthetic::clustered(2000, dim, 10, 0.5, 5);
+        let queries = crate::synthetic::queries_near(&base, dim, 30, 0.1, 6);
+        let source = SliceSource::new(&base, dim).unwrap();
+        let want = brute_force(&base, &queries, dim, 10);
+        let want_ids: Vec<u32> = want.iter().flatten().map(|p| p.1).collect();
+        let coarse = Coarse {
+            rho: 0.05,
+            cut: None,
+        };
+        let cut = Coarse {
+            rho: f32::EPSILON,
+            cut: Some(3),
+        };
+        for (backend, name) in [
+            (&coarse as &dyn Backend, "coarse"),
+            (&cut, "cut"),
+            (&CpuBackend, "cpu"),
+        ] {
+            let got = ground_truth_in_blocks(
+                &source,
+                &queries,
+                10,
+                Metric::L2,
+                backend,
+                256,
+                &mut |_| {},
+            )
+            .unwrap();
+            assert_eq!(got.ids, want_ids, "{name}");
+            match name {
+                // Its candidates miss neighbours often enough that the check must catch them.
+                "coarse" => assert!(got.rescanned > 0),
+                // Every (query, block) pair has row 0 repeated: all 30 x 8 are measured in full.
+                "cut" => assert_eq!(got.rescanned, 30 * 8),
+                _ => assert_eq!(got.rescanned, 0),
             }
         }
     }

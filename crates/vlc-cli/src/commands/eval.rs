@@ -210,8 +210,15 @@ fn truth_from_base(
             index.metric().name()
         );
     }
-    let (truth, _, _) =
-        super::groundtruth::compute(base, queries, Some(index.dim()), 100, index.metric(), quiet)?;
+    let (truth, _, _) = super::groundtruth::compute(
+        base,
+        queries,
+        Some(index.dim()),
+        100,
+        index.metric(),
+        &vlc::CpuBackend,
+        quiet,
+    )?;
     Ok(vlc::io::Matrix {
         rows: truth.ids.len() / truth.k,
         cols: truth.k,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use vlc::eval::ground_truth;
 use vlc::io::{npy_bytes, NpyType, VectorFile};
-use vlc::{CpuBackend, Metric};
+use vlc::Metric;
 
 /// Compute exact nearest neighbours (ground truth) of queries among base vectors, for `vlc
 /// eval --groundtruth` and `vlc bench` on your own data.
@@ -40,6 +40,11 @@ pub struct Args {
     /// Dimension (required for raw f32 input; checked for the other formats).
     #[arg(long)]
     pub dim: Option<usize>,
+    /// Where the distances run: cpu (all --threads threads), cuda (FP32 GEMMs), wgpu, or auto
+    /// (a GPU that works, else cpu). The result is the same: the GEMM only picks candidates
+    /// (its rounding checked), and the CPU measures them in double precision.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: crate::backend::BackendChoice,
     /// Print a JSON summary instead of text.
     #[arg(long)]
     pub json: bool,
@@ -109,6 +114,7 @@ pub fn compute(
     dim: Option<usize>,
     k: usize,
     metric: Metric,
+    backend: &dyn vlc::Backend,
     quiet: bool,
 ) -> Result<(vlc::eval::GroundTruth, vlc::io::Matrix<f32>, usize)> {
     let source =
@@ -116,7 +122,7 @@ pub fn compute(
     let queries_m = vlc::io::read_vectors(queries, Some(source.cols()))
         .with_context(|| format!("reading {}", queries.display()))?;
     let mut progress = BuildProgress::new(!quiet);
-    let truth = ground_truth(&source, &queries_m.data, k, metric, &CpuBackend, &mut |e| {
+    let truth = ground_truth(&source, &queries_m.data, k, metric, backend, &mut |e| {
         progress.handle(e)
     })
     .with_context(|| {
@@ -135,9 +141,18 @@ pub fn run(a: Args) -> Result<()> {
     if a.k == 0 {
         bail!("-k 0 is out of range: ask for at least 1 neighbour per query");
     }
+    let quiet = a.quiet || a.json;
+    let backend = crate::backend::open_with(a.backend, quiet, true)?;
     let start = Instant::now();
-    let (truth, queries, num_base) =
-        compute(&a.base, &a.queries, a.dim, a.k, a.metric, a.quiet || a.json)?;
+    let (truth, queries, num_base) = compute(
+        &a.base,
+        &a.queries,
+        a.dim,
+        a.k,
+        a.metric,
+        backend.as_ref(),
+        quiet,
+    )?;
     let seconds = start.elapsed().as_secs_f64();
     let dist_path = a.output.with_extension("distances.npy");
     let ids = id_file_bytes(format, queries.rows, truth.k, &truth.ids, num_base)?;
@@ -151,7 +166,8 @@ pub fn run(a: Args) -> Result<()> {
             "base": a.base, "queries": a.queries, "vectors": num_base, "dim": queries.cols,
             "num_queries": queries.rows, "metric": a.metric.name(), "k": truth.k,
             "seconds": seconds, "ids": a.output, "distances": dist_path,
-            "threads": rayon::current_num_threads(),
+            "threads": rayon::current_num_threads(), "rescanned": truth.rescanned,
+            "backend": backend.name(),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
@@ -162,12 +178,13 @@ pub fn run(a: Args) -> Result<()> {
             );
         }
         println!(
-            "exact {} nearest neighbours ({}) of {} queries among {} vectors ({}-d) in {seconds:.2} s on {} thread(s)",
+            "exact {} nearest neighbours ({}) of {} queries among {} vectors ({}-d) in {seconds:.2} s ({}, {} thread(s))",
             truth.k,
             a.metric.name(),
             queries.rows,
             num_base,
             queries.cols,
+            backend.name(),
             rayon::current_num_threads()
         );
         println!(
