@@ -132,7 +132,7 @@ pub(crate) fn ground_truth_in_blocks(
             2.0 * (backend.ranking_rounding() as f64).max(dim as f64 * f32::EPSILON as f64);
         let max_norm = shifted_block
             .chunks_exact(dim)
-            .map(|x| squared_norm(x))
+            .map(squared_norm)
             .fold(0f64, f64::max);
         let rescanned_now: usize = best
             .par_iter_mut()
