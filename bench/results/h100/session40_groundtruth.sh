@@ -17,7 +17,7 @@ q = x[r.integers(0, 1_000_000, 10_000)] + 0.3 * r.standard_normal((10_000, 384))
 q /= np.linalg.norm(q, axis=1, keepdims=True)
 np.save(sys.argv[1] + "/base.npy", x); np.save(sys.argv[1] + "/query.npy", q)
 PY
-run() { echo "\$ vlc groundtruth $1/base.npy $1/query.npy -o $2.npy --backend $3"; /usr/bin/time -f "  %e s wall, %M KB peak" vlc groundtruth $1/base.npy $1/query.npy -o $T/$2.npy --backend $3 --json 2>&1 | grep -E '"seconds"|"rescanned"|"backend"|wall|rror'; }
+run() { echo "\$ vlc groundtruth $1/base.npy $1/query.npy -o $2.npy --backend $3"; timeout 150 /usr/bin/time -f "  %e s wall, %M KB peak" vlc groundtruth $1/base.npy $1/query.npy -o $T/$2.npy --backend $3 --json 2>&1 | grep -E '"seconds"|"rescanned"|"backend"|wall|rror'; }
 for set in dev big; do
   D=$G; [ $set = big ] && D=$T
   echo "== $set set"
