@@ -1,8 +1,8 @@
 # Session 40 device script: `vlc groundtruth` on the GPU against the CPU (all cores) and PyTorch, on
 # the dev set and on 1,000,000 x 384 synthetic vectors. Carry: .carry/gt (vlc.xz, base.npy and
-# query.npy of the dev set) and .gl. Usage: bash bench/results/h100/session40_groundtruth.sh COMMIT
+# the first 3,000 queries of the dev set as query.npy; base.npy as base.npy.xz) and .gl. Usage: bash bench/results/h100/session40_groundtruth.sh COMMIT
 set -u
-G=.carry/gt; xz -dkf $G/vlc.xz; chmod +x $G/vlc; export PATH=$PWD/$G:$PATH
+G=.carry/gt; xz -dkf $G/vlc.xz; xz -dkf $G/base.npy.xz; chmod +x $G/vlc; export PATH=$PWD/$G:$PATH
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig >/dev/null; export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "$(nproc) CPU cores; vlc built from $1"
