@@ -32,7 +32,7 @@ pub struct GroundTruth {
 ///
 /// Each block is ranked for every query in GEMM form through `backend` (`‖q‖² − 2⟨q, x⟩ +
 /// ‖x‖²`, on rows translated by the first block's mean so that the norms stay small), which
-/// keeps the `2k + 8` nearest rows of the block; those are then measured exactly (differences
+/// keeps the `k + k/4 + 8` nearest rows of the block; those are then measured exactly (differences
 /// squared and summed in f64) and merged into each query's list, ties going to the smaller row.
 /// The GEMM form only chooses candidates, and the choice is checked: a row it left out has a
 /// GEMM distance at least the last candidate's, so its true distance is at least that minus
@@ -102,7 +102,7 @@ pub(crate) fn ground_truth_in_blocks(
         centre: None,
     };
     // Each query's nearest rows so far: (exact squared distance, row), sorted.
-    let mut best: Vec<Vec<(f64, u32)>> = vec![Vec::with_capacity(3 * k + 8); num_queries];
+    let mut best: Vec<Vec<(f64, u32)>> = vec![Vec::with_capacity(2 * k + k / 4 + 8); num_queries];
     let mut block = Vec::new();
     let mut shift: Option<(Vec<f32>, Vec<f32>)> = None;
     let mut rescanned = 0;
@@ -125,7 +125,7 @@ pub(crate) fn ground_truth_in_blocks(
             (mean, q)
         });
         let shifted_block = prepare_rows(&block, dim, false, Some(mean));
-        let per_point = (2 * k + 8).min(rows);
+        let per_point = (k + k / 4 + 8).min(rows);
         let near = backend.nearest_anchors(shifted_queries, &shifted_block, dim, per_point)?;
         // Bound of the GEMM form's error, per unit of ‖q‖² + ‖x‖² (translated rows).
         let rounding =
