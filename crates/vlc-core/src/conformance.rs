@@ -29,6 +29,12 @@ pub fn check_nearest(backend: &dyn Backend) {
             (513, 33, 1),
             (130, 131, 1),
             (200, 64, 8),
+            // Several picks per point (CUDA selects 8 to 256 by radix passes): more picks
+            // than a warp's lanes, and many of them: 200 of 230 anchors, as many as lavapipe
+            // (where CI runs WGPU) lets WGPU's selection loop (picks x anchors iterations)
+            // run before it stops it.
+            (40, 300, 40),
+            (9, 230, 200),
         ]
         .iter()
         .flat_map(|shape| [(shape, false), (shape, true)])
@@ -47,6 +53,20 @@ pub fn check_nearest(backend: &dyn Backend) {
             assert_eq!(got.ids.len(), n * m);
             for i in 0..n {
                 let p = &points[i * dim..(i + 1) * dim];
+                // Each anchor once, nearest first.
+                let row = &got.ids[i * m..(i + 1) * m];
+                let distinct: std::collections::HashSet<u32> = row.iter().copied().collect();
+                assert_eq!(
+                    distinct.len(),
+                    m,
+                    "dim {dim} n {n} k {k}: an anchor picked twice"
+                );
+                assert!(
+                    got.dists[i * m..(i + 1) * m]
+                        .windows(2)
+                        .all(|w| w[0] <= w[1]),
+                    "dim {dim} n {n} k {k}: distances out of order"
+                );
                 let mut want: Vec<(f64, u32)> = (0..k)
                     .map(|a| (naive_dist(p, &anchors[a * dim..(a + 1) * dim]), a as u32))
                     .collect();

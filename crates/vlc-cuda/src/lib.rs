@@ -69,6 +69,7 @@ fn err(reason: impl std::fmt::Display) -> VlcError {
 struct Kernels {
     row_norms: CudaFunction,
     nearest_from_dots: CudaFunction,
+    nearest_radix_from_dots: CudaFunction,
     nearest1_from_dots: CudaFunction,
     to_half: CudaFunction,
     anchor_drift: CudaFunction,
@@ -482,6 +483,11 @@ const CHECKED_ALLOCATION: usize = 64 << 20;
 /// seeding-size shapes still take `nearest_direct`, which this limit does not gate).
 const BOUNDED_MIN_WORK: usize = 1 << 31;
 
+/// Picks per point that `nearest_radix_from_dots` selects (4 histogram passes, a gather and a
+/// rank in shared memory) instead of `nearest_from_dots` (one scan of the row per pick): from 8,
+/// where the scans start to cost more, up to its buffers' `RADIX_MAX_PICKS` (256).
+const RADIX_PICKS: std::ops::RangeInclusive<usize> = 8..=256;
+
 impl CudaBackend {
     /// Open device `ordinal` with the mixed TF32 / FP16 assignment GEMMs
     /// (`VLC_CUDA_PRECISION=fp32|tf32|fp16|mixed` selects another).
@@ -538,6 +544,7 @@ impl CudaBackend {
             &[
                 "row_norms",
                 "nearest_from_dots",
+                "nearest_radix_from_dots",
                 "nearest1_from_dots",
                 "to_half",
                 "anchor_drift",
@@ -564,6 +571,7 @@ impl CudaBackend {
         let anchor_drift = f.pop().unwrap();
         let to_half = f.pop().unwrap();
         let nearest1_from_dots = f.pop().unwrap();
+        let nearest_radix_from_dots = f.pop().unwrap();
         let nearest_from_dots = f.pop().unwrap();
         let row_norms = f.pop().unwrap();
         let mut f = load(
@@ -640,6 +648,7 @@ impl CudaBackend {
             kernels: Kernels {
                 row_norms,
                 nearest_from_dots,
+                nearest_radix_from_dots,
                 nearest1_from_dots,
                 to_half,
                 anchor_drift,
@@ -2092,6 +2101,9 @@ impl Backend for CudaBackend {
             let r_i32 = rows as i32;
             let mut launch = if per_point == 1 {
                 self.stream.launch_builder(&self.kernels.nearest1_from_dots)
+            } else if RADIX_PICKS.contains(&per_point) {
+                self.stream
+                    .launch_builder(&self.kernels.nearest_radix_from_dots)
             } else {
                 self.stream.launch_builder(&self.kernels.nearest_from_dots)
             };
@@ -2105,9 +2117,11 @@ impl Backend for CudaBackend {
                 launch.arg(&m_i32);
             }
             launch.arg(&mut out_ids).arg(&mut out_d);
-            // SAFETY: nearest_from_dots (nearest1_from_dots: per_point = 1, no per_point
-            // argument) reads rows·k dots, rows norms, k norms and writes rows·per_point ids and
-            // distances; every slice has at least that length.
+            // SAFETY: nearest_from_dots and nearest_radix_from_dots (nearest1_from_dots:
+            // per_point = 1, no per_point argument) read rows·k dots, rows norms, k norms and
+            // write rows·per_point ids and distances; every slice has at least that length. The
+            // radix kernel's shared buffers hold RADIX_PICKS' largest per_point for each of the
+            // 8 warps of launch_warps' blocks.
             unsafe { launch.launch(Self::launch_warps(rows)) }.map_err(err)?;
             start += rows;
         }

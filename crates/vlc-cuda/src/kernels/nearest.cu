@@ -53,6 +53,99 @@ extern "C" __global__ void nearest_from_dots(const float* __restrict__ dots, con
     }
 }
 
+// The per_point smallest as nearest_from_dots gives them (same distances, order and tie rule),
+// for 8 <= per_point <= RADIX_MAX_PICKS, by radix selection instead of one scan per pick: four
+// passes over the row build 256-bin histograms of the distance's bits (a non-negative float's
+// bits order as the float does) and narrow down the per_point-th smallest, T; a fifth pass
+// gathers in id order everything below T and the first ties at T, in shared memory; the warp
+// then ranks them (by distance, then id) and writes each to its place. One warp per row, 8 warps
+// per block (launch_warps).
+#define RADIX_MAX_PICKS 256
+#define RADIX_WARPS 8
+
+__device__ __forceinline__ unsigned int dist_key(const float* row, const float* c_norms, float xn, int j) {
+    // fmaxf(., 0) may give -0: clear the sign so that equal distances have equal keys.
+    return __float_as_uint(fmaxf(xn - 2.f * row[j] + c_norms[j], 0.f)) & 0x7fffffffu;
+}
+
+extern "C" __global__ void nearest_radix_from_dots(const float* __restrict__ dots, const float* __restrict__ x_norms,
+                                                   const float* __restrict__ c_norms, int rows, int num_anchors,
+                                                   int per_point, unsigned int* __restrict__ out_ids,
+                                                   float* __restrict__ out_dists) {
+    __shared__ unsigned int hist[RADIX_WARPS][256];
+    __shared__ unsigned int pick_key[RADIX_WARPS][RADIX_MAX_PICKS];
+    __shared__ unsigned int pick_id[RADIX_WARPS][RADIX_MAX_PICKS];
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int w = threadIdx.x >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= rows) return;  // whole warps leave together (rows are per warp)
+    const float* row = dots + (size_t)warp * num_anchors;
+    float xn = x_norms[warp];
+    unsigned int* h = hist[w];
+    // Narrow the threshold down 8 bits at a time: prefix holds the bits found so far; `need` is
+    // how many of the keys matching the prefix still belong to the picks.
+    unsigned int prefix = 0;
+    int need = per_point;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = lane; b < 256; b += 32) h[b] = 0;
+        __syncwarp();
+        unsigned int high_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+        for (int j = lane; j < num_anchors; j += 32) {
+            unsigned int key = dist_key(row, c_norms, xn, j);
+            if ((key & high_mask) == prefix) atomicAdd(&h[(key >> shift) & 255u], 1u);
+        }
+        __syncwarp();
+        // Lane 0 finds the digit where the running count reaches `need`.
+        unsigned int digit = 0;
+        int before = 0;
+        if (lane == 0) {
+            int sum = 0;
+            for (int b = 0; b < 256; ++b) {
+                int c = (int)h[b];
+                if (sum + c >= need) { digit = (unsigned int)b; before = sum; break; }
+                sum += c;
+            }
+        }
+        digit = __shfl_sync(0xffffffff, digit, 0);
+        before = __shfl_sync(0xffffffff, before, 0);
+        prefix |= digit << shift;
+        need -= before;
+        __syncwarp();
+    }
+    // prefix = T; per_point - need keys lie below it, and the first `need` ties at T (by id) join.
+    unsigned int lower = 1u << lane;
+    lower -= 1u;
+    int written = 0, ties = 0;
+    for (int base = 0; base < num_anchors; base += 32) {
+        int j = base + lane;
+        unsigned int key = j < num_anchors ? dist_key(row, c_norms, xn, j) : 0xffffffffu;
+        bool below = j < num_anchors && key < prefix;
+        bool tie = j < num_anchors && key == prefix;
+        unsigned int tie_mask = __ballot_sync(0xffffffff, tie);
+        bool take = below || (tie && ties + __popc(tie_mask & lower) < need);
+        unsigned int take_mask = __ballot_sync(0xffffffff, take);
+        if (take) {
+            int at = written + __popc(take_mask & lower);
+            pick_key[w][at] = key;
+            pick_id[w][at] = (unsigned int)j;
+        }
+        written += __popc(take_mask);
+        ties += __popc(tie_mask);
+    }
+    __syncwarp();
+    // Rank each pick by (distance, id): keys and ids are distinct pairs, so ranks are a permutation.
+    for (int i = lane; i < per_point; i += 32) {
+        unsigned int key = pick_key[w][i], id = pick_id[w][i];
+        int rank = 0;
+        for (int t = 0; t < per_point; ++t) {
+            unsigned int k2 = pick_key[w][t], i2 = pick_id[w][t];
+            rank += (k2 < key || (k2 == key && i2 < id)) ? 1 : 0;
+        }
+        out_ids[(size_t)warp * per_point + rank] = id;
+        out_dists[(size_t)warp * per_point + rank] = __uint_as_float(key);
+    }
+}
+
 // The nearest anchor only (training's assignment): the same distances and tie rule as
 // nearest_from_dots, read four at a time when num_anchors is a multiple of 4 (rows are then
 // 16-byte aligned). One warp per row; within a lane ids increase, so a strict < keeps the
