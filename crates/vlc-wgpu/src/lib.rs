@@ -32,9 +32,16 @@ fn err(reason: impl std::fmt::Display) -> VlcError {
     }
 }
 
+/// Picks per point that `select_radix` selects (four histogram passes, a gather and a rank in
+/// workgroup memory) instead of `select_nearest` (one scan of the row per pick), as CUDA's
+/// `nearest_radix_from_dots`: from 8 up to its buffers' `RADIX_MAX_PICKS` (256).
+const RADIX_PICKS: std::ops::RangeInclusive<usize> = 8..=256;
+
 struct Pipelines {
     distances: wgpu::ComputePipeline,
     select: wgpu::ComputePipeline,
+    /// `select_radix`: the picks of [`RADIX_PICKS`] in a fixed number of passes.
+    select_radix: wgpu::ComputePipeline,
     /// Fused single-nearest assignment, used when `per_point == 1`: `nearest_fused_wide`
     /// (128 points per workgroup) where the adapter has the workgroup memory for it, else
     /// `nearest_fused` (64).
@@ -353,6 +360,7 @@ impl WgpuBackend {
         let pipelines = Pipelines {
             distances: pipeline(&nearest, "distances"),
             select: pipeline(&nearest, "select_nearest"),
+            select_radix: pipeline(&nearest, "select_radix"),
             fused: pipeline(&nearest, fused_entry),
             fused_rows,
             coop,
@@ -1213,9 +1221,15 @@ impl WgpuBackend {
                 .saturating_sub(128)
                 .min(65_535 * fused_rows)
         } else {
+            // select_radix runs one workgroup per row.
+            let rows_per_group = if RADIX_PICKS.contains(&per_point) {
+                1
+            } else {
+                16
+            };
             (limit / (4 * dim))
                 .min(limit / (4 * num_anchors))
-                .min(65_535 * 16)
+                .min(65_535 * rows_per_group)
         }
         .max(1);
         if !fused && num_anchors.div_ceil(16) > 65_535 {
@@ -1313,17 +1327,16 @@ impl WgpuBackend {
                         num_anchors.div_ceil(16) as u32,
                         rows.div_ceil(16) as u32,
                     );
+                    let (select, groups) = if RADIX_PICKS.contains(&per_point) {
+                        (&self.pipelines.select_radix, rows)
+                    } else {
+                        (&self.pipelines.select, rows.div_ceil(64))
+                    };
                     let g2 = self.bind(
-                        &self.pipelines.select,
+                        select,
                         &[(0, &params), (3, &tile), (4, &out_ids), (5, &out_dists)],
                     );
-                    self.dispatch(
-                        &mut encoder,
-                        &self.pipelines.select,
-                        &g2,
-                        rows.div_ceil(64) as u32,
-                        1,
-                    );
+                    self.dispatch(&mut encoder, select, &g2, groups as u32, 1);
                     _tile = tile;
                 }
             }

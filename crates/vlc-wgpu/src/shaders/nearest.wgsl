@@ -77,6 +77,134 @@ fn select_nearest(@builtin(global_invocation_id) g: vec3<u32>) {
     }
 }
 
+// select_radix: the per_point smallest as select_nearest gives them (same order, ties to the
+// smaller id), for 8 <= per_point <= 256, in a fixed number of passes over the row instead of
+// one scan per pick (as CUDA's nearest_radix_from_dots). One workgroup per row: four passes
+// build 256-bin histograms of the distance's bits (a non-negative float's bits order as the
+// float does) and narrow down the per_point-th smallest, T; each invocation then counts the
+// ties at T in its contiguous share of the row, so that the first ones by id can be taken; the
+// picks are gathered below RADIX_MAX_PICKS and ranked by (distance, id). Each invocation loops
+// about 6 x num_anchors / 64 + per_point^2 / 64 times (a software driver like lavapipe, which
+// stops a loop after 65,535 iterations, cut select_nearest's per_point x num_anchors short).
+
+const RADIX_MAX_PICKS: u32 = 256u;
+var<workgroup> r_hist: array<atomic<u32>, 256>;
+var<workgroup> r_ties: array<u32, 64>;
+var<workgroup> r_pick_key: array<u32, 256>;
+var<workgroup> r_pick_id: array<u32, 256>;
+var<workgroup> r_digit: u32;
+var<workgroup> r_before: u32;
+var<workgroup> r_written: atomic<u32>;
+
+fn radix_key(row: u32, j: u32) -> u32 {
+    // Distances are sums of squares (>= 0); clearing the sign bit makes -0 and +0 one key.
+    return bitcast<u32>(tile[row * p.num_anchors + j]) & 0x7fffffffu;
+}
+
+@compute @workgroup_size(64)
+fn select_radix(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l: u32) {
+    let row = wg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let n = p.num_anchors;
+    let m = p.per_point;
+    var prefix = 0u;
+    var need = m;
+    for (var round = 0u; round < 4u; round = round + 1u) {
+        let shift = 24u - 8u * round;
+        for (var b = l; b < 256u; b = b + 64u) {
+            atomicStore(&r_hist[b], 0u);
+        }
+        workgroupBarrier();
+        var high_mask = 0u;
+        if (round > 0u) {
+            high_mask = 0xffffffffu << (shift + 8u);
+        }
+        for (var j = l; j < n; j = j + 64u) {
+            let key = radix_key(row, j);
+            if ((key & high_mask) == prefix) {
+                atomicAdd(&r_hist[(key >> shift) & 255u], 1u);
+            }
+        }
+        workgroupBarrier();
+        if (l == 0u) {
+            var sum = 0u;
+            var digit = 0u;
+            var before = 0u;
+            for (var b = 0u; b < 256u; b = b + 1u) {
+                let c = atomicLoad(&r_hist[b]);
+                if (sum + c >= need) {
+                    digit = b;
+                    before = sum;
+                    break;
+                }
+                sum = sum + c;
+            }
+            r_digit = digit;
+            r_before = before;
+        }
+        workgroupBarrier();
+        prefix = prefix | (r_digit << shift);
+        need = need - r_before;
+        workgroupBarrier();
+    }
+    // prefix = T: m - need keys lie below it; the first `need` ties at T by id join them.
+    let chunk = (n + 63u) / 64u;
+    let lo = min(l * chunk, n);
+    let hi = min(lo + chunk, n);
+    var ties = 0u;
+    for (var j = lo; j < hi; j = j + 1u) {
+        if (radix_key(row, j) == prefix) {
+            ties = ties + 1u;
+        }
+    }
+    r_ties[l] = ties;
+    if (l == 0u) {
+        atomicStore(&r_written, 0u);
+    }
+    workgroupBarrier();
+    if (l == 0u) {
+        var sum = 0u;
+        for (var i = 0u; i < 64u; i = i + 1u) {
+            let c = r_ties[i];
+            r_ties[i] = sum;
+            sum = sum + c;
+        }
+    }
+    workgroupBarrier();
+    var tie_rank = r_ties[l];
+    for (var j = lo; j < hi; j = j + 1u) {
+        let key = radix_key(row, j);
+        var take = key < prefix;
+        if (key == prefix) {
+            take = tie_rank < need;
+            tie_rank = tie_rank + 1u;
+        }
+        if (take) {
+            let at = atomicAdd(&r_written, 1u);
+            r_pick_key[at] = key;
+            r_pick_id[at] = j;
+        }
+    }
+    workgroupBarrier();
+    // Rank each pick by (distance, id): the pairs are distinct, so the ranks are a permutation.
+    for (var i = l; i < m; i = i + 64u) {
+        let key = r_pick_key[i];
+        let id = r_pick_id[i];
+        var rank = 0u;
+        for (var t = 0u; t < m; t = t + 1u) {
+            let k2 = r_pick_key[t];
+            let i2 = r_pick_id[t];
+            if (k2 < key || (k2 == key && i2 < id)) {
+                rank = rank + 1u;
+            }
+        }
+        out_ids[row * m + rank] = id;
+        out_dists[row * m + rank] = bitcast<f32>(key);
+    }
+}
+
 // nearest_fused: the single nearest anchor of each point, without materialising distances
 // (per_point = 1, the training case). GEMM form ||x||^2 - 2 x.c + ||c||^2, register-blocked:
 // a workgroup of 16 x 16 invocations owns 64 points and walks over all anchors 64 at a time;
