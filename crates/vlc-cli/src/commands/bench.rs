@@ -258,11 +258,7 @@ fn computed_truth(
         t.elapsed().as_secs_f64(),
         path.display()
     );
-    Ok(vlc::io::Matrix {
-        rows: queries.rows,
-        cols: truth.k,
-        data: truth.ids.iter().map(|&i| i as i64).collect(),
-    })
+    Ok(super::groundtruth::id_matrix(&truth))
 }
 
 pub fn run(a: Args) -> Result<()> {

@@ -219,11 +219,7 @@ fn truth_from_base(
         &vlc::CpuBackend,
         quiet,
     )?;
-    Ok(vlc::io::Matrix {
-        rows: truth.ids.len() / truth.k,
-        cols: truth.k,
-        data: truth.ids.iter().map(|&i| i as i64).collect(),
-    })
+    Ok(super::groundtruth::id_matrix(&truth))
 }
 
 pub fn run(a: Args) -> Result<()> {

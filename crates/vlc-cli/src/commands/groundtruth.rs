@@ -136,6 +136,15 @@ pub fn compute(
     Ok((truth?, queries_m, source.rows()))
 }
 
+/// `truth`'s ids as the (queries, k) matrix that `vlc eval` and `vlc bench` score against.
+pub fn id_matrix(truth: &vlc::eval::GroundTruth) -> vlc::io::Matrix<i64> {
+    vlc::io::Matrix {
+        rows: truth.ids.len() / truth.k,
+        cols: truth.k,
+        data: truth.ids.iter().map(|&i| i as i64).collect(),
+    }
+}
+
 pub fn run(a: Args) -> Result<()> {
     let format = id_format(&a.output)?;
     if a.k == 0 {
