@@ -3,6 +3,7 @@
 # at nprobe 32 and 128 (one thread) of some codecs on a dataset, for this checkout and, when BASE_REV is
 # given, for that commit too (built once in a git worktree under ${TMPDIR:-/tmp}, kept for reruns).
 # Usage: bash bench/build_time.sh DATASET_DIR "CODEC ..." [BASE_REV]
+# BUILD_ARGS adds build options to every build, e.g. BUILD_ARGS="--anchors 16384".
 # e.g.   bash bench/build_time.sh ../shared/data/debian-minilm "pcaq3 rabitq4 pcaq7.5" ec03b12
 set -euo pipefail
 data=${1:?usage: bench/build_time.sh DATASET_DIR "CODEC ..." [BASE_REV]}
@@ -23,8 +24,9 @@ echo "$(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 
 for codec in $codecs; do
   for entry in "${binaries[@]}"; do
     label=${entry%%:*}; vlc=${entry#*:}
-    echo "== $codec, $label: vlc build $data/base.npy --codec $codec --backend cpu; vlc eval --nprobe 32,128 --threads 1"
-    "$vlc" build "$data/base.npy" -o "$out/i.vlc" --codec "$codec" --backend cpu -q | grep -E "file|build time"
+    echo "== $codec, $label: vlc build $data/base.npy --codec $codec --backend cpu ${BUILD_ARGS:-}; vlc eval --nprobe 32,128 --threads 1"
+    # shellcheck disable=SC2086 # BUILD_ARGS is a list of options
+    "$vlc" build "$data/base.npy" -o "$out/i.vlc" --codec "$codec" --backend cpu ${BUILD_ARGS:-} -q | grep -E "file|build time"
     "$vlc" eval "$out/i.vlc" --queries "$q" --groundtruth "$data/groundtruth.npy" --nprobe 32,128 --threads 1 | tail -3
   done
 done

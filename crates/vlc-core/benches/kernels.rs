@@ -179,6 +179,23 @@ fn anchor_ranking(c: &mut Criterion) {
         })
     });
     g.finish();
+    // Many anchors (a build of 10^7 to 10^8 vectors gets 16,384 to 32,768), or a block of base
+    // rows as `vlc groundtruth` ranks them: the f32 GEMM ranks a block of anchors per call.
+    let many: Vec<f32> = (0..16384 * dim).map(|_| rng.normal() as f32).collect();
+    let points: Vec<f32> = (0..1024 * dim).map(|_| rng.normal() as f32).collect();
+    let mut g = c.benchmark_group("anchor ranking, 16384 anchors x 384");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(1024));
+    for picks in [1, 133] {
+        g.bench_function(format!("1024 points, {picks} picks, f32 anchors"), |b| {
+            b.iter(|| {
+                CpuBackend
+                    .nearest_anchors(black_box(&points), &many, dim, picks)
+                    .unwrap()
+            })
+        });
+    }
+    g.finish();
 }
 
 /// `pcaq`'s query rotation: a block of 256 queries times the (dim, dim) basis, the per-query

@@ -275,37 +275,94 @@ pub fn smallest_keys(values: &[f32], m: usize, keys: &mut Vec<u64>) {
         keys.sort_unstable();
         return;
     }
-    // Few of many: keep candidates at or below the m-th smallest value seen so far (32 values
-    // per SIMD compare), selecting down to m whenever 2m have gathered. A value above that
-    // threshold has m smaller keys before it, so it cannot be among the m smallest.
-    keys.extend(
-        values[..m]
-            .iter()
-            .enumerate()
-            .map(|(j, &v)| order_key(v, j as u32)),
-    );
-    let mut threshold = keys.iter().map(|&k| key_dist(k)).fold(f32::MIN, f32::max);
-    for start in (m..values.len()).step_by(32) {
-        let chunk = &values[start..values.len().min(start + 32)];
-        // `v < next_up(threshold)` is `v <= threshold`: ties (and −0 against +0) stay for
-        // the key comparison to decide.
-        let mut mask = crate::simd::below_mask(chunk, threshold.next_up());
-        while mask != 0 {
-            let j = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            keys.push(order_key(chunk[j], (start + j) as u32));
-            if keys.len() == 2 * m {
-                keys.select_nth_unstable(m - 1);
-                keys.truncate(m);
-                threshold = key_dist(keys[m - 1]);
-            }
+    let mut running = SmallestKeys {
+        keys: std::mem::take(keys),
+        m,
+        threshold: f32::INFINITY,
+    };
+    running.push(values, 0);
+    running.finish();
+    *keys = running.keys;
+}
+
+/// A running selection of the `m` smallest values of a row that arrives in segments (a
+/// segment's ids are its positions plus an offset), as [`order_key`]s: ties go to the smaller
+/// id, and the result does not depend on how the row was cut.
+#[derive(Clone, Debug)]
+pub struct SmallestKeys {
+    /// Candidates gathered so far, unordered until [`SmallestKeys::finish`]; at most `2m`.
+    pub keys: Vec<u64>,
+    m: usize,
+    /// Once `m` keys have gathered, the largest distance of `m` of them: a value above it has
+    /// `m` smaller keys before it, so it cannot be among the `m` smallest.
+    threshold: f32,
+}
+
+impl SmallestKeys {
+    /// An empty selection of the `m` (at least 1) smallest.
+    pub fn new(m: usize) -> Self {
+        let m = m.max(1);
+        Self {
+            keys: Vec::with_capacity(2 * m),
+            m,
+            threshold: f32::INFINITY,
         }
     }
-    if keys.len() > m {
-        keys.select_nth_unstable(m - 1);
-        keys.truncate(m);
+
+    /// Adds `values` with ids `offset`, `offset + 1`, ...
+    pub fn push(&mut self, values: &[f32], offset: u32) {
+        let m = self.m;
+        let mut start = 0;
+        while self.keys.len() < m && start < values.len() {
+            self.keys
+                .push(order_key(values[start], offset + start as u32));
+            start += 1;
+            if self.keys.len() == m {
+                self.threshold = self
+                    .keys
+                    .iter()
+                    .map(|&k| key_dist(k))
+                    .fold(f32::MIN, f32::max);
+            }
+        }
+        // Keep candidates at or below the threshold (32 values per SIMD compare), selecting
+        // down to m whenever 2m have gathered.
+        while start < values.len() {
+            let chunk = &values[start..values.len().min(start + 32)];
+            // `v < next_up(threshold)` is `v <= threshold`: ties (and −0 against +0) stay for
+            // the key comparison to decide.
+            let mut mask = crate::simd::below_mask(chunk, self.threshold.next_up());
+            while mask != 0 {
+                let j = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                self.keys
+                    .push(order_key(chunk[j], offset + (start + j) as u32));
+                if self.keys.len() == 2 * m {
+                    self.keys.select_nth_unstable(m - 1);
+                    self.keys.truncate(m);
+                    self.threshold = key_dist(self.keys[m - 1]);
+                }
+            }
+            start += chunk.len();
+        }
     }
-    keys.sort_unstable();
+
+    /// Leaves the `m` smallest keys seen (fewer if fewer came), smallest first, in
+    /// [`SmallestKeys::keys`].
+    pub fn finish(&mut self) {
+        let m = self.m;
+        if self.keys.len() > m {
+            self.keys.select_nth_unstable(m - 1);
+            self.keys.truncate(m);
+        }
+        self.keys.sort_unstable();
+    }
+
+    /// Empties the selection for another row.
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.threshold = f32::INFINITY;
+    }
 }
 
 #[cfg(test)]
@@ -434,6 +491,17 @@ mod tests {
                 let mut got = Vec::new();
                 smallest_keys(&values, m, &mut got);
                 assert_eq!(got, want, "n {n} m {m}");
+                // The same row pushed in segments of any length (ids offset by the segment's
+                // start) into one running selection.
+                let mut running = SmallestKeys::new(m);
+                for segment in [1usize, 3, 32, 33, 500] {
+                    running.clear();
+                    for (c, part) in values.chunks(segment).enumerate() {
+                        running.push(part, (c * segment) as u32);
+                    }
+                    running.finish();
+                    assert_eq!(running.keys, want, "n {n} m {m} segments of {segment}");
+                }
             }
         }
     }

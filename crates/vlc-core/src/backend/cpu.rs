@@ -6,7 +6,9 @@ use super::{
 };
 use crate::amx;
 use crate::error::Result;
-use crate::linalg::{block_rows, gemm_nt, key_id, row_norms_sq, smallest_keys};
+use crate::linalg::{
+    block_rows, dot, gemm_nt, key_dist, key_id, row_norms_sq, smallest_keys, SmallestKeys,
+};
 use rayon::prelude::*;
 
 /// Calls with fewer points rank anchors with the f32 GEMM even where an integer kernel (AMX,
@@ -46,6 +48,110 @@ fn select_smallest(
     }
 }
 
+/// Anchors per GEMM call on the f32 path. The GEMM packs both operands on every call, so a
+/// call's packing costs (rows + anchors) · dim against rows · anchors · dim multiply-adds.
+/// With the tile held near 4 MiB over all anchors at once, a call on 16,384 anchors had 64
+/// points and spent more time packing than multiplying; wider sets of anchors are now ranked
+/// a block of columns at a time, each point's picks gathered across the blocks (the bench
+/// group "anchor ranking, 16384 anchors" in `benches/kernels.rs`).
+const ANCHOR_COLUMNS: usize = 1024;
+
+/// Points per block (one task each) whose distance tile has `columns` columns: rows for a tile
+/// near 4 MiB, but fewer where that would leave threads idle (with several threads, at least
+/// two blocks per thread, of at least 64 points).
+fn point_rows(num_points: usize, columns: usize) -> usize {
+    let threads = rayon::current_num_threads();
+    let per_block = if threads > 1 {
+        num_points.div_ceil(2 * threads).max(64)
+    } else {
+        num_points
+    };
+    block_rows(columns).min(per_block)
+}
+
+/// Points and anchors per block of [`gemm_nearest`].
+fn gemm_blocks(num_points: usize, num_anchors: usize) -> (usize, usize) {
+    let columns = num_anchors.min(ANCHOR_COLUMNS);
+    (point_rows(num_points, columns), columns)
+}
+
+/// The f32 GEMM path of [`CpuBackend::nearest_anchors`]: the `per_point` nearest anchors of
+/// every point, ranked in blocks of `rows` points (one per task) by `columns` anchors (one
+/// GEMM call each), ties to the smaller id. `points`: (num_points, dim), `anchors`:
+/// (num_anchors, dim), both row-major; `anchor_norms`: num_anchors values. Returns the ids
+/// and distances, each (num_points, per_point), row-major. The GEMM gives every product the
+/// same value whatever the shape of the call it is in, so the result does not depend on
+/// `rows` or `columns` (test `column_blocks_rank_as_one_call`), nor on the thread count.
+fn gemm_nearest(
+    points: &[f32],
+    anchors: &[f32],
+    anchor_norms: &[f32],
+    dim: usize,
+    per_point: usize,
+    (rows, columns): (usize, usize),
+) -> (Vec<u32>, Vec<f32>) {
+    let num_anchors = anchor_norms.len();
+    let (rows, columns) = (rows.max(1), num_anchors.min(columns.max(1)));
+    let num_points = points.len() / dim;
+    let mut ids = vec![0u32; num_points * per_point];
+    let mut dists = vec![0f32; num_points * per_point];
+    points
+        .par_chunks(rows * dim)
+        .zip(ids.par_chunks_mut(rows * per_point))
+        .zip(dists.par_chunks_mut(rows * per_point))
+        .for_each(|((block, ids), dists)| {
+            let m = block.len() / dim;
+            let norms: Vec<f32> = block.chunks_exact(dim).map(|x| dot(x, x)).collect();
+            let mut tile = vec![0f32; m * columns];
+            // Each point's selection so far, when the anchors take more than one call.
+            let mut running = if columns < num_anchors && per_point > 1 {
+                vec![SmallestKeys::new(per_point); m]
+            } else {
+                Vec::new()
+            };
+            let mut order = Vec::new();
+            for first in (0..num_anchors).step_by(columns) {
+                let width = columns.min(num_anchors - first);
+                let tile = &mut tile[..m * width];
+                let block_anchors = &anchors[first * dim..(first + width) * dim];
+                gemm_nt(block, m, block_anchors, width, dim, tile);
+                for (i, row) in tile.chunks_exact_mut(width).enumerate() {
+                    for (d, cn) in row.iter_mut().zip(&anchor_norms[first..first + width]) {
+                        *d = (norms[i] - 2.0 * *d + cn).max(0.0);
+                    }
+                    let (ids, dists) = (
+                        &mut ids[i * per_point..(i + 1) * per_point],
+                        &mut dists[i * per_point..(i + 1) * per_point],
+                    );
+                    if width == num_anchors {
+                        select_smallest(row, per_point, ids, dists, &mut order);
+                    } else if per_point == 1 {
+                        // Strictly smaller only: blocks come in id order, so ties stay with
+                        // the smaller id.
+                        if first == 0 {
+                            (ids[0], dists[0]) = (0, f32::INFINITY);
+                        }
+                        for (j, &d) in row.iter().enumerate() {
+                            if d < dists[0] {
+                                (ids[0], dists[0]) = ((first + j) as u32, d);
+                            }
+                        }
+                    } else {
+                        running[i].push(row, first as u32);
+                    }
+                }
+            }
+            for (i, selection) in running.iter_mut().enumerate() {
+                selection.finish();
+                for (slot, &key) in selection.keys.iter().enumerate() {
+                    ids[i * per_point + slot] = key_id(key);
+                    dists[i * per_point + slot] = key_dist(key);
+                }
+            }
+        });
+    (ids, dists)
+}
+
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
         "cpu"
@@ -78,9 +184,25 @@ impl Backend for CpuBackend {
         } else {
             None
         };
+        let Some(packed) = packed else {
+            let (ids, dists) = gemm_nearest(
+                points,
+                anchors,
+                &anchor_norms,
+                dim,
+                per_point,
+                gemm_blocks(num_points, num_anchors),
+            );
+            return Ok(Nearest {
+                per_point,
+                ids,
+                dists,
+                resident: None,
+            });
+        };
         let mut ids = vec![0u32; num_points * per_point];
         let mut dists = vec![0f32; num_points * per_point];
-        let rows = block_rows(num_anchors);
+        let rows = point_rows(num_points, num_anchors);
         points
             .par_chunks(rows * dim)
             .zip(ids.par_chunks_mut(rows * per_point))
@@ -88,17 +210,8 @@ impl Backend for CpuBackend {
             .for_each(|((block, ids), dists)| {
                 let m = block.len() / dim;
                 let mut tile = Vec::new();
-                let stride = match &packed {
-                    Some(packed) => {
-                        amx::dots(block, m, packed, &mut tile);
-                        packed.stride()
-                    }
-                    None => {
-                        tile.resize(m * num_anchors, 0.0);
-                        gemm_nt(block, m, anchors, num_anchors, dim, &mut tile);
-                        num_anchors
-                    }
-                };
+                amx::dots(block, m, &packed, &mut tile);
+                let stride = packed.stride();
                 let mut order = Vec::new();
                 for i in 0..m {
                     let row = &mut tile[i * stride..i * stride + num_anchors];
@@ -175,5 +288,49 @@ impl Backend for CpuBackend {
                 }
             });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// Ranking in blocks of points and of anchors gives the picks, distances and tie order of
+    /// one GEMM over all of them, for every block shape, including blocks narrower than the
+    /// picks and anchors repeated across block boundaries (exact ties).
+    #[test]
+    fn column_blocks_rank_as_one_call() {
+        let (dim, num_points, distinct) = (19, 37, 150);
+        let mut rng = Rng::new(7);
+        let points: Vec<f32> = (0..num_points * dim).map(|_| rng.normal() as f32).collect();
+        let mut anchors: Vec<f32> = (0..distinct * dim).map(|_| rng.normal() as f32).collect();
+        // Anchors 150..300 repeat 0..150 in reverse order, so every distance occurs twice.
+        for a in (0..distinct).rev() {
+            anchors.extend_from_within(a * dim..(a + 1) * dim);
+        }
+        let num_anchors = anchors.len() / dim;
+        let norms = row_norms_sq(&anchors, dim);
+        for per_point in [1, 2, 5, 40, num_anchors] {
+            let run = |shape| gemm_nearest(&points, &anchors, &norms, dim, per_point, shape);
+            let whole = run((num_points, num_anchors));
+            for (i, picks) in whole.0.chunks_exact(per_point).enumerate() {
+                let d = &whole.1[i * per_point..(i + 1) * per_point];
+                assert!(d.windows(2).all(|w| w[0] <= w[1]), "per_point {per_point}");
+                let mut seen = picks.to_vec();
+                seen.sort_unstable();
+                seen.dedup();
+                assert_eq!(seen.len(), per_point);
+            }
+            for rows in [1, 5, 36] {
+                for columns in [1, 3, 7, 64, 149, 150, 151, num_anchors - 1, num_anchors] {
+                    assert_eq!(
+                        run((rows, columns)),
+                        whole,
+                        "per_point {per_point}, blocks of {rows} x {columns}"
+                    );
+                }
+            }
+        }
     }
 }
