@@ -130,9 +130,9 @@ pub(crate) fn ground_truth_in_blocks(
         let per_point = (k + k / 4 + 8).min(rows);
         let near = backend.nearest_anchors(shifted_queries, &shifted_block, dim, per_point)?;
         let max_norm = shifted_block
-            .chunks_exact(dim)
+            .par_chunks_exact(dim)
             .map(squared_norm)
-            .fold(0f64, f64::max);
+            .reduce(|| 0f64, f64::max);
         let rescanned_now: usize = best
             .par_iter_mut()
             .enumerate()
@@ -156,17 +156,32 @@ pub(crate) fn ground_truth_in_blocks(
                     sort_and_keep(list, k);
                     return 1;
                 }
-                list.extend(candidates.iter().map(|&j| measure(j as usize)));
+                let gemm = &near.dists[i * per_point..(i + 1) * per_point];
+                let q_norm = squared_norm(&shifted_queries[i * dim..(i + 1) * dim]);
+                // A row is at least its GEMM distance less this from the query (exactly).
+                let slack = rounding * (q_norm + max_norm);
+                // Once the list is full, a candidate that far beyond its k-th distance cannot
+                // enter it: only the others are measured (in the later blocks of a large
+                // base, most are not).
+                let kth = if list.len() == k {
+                    list[k - 1].0
+                } else {
+                    f64::INFINITY
+                };
+                list.extend(
+                    candidates
+                        .iter()
+                        .zip(gemm)
+                        .filter(|&(_, &d)| d as f64 - slack <= kth)
+                        .map(|(&j, _)| measure(j as usize)),
+                );
                 sort_and_keep(list, k);
                 if per_point == rows {
                     return 0;
                 }
                 // A row left out is at least this far (exactly) from the query.
-                let last = near.dists[i * per_point..(i + 1) * per_point]
-                    .iter()
-                    .fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-                let q_norm = squared_norm(&shifted_queries[i * dim..(i + 1) * dim]);
-                let floor = last - rounding * (q_norm + max_norm);
+                let last = gemm.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+                let floor = last - slack;
                 if list.len() == k && list[k - 1].0 < floor {
                     return 0;
                 }
