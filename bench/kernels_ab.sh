@@ -15,6 +15,10 @@ cp crates/vlc-core/benches/kernels.rs "$tree/crates/vlc-core/benches/kernels.rs"
 echo "$(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 show() { grep -E "^[a-z].*/|time:|change:|improved|regressed|No change" || true; }
 echo "== library of $base"
-(cd "$tree" && CARGO_TARGET_DIR="$here/target" cargo bench -q -p vlc-core --bench kernels -- "${args[@]}" --save-baseline base 2>&1 | show)
+# Each tree builds in its own target directory (a shared one would take the other's library for
+# fresh, by its files' times); the baseline is shared through CRITERION_HOME.
+export CRITERION_HOME="$here/target/criterion"
+[ ! -d "$CRITERION_HOME" ] || find "$CRITERION_HOME" -type d -name base -prune -exec rm -rf {} +
+(cd "$tree" && cargo bench -q -p vlc-core --bench kernels -- "${args[@]}" --save-baseline base 2>&1 | show)
 echo "== this checkout, $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes'), against it"
 cargo bench -q -p vlc-core --bench kernels -- "${args[@]}" --baseline base 2>&1 | show
