@@ -26,7 +26,20 @@ for codec in $codecs; do
     label=${entry%%:*}; vlc=${entry#*:}
     echo "== $codec, $label: vlc build $data/base.npy --codec $codec --backend cpu ${BUILD_ARGS:-}; vlc eval --nprobe 32,128 --threads 1"
     # shellcheck disable=SC2086 # BUILD_ARGS is a list of options
-    "$vlc" build "$data/base.npy" -o "$out/i.vlc" --codec "$codec" --backend cpu ${BUILD_ARGS:-} -q | grep -E "file|build time"
-    "$vlc" eval "$out/i.vlc" --queries "$q" --groundtruth "$data/groundtruth.npy" --nprobe 32,128 --threads 1 | tail -3
+    "$vlc" build "$data/base.npy" -o "$out/$label.vlc" --codec "$codec" --backend cpu ${BUILD_ARGS:-} -q | grep -E "file|build time"
+    "$vlc" eval "$out/$label.vlc" --queries "$q" --groundtruth "$data/groundtruth.npy" --nprobe 32,128 --threads 1 | tail -3
   done
+  if [ ${#binaries[@]} -eq 2 ]; then
+    # The sections before META (which holds the build report, times included) byte for byte; the
+    # header and section table hold META's checksum, so they are left out.
+    a="$out/${binaries[0]%%:*}.vlc"; b="$out/${binaries[1]%%:*}.vlc"
+    first=$("${binaries[1]#*:}" info "$b" | awk '/ offset / {print $3; exit}')
+    meta=$("${binaries[1]#*:}" info "$b" | awk '/META/ {print $3}')
+    if cmp -s <(head -c "$meta" "$a" | tail -c +$((first + 1))) <(head -c "$meta" "$b" | tail -c +$((first + 1))); then
+      echo "  the two indexes' sections before META (from byte $first) are identical"
+    else
+      echo "  the two indexes differ before META"
+    fi
+  fi
+  rm -f "$out"/*.vlc
 done
