@@ -91,7 +91,70 @@ fn gemm_nearest(
     (rows, columns): (usize, usize),
 ) -> (Vec<u32>, Vec<f32>) {
     let num_anchors = anchor_norms.len();
-    let (rows, columns) = (rows.max(1), num_anchors.min(columns.max(1)));
+    let columns = num_anchors.min(columns.max(1));
+    rank_in_blocks(points, dim, per_point, rows, |block, ids, dists| {
+        let m = block.len() / dim;
+        let norms: Vec<f32> = block.chunks_exact(dim).map(|x| dot(x, x)).collect();
+        let mut tile = vec![0f32; m * columns];
+        // Each point's selection so far, when the anchors take more than one call.
+        let mut running = if columns < num_anchors && per_point > 1 {
+            vec![SmallestKeys::new(per_point); m]
+        } else {
+            Vec::new()
+        };
+        let mut order = Vec::new();
+        for first in (0..num_anchors).step_by(columns) {
+            let width = columns.min(num_anchors - first);
+            let tile = &mut tile[..m * width];
+            let block_anchors = &anchors[first * dim..(first + width) * dim];
+            gemm_nt(block, m, block_anchors, width, dim, tile);
+            for (i, row) in tile.chunks_exact_mut(width).enumerate() {
+                for (d, cn) in row.iter_mut().zip(&anchor_norms[first..first + width]) {
+                    *d = (norms[i] - 2.0 * *d + cn).max(0.0);
+                }
+                let (ids, dists) = (
+                    &mut ids[i * per_point..(i + 1) * per_point],
+                    &mut dists[i * per_point..(i + 1) * per_point],
+                );
+                if width == num_anchors {
+                    select_smallest(row, per_point, ids, dists, &mut order);
+                } else if per_point == 1 {
+                    // Strictly smaller only: blocks come in id order, so ties stay with
+                    // the smaller id.
+                    if first == 0 {
+                        (ids[0], dists[0]) = (0, f32::INFINITY);
+                    }
+                    for (j, &d) in row.iter().enumerate() {
+                        if d < dists[0] {
+                            (ids[0], dists[0]) = ((first + j) as u32, d);
+                        }
+                    }
+                } else {
+                    running[i].push(row, first as u32);
+                }
+            }
+        }
+        for (i, selection) in running.iter_mut().enumerate() {
+            selection.finish();
+            for (slot, &key) in selection.keys.iter().enumerate() {
+                ids[i * per_point + slot] = key_id(key);
+                dists[i * per_point + slot] = key_dist(key);
+            }
+        }
+    })
+}
+
+/// Runs `rank` on blocks of `rows` points (`points`: (num_points, dim), row-major) in
+/// parallel, each with its rows of the ids and distances, each (num_points, per_point),
+/// row-major, which it returns.
+fn rank_in_blocks(
+    points: &[f32],
+    dim: usize,
+    per_point: usize,
+    rows: usize,
+    rank: impl Fn(&[f32], &mut [u32], &mut [f32]) + Sync,
+) -> (Vec<u32>, Vec<f32>) {
+    let rows = rows.max(1);
     let num_points = points.len() / dim;
     let mut ids = vec![0u32; num_points * per_point];
     let mut dists = vec![0f32; num_points * per_point];
@@ -99,56 +162,7 @@ fn gemm_nearest(
         .par_chunks(rows * dim)
         .zip(ids.par_chunks_mut(rows * per_point))
         .zip(dists.par_chunks_mut(rows * per_point))
-        .for_each(|((block, ids), dists)| {
-            let m = block.len() / dim;
-            let norms: Vec<f32> = block.chunks_exact(dim).map(|x| dot(x, x)).collect();
-            let mut tile = vec![0f32; m * columns];
-            // Each point's selection so far, when the anchors take more than one call.
-            let mut running = if columns < num_anchors && per_point > 1 {
-                vec![SmallestKeys::new(per_point); m]
-            } else {
-                Vec::new()
-            };
-            let mut order = Vec::new();
-            for first in (0..num_anchors).step_by(columns) {
-                let width = columns.min(num_anchors - first);
-                let tile = &mut tile[..m * width];
-                let block_anchors = &anchors[first * dim..(first + width) * dim];
-                gemm_nt(block, m, block_anchors, width, dim, tile);
-                for (i, row) in tile.chunks_exact_mut(width).enumerate() {
-                    for (d, cn) in row.iter_mut().zip(&anchor_norms[first..first + width]) {
-                        *d = (norms[i] - 2.0 * *d + cn).max(0.0);
-                    }
-                    let (ids, dists) = (
-                        &mut ids[i * per_point..(i + 1) * per_point],
-                        &mut dists[i * per_point..(i + 1) * per_point],
-                    );
-                    if width == num_anchors {
-                        select_smallest(row, per_point, ids, dists, &mut order);
-                    } else if per_point == 1 {
-                        // Strictly smaller only: blocks come in id order, so ties stay with
-                        // the smaller id.
-                        if first == 0 {
-                            (ids[0], dists[0]) = (0, f32::INFINITY);
-                        }
-                        for (j, &d) in row.iter().enumerate() {
-                            if d < dists[0] {
-                                (ids[0], dists[0]) = ((first + j) as u32, d);
-                            }
-                        }
-                    } else {
-                        running[i].push(row, first as u32);
-                    }
-                }
-            }
-            for (i, selection) in running.iter_mut().enumerate() {
-                selection.finish();
-                for (slot, &key) in selection.keys.iter().enumerate() {
-                    ids[i * per_point + slot] = key_id(key);
-                    dists[i * per_point + slot] = key_dist(key);
-                }
-            }
-        });
+        .for_each(|((block, ids), dists)| rank(block, ids, dists));
     (ids, dists)
 }
 
@@ -184,51 +198,41 @@ impl Backend for CpuBackend {
         } else {
             None
         };
-        let Some(packed) = packed else {
-            let (ids, dists) = gemm_nearest(
+        let (ids, dists) = match packed {
+            None => gemm_nearest(
                 points,
                 anchors,
                 &anchor_norms,
                 dim,
                 per_point,
                 gemm_blocks(num_points, num_anchors),
-            );
-            return Ok(Nearest {
-                per_point,
-                ids,
-                dists,
-                resident: None,
-            });
-        };
-        let mut ids = vec![0u32; num_points * per_point];
-        let mut dists = vec![0f32; num_points * per_point];
-        let rows = point_rows(num_points, num_anchors);
-        points
-            .par_chunks(rows * dim)
-            .zip(ids.par_chunks_mut(rows * per_point))
-            .zip(dists.par_chunks_mut(rows * per_point))
-            .for_each(|((block, ids), dists)| {
-                let m = block.len() / dim;
-                let mut tile = Vec::new();
-                amx::dots(block, m, &packed, &mut tile);
-                let stride = packed.stride();
-                let mut order = Vec::new();
-                for i in 0..m {
-                    let row = &mut tile[i * stride..i * stride + num_anchors];
-                    let x = &block[i * dim..(i + 1) * dim];
-                    let xn = crate::linalg::dot(x, x);
-                    for (d, cn) in row.iter_mut().zip(&anchor_norms) {
-                        *d = (xn - 2.0 * *d + cn).max(0.0);
+            ),
+            Some(packed) => {
+                let rows = point_rows(num_points, num_anchors);
+                rank_in_blocks(points, dim, per_point, rows, |block, ids, dists| {
+                    let m = block.len() / dim;
+                    let mut tile = Vec::new();
+                    amx::dots(block, m, &packed, &mut tile);
+                    let stride = packed.stride();
+                    let mut order = Vec::new();
+                    for i in 0..m {
+                        let row = &mut tile[i * stride..i * stride + num_anchors];
+                        let x = &block[i * dim..(i + 1) * dim];
+                        let xn = crate::linalg::dot(x, x);
+                        for (d, cn) in row.iter_mut().zip(&anchor_norms) {
+                            *d = (xn - 2.0 * *d + cn).max(0.0);
+                        }
+                        select_smallest(
+                            row,
+                            per_point,
+                            &mut ids[i * per_point..(i + 1) * per_point],
+                            &mut dists[i * per_point..(i + 1) * per_point],
+                            &mut order,
+                        );
                     }
-                    select_smallest(
-                        row,
-                        per_point,
-                        &mut ids[i * per_point..(i + 1) * per_point],
-                        &mut dists[i * per_point..(i + 1) * per_point],
-                        &mut order,
-                    );
-                }
-            });
+                })
+            }
+        };
         Ok(Nearest {
             per_point,
             ids,
