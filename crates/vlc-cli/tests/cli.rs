@@ -1038,6 +1038,26 @@ fn groundtruth_is_exact_and_feeds_eval_and_bench() {
         .unwrap();
     if out.status.success() {
         assert_eq!(read_ids_npy(&gpu), want);
+        // k 200 takes 258 candidates per block, more than WGPU's radix selection handles:
+        // the CPU ranks, says so, and the ids are the CPU's.
+        let (on_cpu, on_wgpu) = (s.p("k200_cpu.npy"), s.p("k200_wgpu.npy"));
+        for (backend, path) in [("cpu", &on_cpu), ("wgpu", &on_wgpu)] {
+            let out = vlc()
+                .args(["groundtruth", "-k", "200", "-q", "--backend", backend])
+                .arg(s.p("base.npy"))
+                .arg(s.p("queries.npy"))
+                .arg("-o")
+                .arg(path)
+                .assert()
+                .success();
+            let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+            assert_eq!(
+                err.contains("the CPU ranked the blocks"),
+                backend == "wgpu",
+                "{err}"
+            );
+        }
+        assert_eq!(read_ids_npy(&on_wgpu), read_ids_npy(&on_cpu));
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("--backend wgpu"), "{err}");

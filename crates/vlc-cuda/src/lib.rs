@@ -1938,6 +1938,12 @@ impl Backend for CudaBackend {
         }
     }
 
+    /// The radix selection's largest pick count ([`RADIX_PICKS`]); more picks scan each row
+    /// once per pick (`nearest_from_dots`).
+    fn fast_picks(&self) -> usize {
+        *RADIX_PICKS.end()
+    }
+
     fn pin<'a>(&'a self, points: &'a [f32]) -> Result<PinGuard<'a>> {
         let key = (points.as_ptr() as usize, points.len());
         let release = move || {

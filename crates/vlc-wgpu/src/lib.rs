@@ -742,6 +742,12 @@ impl Backend for WgpuBackend {
         }
     }
 
+    /// `select_radix`'s largest pick count ([`RADIX_PICKS`]); more picks scan each row once per
+    /// pick (`select_nearest`).
+    fn fast_picks(&self) -> usize {
+        *RADIX_PICKS.end()
+    }
+
     fn pin<'a>(&'a self, points: &'a [f32]) -> Result<PinGuard<'a>> {
         if (points.len() * 4) as u64 > self.max_binding() {
             // Too large for one binding: calls will stream chunks instead.

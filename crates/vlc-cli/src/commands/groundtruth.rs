@@ -176,10 +176,18 @@ pub fn run(a: Args) -> Result<()> {
             "num_queries": queries.rows, "metric": a.metric.name(), "k": truth.k,
             "seconds": seconds, "ids": a.output, "distances": dist_path,
             "threads": rayon::current_num_threads(), "rescanned": truth.rescanned,
-            "backend": backend.name(),
+            "backend": truth.ranked_by, "requested_backend": backend.name(),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
+        if truth.ranked_by != backend.name() {
+            eprintln!(
+                "note: {} candidates per query and block are more than the {} backend selects without a pass per pick ({}): the CPU ranked the blocks",
+                truth.k + truth.k / 4 + 8,
+                backend.name(),
+                backend.fast_picks()
+            );
+        }
         if truth.k < a.k {
             eprintln!(
                 "the base has {num_base} vectors: {} neighbours per query, not {}",
@@ -193,7 +201,7 @@ pub fn run(a: Args) -> Result<()> {
             queries.rows,
             num_base,
             queries.cols,
-            backend.name(),
+            truth.ranked_by,
             rayon::current_num_threads()
         );
         println!(

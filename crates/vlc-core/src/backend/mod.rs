@@ -88,6 +88,15 @@ pub trait Backend: Send + Sync {
         f32::EPSILON
     }
 
+    /// The largest `per_point` that [`nearest_anchors`](Backend::nearest_anchors) selects in a
+    /// fixed number of passes over each point's row of distances. Above it a backend may scan
+    /// the row once per pick: fine for an index's few thousand anchors, slow against rows of
+    /// tens of thousands (a ground truth's blocks of base rows). No limit by default (the CPU
+    /// keeps a running selection).
+    fn fast_picks(&self) -> usize {
+        usize::MAX
+    }
+
     /// For each point, the `per_point` nearest anchors by squared L2, nearest first, computed in
     /// GEMM form `‖x‖² − 2x·c + ‖c‖²` (clamped at 0). Ties resolve to the smaller anchor id.
     ///
