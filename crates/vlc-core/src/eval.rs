@@ -118,8 +118,8 @@ pub(crate) fn ground_truth_in_blocks(
     });
     let block_rows = block_rows.max(1);
     // A GPU's selection scans each row once per pick above its fast range, which over blocks
-    // of tens of thousands of rows takes many times the CPU's time (k 1,000 on an H200:
-    // CUDA 4.0 s against 1.1 s on 16 cores, WGPU 73 s): the CPU ranks then.
+    // of tens of thousands of rows takes many times the CPU's time (k 1,000 on an H200
+    // machine: CUDA 4.7 s and WGPU 74 s against 1.1 s on its 16 cores): the CPU ranks then.
     let backend: &dyn Backend = if (k + k / 4 + 8).min(block_rows).min(n) > backend.fast_picks() {
         &CpuBackend
     } else {
