@@ -1938,7 +1938,7 @@ impl Backend for CudaBackend {
         }
     }
 
-    /// The radix selection's largest pick count ([`RADIX_PICKS`]); more picks scan each row
+    /// The radix selection's largest pick count (`RADIX_PICKS`, 256); more picks scan each row
     /// once per pick (`nearest_from_dots`).
     fn fast_picks(&self) -> usize {
         *RADIX_PICKS.end()

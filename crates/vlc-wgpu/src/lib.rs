@@ -742,8 +742,8 @@ impl Backend for WgpuBackend {
         }
     }
 
-    /// `select_radix`'s largest pick count ([`RADIX_PICKS`]); more picks scan each row once per
-    /// pick (`select_nearest`).
+    /// `select_radix`'s largest pick count (`RADIX_PICKS`, 256); more picks scan each row once
+    /// per pick (`select_nearest`).
     fn fast_picks(&self) -> usize {
         *RADIX_PICKS.end()
     }
