@@ -42,7 +42,9 @@ pub struct Args {
     pub dim: Option<usize>,
     /// Where the distances run: cpu (all --threads threads), cuda (FP32 GEMMs), wgpu, or auto
     /// (a GPU that works, else cpu). The result is the same: the GEMM only picks candidates
-    /// (its rounding checked), and the CPU measures them in double precision.
+    /// (its rounding checked), and the CPU measures them in double precision. From -k 199 the
+    /// CPU ranks on any backend (a GPU selects at most 256 candidates per block without a pass
+    /// per pick), and says so.
     #[arg(long, value_enum, default_value = "cpu")]
     pub backend: crate::backend::BackendChoice,
     /// Print a JSON summary instead of text.
