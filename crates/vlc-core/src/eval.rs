@@ -4,7 +4,8 @@ use crate::backend::{Backend, CpuBackend};
 use crate::error::{Result, VlcError};
 use crate::index::{BuildEvent, Metric};
 use crate::vectors::{
-    column_means, prepare_rows, read_block_rows, validate_vectors, PreparedRows, VectorSource,
+    column_means, prepare_rows, prepare_rows_in_place, read_block_rows, validate_vectors,
+    PreparedRows, VectorSource,
 };
 use rayon::prelude::*;
 
@@ -74,6 +75,12 @@ pub fn ground_truth(
     )
 }
 
+/// Candidates per query that [`ground_truth`] asks its backend for from each block (fewer
+/// where the block has fewer rows): `k + k/4 + 8`.
+pub fn candidates_per_block(k: usize) -> usize {
+    k + k / 4 + 8
+}
+
 /// [`ground_truth`] reading `block_rows` base rows at a time.
 pub(crate) fn ground_truth_in_blocks(
     base: &dyn VectorSource,
@@ -110,7 +117,8 @@ pub(crate) fn ground_truth_in_blocks(
         centre: None,
     };
     // Each query's nearest rows so far: (exact squared distance, row), sorted.
-    let mut best: Vec<Vec<(f64, u32)>> = vec![Vec::with_capacity(2 * k + k / 4 + 8); num_queries];
+    let picks = candidates_per_block(k);
+    let mut best: Vec<Vec<(f64, u32)>> = vec![Vec::with_capacity(k + picks); num_queries];
     // The block as read and as translated; both are reused (translating into a fresh 64 MiB
     // buffer per block took 1.3 s of CUDA's 3.8 s over 1M x 384 on an H200 machine).
     let (mut block, mut shifted_block) = (Vec::new(), Vec::new());
@@ -124,7 +132,7 @@ pub(crate) fn ground_truth_in_blocks(
     // A GPU's selection scans each row once per pick above its fast range, which over blocks
     // of tens of thousands of rows takes many times the CPU's time (k 1,000 on an H200
     // machine: CUDA 4.7 s and WGPU 74 s against 1.1 s on its 16 cores): the CPU ranks then.
-    let backend: &dyn Backend = if (k + k / 4 + 8).min(block_rows).min(n) > backend.fast_picks() {
+    let backend: &dyn Backend = if picks.min(block_rows).min(n) > backend.fast_picks() {
         &CpuBackend
     } else {
         backend
@@ -144,16 +152,10 @@ pub(crate) fn ground_truth_in_blocks(
             let q = prepare_rows(&queries, dim, false, Some(&mean)).into_owned();
             (mean, q)
         });
-        shifted_block.resize(block.len(), 0.0);
-        shifted_block
-            .par_chunks_mut(dim)
-            .zip(block.par_chunks(dim))
-            .for_each(|(out, row)| {
-                for ((o, &v), &m) in out.iter_mut().zip(row).zip(mean.iter()) {
-                    *o = v - m;
-                }
-            });
-        let per_point = (k + k / 4 + 8).min(rows);
+        shifted_block.clear();
+        shifted_block.extend_from_slice(&block);
+        prepare_rows_in_place(&mut shifted_block, dim, false, Some(mean));
+        let per_point = picks.min(rows);
         let near = backend.nearest_anchors(shifted_queries, &shifted_block, dim, per_point)?;
         let max_norm = shifted_block
             .par_chunks_exact(dim)

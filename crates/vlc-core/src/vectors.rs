@@ -90,7 +90,12 @@ pub fn prepare_rows<'a>(
 }
 
 /// [`prepare_rows`] in place.
-fn prepare_rows_in_place(rows: &mut [f32], dim: usize, normalize: bool, centre: Option<&[f32]>) {
+pub(crate) fn prepare_rows_in_place(
+    rows: &mut [f32],
+    dim: usize,
+    normalize: bool,
+    centre: Option<&[f32]>,
+) {
     if normalize {
         normalize_rows_in_place(rows, dim);
     }

@@ -185,7 +185,7 @@ pub fn run(a: Args) -> Result<()> {
         if truth.ranked_by != backend.name() {
             eprintln!(
                 "note: {} candidates per query and block are more than the {} backend selects without a pass per pick ({}): the CPU ranked the blocks",
-                truth.k + truth.k / 4 + 8,
+                vlc::eval::candidates_per_block(truth.k),
                 backend.name(),
                 backend.fast_picks()
             );
