@@ -37,6 +37,9 @@ fn err(reason: impl std::fmt::Display) -> VlcError {
 /// `nearest_radix_from_dots`: from 8 up to its buffers' `RADIX_MAX_PICKS` (256).
 const RADIX_PICKS: std::ops::RangeInclusive<usize> = 8..=256;
 
+/// Points and anchors per workgroup of the tiled `distances` kernel (a 128 x 128 tile).
+const DISTANCE_TILE: usize = 128;
+
 struct Pipelines {
     distances: wgpu::ComputePipeline,
     select: wgpu::ComputePipeline,
@@ -1238,10 +1241,10 @@ impl WgpuBackend {
                 .min(65_535 * rows_per_group)
         }
         .max(1);
-        if !fused && num_anchors.div_ceil(16) > 65_535 {
+        if !fused && num_anchors.div_ceil(DISTANCE_TILE) > 65_535 {
             return Err(err(format!(
                 "{num_anchors} anchors exceed one dispatch (at most {})",
-                65_535 * 16
+                65_535 * DISTANCE_TILE
             )));
         }
         let d_norms = if fused {
@@ -1330,8 +1333,8 @@ impl WgpuBackend {
                         &mut encoder,
                         &self.pipelines.distances,
                         &g1,
-                        num_anchors.div_ceil(16) as u32,
-                        rows.div_ceil(16) as u32,
+                        num_anchors.div_ceil(DISTANCE_TILE) as u32,
+                        rows.div_ceil(DISTANCE_TILE) as u32,
                     );
                     let (select, groups) = if RADIX_PICKS.contains(&per_point) {
                         (&self.pipelines.select_radix, rows)

@@ -1,7 +1,7 @@
 // Nearest anchors. For one neighbour per point (training), `nearest_fused` at the end of this
 // file. For several (search), two passes over a chunk of points:
-// distances: the (rows, num_anchors) tile of squared L2 distances, computed with 16 x 16 tiles
-//            of points and anchors staged in workgroup memory, 16 dimensions at a time.
+// distances: the (rows, num_anchors) tile of squared L2 distances in GEMM form, 128 x 128
+//            per workgroup (8 x 8 per invocation), 8 dimensions at a time.
 // select:    per row, the per_point smallest (ties to the smaller id) by repeated scans.
 
 struct Params {
@@ -16,31 +16,109 @@ struct Params {
 @group(0) @binding(2) var<storage, read> anchors: array<f32>;    // (num_anchors, dim)
 @group(0) @binding(3) var<storage, read_write> tile: array<f32>; // (rows, num_anchors)
 
-var<workgroup> tp: array<array<f32, 16>, 16>;
-var<workgroup> ta: array<array<f32, 16>, 16>;
-
+// distances: GEMM form ||x||^2 - 2 x.c + ||c||^2 (clamped at 0), register-blocked as
+// `nearest_fused_wide` below: a workgroup of 16 x 16 invocations owns a tile of 128 points x
+// 128 anchors; each invocation computes an 8 x 8 block (points 8*ty.., anchors 8*tx..) from
+// 8-dimension slices staged in workgroup memory (`wp`, `wa`, declared with that kernel), and
+// the squared norms of its 8 points and 8 anchors from the same slices. Sixteen multiply-adds
+// per four workgroup-memory reads, where a 16 x 16 tile of one output per invocation did one
+// per two.
 @compute @workgroup_size(16, 16)
 fn distances(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
-    let row = wg.y * 16u + l.y;
-    let anchor = wg.x * 16u + l.x;
-    var acc = 0.0;
-    for (var t = 0u; t < p.dim; t = t + 16u) {
-        // Stage 16 points and 16 anchors, 16 dimensions each.
-        let pr = wg.y * 16u + l.y;
-        let ar = wg.x * 16u + l.y;
-        let d = t + l.x;
-        tp[l.y][l.x] = select(0.0, points[pr * p.dim + d], pr < p.rows && d < p.dim);
-        ta[l.y][l.x] = select(0.0, anchors[ar * p.dim + d], ar < p.num_anchors && d < p.dim);
+    let tx = l.x;
+    let ty = l.y;
+    let flat = ty * 16u + tx;
+    let p0 = wg.y * 128u;
+    let a0 = wg.x * 128u;
+    // qJl / qJh: dot products of anchor 8*tx + J with points 8*ty + 0..3 / 4..7.
+    var q0l = vec4<f32>(0.0);
+    var q1l = vec4<f32>(0.0);
+    var q2l = vec4<f32>(0.0);
+    var q3l = vec4<f32>(0.0);
+    var q4l = vec4<f32>(0.0);
+    var q5l = vec4<f32>(0.0);
+    var q6l = vec4<f32>(0.0);
+    var q7l = vec4<f32>(0.0);
+    var q0h = vec4<f32>(0.0);
+    var q1h = vec4<f32>(0.0);
+    var q2h = vec4<f32>(0.0);
+    var q3h = vec4<f32>(0.0);
+    var q4h = vec4<f32>(0.0);
+    var q5h = vec4<f32>(0.0);
+    var q6h = vec4<f32>(0.0);
+    var q7h = vec4<f32>(0.0);
+    // Squared norms: points 8*ty + 0..3 / 4..7, anchors 8*tx + 0..3 / 4..7.
+    var xn0 = vec4<f32>(0.0);
+    var xn1 = vec4<f32>(0.0);
+    var cn0 = vec4<f32>(0.0);
+    var cn1 = vec4<f32>(0.0);
+    for (var t = 0u; t < p.dim; t = t + 8u) {
+        // Stage 128 rows x 8 dimensions of points and of anchors: 4 values per invocation.
+        for (var e = 0u; e < 4u; e = e + 1u) {
+            let f = flat + 256u * e;
+            let r = f / 8u;
+            let c = f % 8u;
+            let d = t + c;
+            let pr = p0 + r;
+            let ar = a0 + r;
+            wp[c][r / 4u][r % 4u] = select(0.0, points[pr * p.dim + d], pr < p.rows && d < p.dim);
+            wa[c][r / 4u][r % 4u] = select(0.0, anchors[ar * p.dim + d], ar < p.num_anchors && d < p.dim);
+        }
         workgroupBarrier();
-        let n = min(16u, p.dim - t);
-        for (var k = 0u; k < n; k = k + 1u) {
-            let diff = tp[l.y][k] - ta[l.x][k];
-            acc = acc + diff * diff;
+        for (var k = 0u; k < 8u; k = k + 1u) {
+            let x0 = wp[k][2u * ty];
+            let x1 = wp[k][2u * ty + 1u];
+            let c0 = wa[k][2u * tx];
+            let c1 = wa[k][2u * tx + 1u];
+            q0l = fma(x0, vec4<f32>(c0.x), q0l);
+            q0h = fma(x1, vec4<f32>(c0.x), q0h);
+            q1l = fma(x0, vec4<f32>(c0.y), q1l);
+            q1h = fma(x1, vec4<f32>(c0.y), q1h);
+            q2l = fma(x0, vec4<f32>(c0.z), q2l);
+            q2h = fma(x1, vec4<f32>(c0.z), q2h);
+            q3l = fma(x0, vec4<f32>(c0.w), q3l);
+            q3h = fma(x1, vec4<f32>(c0.w), q3h);
+            q4l = fma(x0, vec4<f32>(c1.x), q4l);
+            q4h = fma(x1, vec4<f32>(c1.x), q4h);
+            q5l = fma(x0, vec4<f32>(c1.y), q5l);
+            q5h = fma(x1, vec4<f32>(c1.y), q5h);
+            q6l = fma(x0, vec4<f32>(c1.z), q6l);
+            q6h = fma(x1, vec4<f32>(c1.z), q6h);
+            q7l = fma(x0, vec4<f32>(c1.w), q7l);
+            q7h = fma(x1, vec4<f32>(c1.w), q7h);
+            xn0 = fma(x0, x0, xn0);
+            xn1 = fma(x1, x1, xn1);
+            cn0 = fma(c0, c0, cn0);
+            cn1 = fma(c1, c1, cn1);
         }
         workgroupBarrier();
     }
-    if (row < p.rows && anchor < p.num_anchors) {
-        tile[row * p.num_anchors + anchor] = acc;
+    let r = p0 + 8u * ty;
+    let a = a0 + 8u * tx;
+    put_distances(r, a, xn0, xn1, cn0.x, q0l, q0h);
+    put_distances(r, a + 1u, xn0, xn1, cn0.y, q1l, q1h);
+    put_distances(r, a + 2u, xn0, xn1, cn0.z, q2l, q2h);
+    put_distances(r, a + 3u, xn0, xn1, cn0.w, q3l, q3h);
+    put_distances(r, a + 4u, xn0, xn1, cn1.x, q4l, q4h);
+    put_distances(r, a + 5u, xn0, xn1, cn1.y, q5l, q5h);
+    put_distances(r, a + 6u, xn0, xn1, cn1.z, q6l, q6h);
+    put_distances(r, a + 7u, xn0, xn1, cn1.w, q7l, q7h);
+}
+
+// Writes anchor `a`'s distances to points r..r+3 (norms xl, dots ql) and r+4..r+7 (xh, qh).
+fn put_distances(r: u32, a: u32, xl: vec4<f32>, xh: vec4<f32>, cn: f32, ql: vec4<f32>, qh: vec4<f32>) {
+    if (a >= p.num_anchors) {
+        return;
+    }
+    let dl = max(xl + vec4<f32>(cn) - 2.0 * ql, vec4<f32>(0.0));
+    let dh = max(xh + vec4<f32>(cn) - 2.0 * qh, vec4<f32>(0.0));
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (r + i < p.rows) {
+            tile[(r + i) * p.num_anchors + a] = dl[i];
+        }
+        if (r + 4u + i < p.rows) {
+            tile[(r + 4u + i) * p.num_anchors + a] = dh[i];
+        }
     }
 }
 
