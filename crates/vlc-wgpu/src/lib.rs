@@ -1282,7 +1282,7 @@ impl WgpuBackend {
                 per_point as u32,
             ]);
             let mut encoder = self.device.create_command_encoder(&Default::default());
-            let _tile;
+            let mut tile = None;
             let mut coop_scratch = None;
             match &d_norms {
                 Some(d_norms) if coop.is_some() => {
@@ -1324,10 +1324,17 @@ impl WgpuBackend {
                     );
                 }
                 None => {
-                    let tile = self.output("distance tile", (rows * num_anchors * 4) as u64)?;
+                    // Pooled: a new buffer would be allocated and cleared on each call.
+                    let tile_buffer =
+                        self.take_scratch("distance tile", (rows * num_anchors * 4) as u64)?;
                     let g1 = self.bind(
                         &self.pipelines.distances,
-                        &[(0, &params), (1, d_points), (2, &d_anchors), (3, &tile)],
+                        &[
+                            (0, &params),
+                            (1, d_points),
+                            (2, &d_anchors),
+                            (3, &tile_buffer),
+                        ],
                     );
                     self.dispatch(
                         &mut encoder,
@@ -1343,10 +1350,15 @@ impl WgpuBackend {
                     };
                     let g2 = self.bind(
                         select,
-                        &[(0, &params), (3, &tile), (4, &out_ids), (5, &out_dists)],
+                        &[
+                            (0, &params),
+                            (3, &tile_buffer),
+                            (4, &out_ids),
+                            (5, &out_dists),
+                        ],
                     );
                     self.dispatch(&mut encoder, select, &g2, groups as u32, 1);
-                    _tile = tile;
+                    tile = Some(tile_buffer);
                 }
             }
             let mut got = self.read_back::<u32>(
@@ -1355,6 +1367,9 @@ impl WgpuBackend {
             )?;
             if let Some(mut c) = coop_scratch {
                 c.submitted();
+            }
+            if let Some(t) = tile {
+                self.give_back("distance tile", t);
             }
             dists.extend(got.pop().unwrap().into_iter().map(f32::from_bits));
             ids.extend(got.pop().unwrap());
