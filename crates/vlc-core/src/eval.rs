@@ -32,7 +32,8 @@ pub struct GroundTruth {
 
 /// The exact `k` nearest neighbours by squared L2 of each query (`queries`: (num_queries, dim),
 /// row-major) among the rows of `base`, which is read a block at a time (about 64 MiB of f32,
-/// as a build reads it), so a base set larger than memory works; with [`Metric::Cosine`] base
+/// as a build reads it; a second thread reads the next block while the current one is
+/// ranked, so two blocks are in memory), so a base set larger than memory works; with [`Metric::Cosine`] base
 /// rows and queries are scaled to unit length first, as an index of that metric scales them.
 ///
 /// Each block is ranked for every query in GEMM form through `backend` (`‖q‖² − 2⟨q, x⟩ +
@@ -119,10 +120,7 @@ pub(crate) fn ground_truth_in_blocks(
     // Each query's nearest rows so far: (exact squared distance, row), sorted.
     let picks = candidates_per_block(k);
     let mut best: Vec<Vec<(f64, u32)>> = vec![Vec::with_capacity(k + picks); num_queries];
-    // The block as read and as translated; both are reused (translating into a fresh 64 MiB
-    // buffer per block took 1.3 s of CUDA's 3.8 s over 1M x 384 on an H200 machine).
-    let (mut block, mut shifted_block) = (Vec::new(), Vec::new());
-    let mut shift: Option<(Vec<f32>, Vec<f32>)> = None;
+    let mut shifted_queries: Option<Vec<f32>> = None;
     let mut rescanned = 0;
     progress(&BuildEvent::Stage {
         name: "exact neighbours",
@@ -139,92 +137,96 @@ pub(crate) fn ground_truth_in_blocks(
     };
     // Bound of the GEMM form's error, per unit of ‖q‖² + ‖x‖² (translated rows).
     let rounding = 2.0 * (backend.ranking_rounding() as f64).max(dim as f64 * f32::EPSILON as f64);
-    for start in (0..n).step_by(block_rows) {
-        let rows = block_rows.min(n - start);
-        block.resize(rows * dim, 0.0);
-        source.read_rows(start, &mut block)?;
-        // The GEMM form loses digits with the norms; a common translation changes no distance.
-        let (mean, shifted_queries) = shift.get_or_insert_with(|| {
-            let mean: Vec<f32> = column_means(&block, dim)
-                .iter()
-                .map(|&m| m as f32)
-                .collect();
-            let q = prepare_rows(&queries, dim, false, Some(&mean)).into_owned();
-            (mean, q)
-        });
-        shifted_block.clear();
-        shifted_block.extend_from_slice(&block);
-        prepare_rows_in_place(&mut shifted_block, dim, false, Some(mean));
-        let per_point = picks.min(rows);
-        let near = backend.nearest_anchors(shifted_queries, &shifted_block, dim, per_point)?;
-        let max_norm = shifted_block
-            .par_chunks_exact(dim)
-            .map(squared_norm)
-            .reduce(|| 0f64, f64::max);
-        let rescanned_now: usize = best
-            .par_iter_mut()
-            .enumerate()
-            .map(|(i, list)| {
-                let q = &queries[i * dim..(i + 1) * dim];
-                let measure = |j: usize| {
-                    (
-                        exact_distance(q, &block[j * dim..(j + 1) * dim]),
-                        (start + j) as u32,
-                    )
-                };
-                let candidates = &near.ids[i * per_point..(i + 1) * per_point];
-                let mut chosen = candidates.to_vec();
-                chosen.sort_unstable();
-                let valid = chosen.windows(2).all(|w| w[0] < w[1])
-                    && chosen.last().is_some_and(|&j| (j as usize) < rows);
-                if !valid {
-                    // Repeated or out-of-range rows: the backend broke its contract (seen on
-                    // a software Vulkan driver that cuts long shader loops short); measure all.
-                    list.extend((0..rows).map(measure));
+    // A second thread reads and translates the next block while this one ranks and measures
+    // the current one; two blocks' buffers go back and forth between them.
+    std::thread::scope(|scope| -> Result<()> {
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Result<BaseBlock>>(1);
+        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<BaseBlock>();
+        for _ in 0..2 {
+            empty_tx
+                .send(BaseBlock::default())
+                .expect("the receiver is alive");
+        }
+        scope.spawn(move || read_base_blocks(&source, block_rows, empty_rx, full_tx));
+        for message in full_rx {
+            let b = message?;
+            let (start, rows) = (b.start, b.rows());
+            let (block, shifted_block) = (&b.block, &b.shifted);
+            let shifted_queries = shifted_queries.get_or_insert_with(|| {
+                prepare_rows(&queries, dim, false, Some(&b.mean)).into_owned()
+            });
+            let per_point = picks.min(rows);
+            let near = backend.nearest_anchors(shifted_queries, shifted_block, dim, per_point)?;
+            let max_norm = b.max_norm;
+            let rescanned_now: usize = best
+                .par_iter_mut()
+                .enumerate()
+                .map(|(i, list)| {
+                    let q = &queries[i * dim..(i + 1) * dim];
+                    let measure = |j: usize| {
+                        (
+                            exact_distance(q, &block[j * dim..(j + 1) * dim]),
+                            (start + j) as u32,
+                        )
+                    };
+                    let candidates = &near.ids[i * per_point..(i + 1) * per_point];
+                    let mut chosen = candidates.to_vec();
+                    chosen.sort_unstable();
+                    let valid = chosen.windows(2).all(|w| w[0] < w[1])
+                        && chosen.last().is_some_and(|&j| (j as usize) < rows);
+                    if !valid {
+                        // Repeated or out-of-range rows: the backend broke its contract (seen
+                        // on a software Vulkan driver that cuts long shader loops short);
+                        // measure all.
+                        list.extend((0..rows).map(measure));
+                        sort_and_keep(list, k);
+                        return 1;
+                    }
+                    let gemm = &near.dists[i * per_point..(i + 1) * per_point];
+                    let q_norm = squared_norm(&shifted_queries[i * dim..(i + 1) * dim]);
+                    // A row is at least its GEMM distance less this from the query (exactly).
+                    let slack = rounding * (q_norm + max_norm);
+                    // Once the list is full, a candidate that far beyond its k-th distance
+                    // cannot enter it: only the others are measured (in the later blocks of a
+                    // large base, most are not).
+                    let kth = if list.len() == k {
+                        list[k - 1].0
+                    } else {
+                        f64::INFINITY
+                    };
+                    list.extend(
+                        candidates
+                            .iter()
+                            .zip(gemm)
+                            .filter(|&(_, &d)| d as f64 - slack <= kth)
+                            .map(|(&j, _)| measure(j as usize)),
+                    );
                     sort_and_keep(list, k);
-                    return 1;
-                }
-                let gemm = &near.dists[i * per_point..(i + 1) * per_point];
-                let q_norm = squared_norm(&shifted_queries[i * dim..(i + 1) * dim]);
-                // A row is at least its GEMM distance less this from the query (exactly).
-                let slack = rounding * (q_norm + max_norm);
-                // Once the list is full, a candidate that far beyond its k-th distance cannot
-                // enter it: only the others are measured (in the later blocks of a large
-                // base, most are not).
-                let kth = if list.len() == k {
-                    list[k - 1].0
-                } else {
-                    f64::INFINITY
-                };
-                list.extend(
-                    candidates
-                        .iter()
-                        .zip(gemm)
-                        .filter(|&(_, &d)| d as f64 - slack <= kth)
-                        .map(|(&j, _)| measure(j as usize)),
-                );
-                sort_and_keep(list, k);
-                if per_point == rows {
-                    return 0;
-                }
-                // A row left out is at least this far (exactly) from the query.
-                let last = gemm.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-                let floor = last - slack;
-                if list.len() == k && list[k - 1].0 < floor {
-                    return 0;
-                }
-                list.extend(
-                    (0..rows)
-                        .filter(|&j| chosen.binary_search(&(j as u32)).is_err())
-                        .map(measure),
-                );
-                sort_and_keep(list, k);
-                1
-            })
-            .sum();
-        rescanned += rescanned_now;
-        progress(&BuildEvent::Advance { done: start + rows });
-    }
+                    if per_point == rows {
+                        return 0;
+                    }
+                    // A row left out is at least this far (exactly) from the query.
+                    let last = gemm.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+                    let floor = last - slack;
+                    if list.len() == k && list[k - 1].0 < floor {
+                        return 0;
+                    }
+                    list.extend(
+                        (0..rows)
+                            .filter(|&j| chosen.binary_search(&(j as u32)).is_err())
+                            .map(measure),
+                    );
+                    sort_and_keep(list, k);
+                    1
+                })
+                .sum();
+            rescanned += rescanned_now;
+            progress(&BuildEvent::Advance { done: start + rows });
+            // The reader may have stopped (after the last block): the buffers are not needed.
+            let _ = empty_tx.send(b);
+        }
+        Ok(())
+    })?;
     let ids = best
         .iter()
         .flat_map(|l| l.iter().map(|&(_, id)| id))
@@ -240,6 +242,75 @@ pub(crate) fn ground_truth_in_blocks(
         rescanned,
         ranked_by: backend.name(),
     })
+}
+
+/// One block of the base set as [`ground_truth`] measures it.
+#[derive(Default)]
+struct BaseBlock {
+    /// Its first row's number in the base set.
+    start: usize,
+    /// The rows as read (scaled to unit length for the cosine metric). Layout: (rows, dim),
+    /// row-major.
+    block: Vec<f32>,
+    /// The same rows less `mean`, for the GEMM form. Layout: (rows, dim), row-major.
+    shifted: Vec<f32>,
+    /// The first block's column means, the translation of every block and of the queries.
+    /// Layout: (dim,).
+    mean: Vec<f32>,
+    /// The largest squared norm of a row of `shifted`.
+    max_norm: f64,
+}
+
+impl BaseBlock {
+    fn rows(&self) -> usize {
+        self.block.len() / self.mean.len().max(1)
+    }
+}
+
+/// [`ground_truth`]'s reader: fills the buffers that come back on `empty` with the base's
+/// blocks of `block_rows` rows, in order, and sends each on `full`. Stops after the last
+/// block, after sending an error, or when the other side hangs up.
+fn read_base_blocks(
+    source: &dyn VectorSource,
+    block_rows: usize,
+    empty: std::sync::mpsc::Receiver<BaseBlock>,
+    full: std::sync::mpsc::SyncSender<Result<BaseBlock>>,
+) {
+    let (n, dim) = (source.num_rows(), source.dim());
+    let mut mean: Option<Vec<f32>> = None;
+    for start in (0..n).step_by(block_rows) {
+        let Ok(mut b) = empty.recv() else {
+            return;
+        };
+        let rows = block_rows.min(n - start);
+        b.start = start;
+        b.block.resize(rows * dim, 0.0);
+        if let Err(e) = source.read_rows(start, &mut b.block) {
+            let _ = full.send(Err(e));
+            return;
+        }
+        // The GEMM form loses digits with the norms; a common translation changes no distance.
+        let mean = mean.get_or_insert_with(|| {
+            column_means(&b.block, dim)
+                .iter()
+                .map(|&m| m as f32)
+                .collect()
+        });
+        b.mean.clone_from(mean);
+        // The translated block reuses its buffer (translating into a fresh 64 MiB one per
+        // block took 1.3 s of CUDA's 3.8 s over 1M x 384 on an H200 machine).
+        b.shifted.clear();
+        b.shifted.extend_from_slice(&b.block);
+        prepare_rows_in_place(&mut b.shifted, dim, false, Some(mean));
+        b.max_norm = b
+            .shifted
+            .par_chunks_exact(dim)
+            .map(squared_norm)
+            .reduce(|| 0f64, f64::max);
+        if full.send(Ok(b)).is_err() {
+            return;
+        }
+    }
 }
 
 /// `‖x‖²`, summed in f64.
@@ -436,6 +507,98 @@ mod tests {
         ) -> Result<()> {
             CpuBackend.update(anchors, dim, sums, step)
         }
+    }
+
+    /// The CPU backend, except that its `fail_on`-th ranking call (from 1) fails.
+    struct FailsOnCall {
+        fail_on: usize,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Backend for FailsOnCall {
+        fn name(&self) -> &'static str {
+            "fails"
+        }
+        fn nearest_anchors(
+            &self,
+            points: &[f32],
+            anchors: &[f32],
+            dim: usize,
+            per_point: usize,
+        ) -> Result<crate::backend::Nearest> {
+            let call = 1 + self
+                .calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if call == self.fail_on {
+                return Err(VlcError::Backend {
+                    backend: "fails".into(),
+                    reason: format!("call {call}"),
+                });
+            }
+            CpuBackend.nearest_anchors(points, anchors, dim, per_point)
+        }
+        fn accumulate(
+            &self,
+            points: &[f32],
+            dim: usize,
+            assignment: &[u32],
+            dists: &[f32],
+            thresholds: &[f32],
+        ) -> Result<crate::backend::AnchorSums> {
+            CpuBackend.accumulate(points, dim, assignment, dists, thresholds)
+        }
+        fn update(
+            &self,
+            anchors: &mut [f32],
+            dim: usize,
+            sums: &crate::backend::AnchorSums,
+            step: f32,
+        ) -> Result<()> {
+            CpuBackend.update(anchors, dim, sums, step)
+        }
+    }
+
+    /// The reader thread stops when ranking fails on any block (first, middle, last): the
+    /// error comes back and nothing waits on the other side.
+    #[test]
+    fn a_backend_error_on_any_block_stops_the_reader_and_comes_back() {
+        let dim = 4;
+        let base = crate::synthetic::clustered(100, dim, 3, 0.4, 3);
+        let queries = base[..dim * 3].to_vec();
+        let source = SliceSource::new(&base, dim).unwrap();
+        // 100 rows in blocks of 16: 7 blocks.
+        for fail_on in [1, 2, 4, 7] {
+            let backend = FailsOnCall {
+                fail_on,
+                calls: Default::default(),
+            };
+            let err =
+                ground_truth_in_blocks(&source, &queries, 5, Metric::L2, &backend, 16, &mut |_| {})
+                    .unwrap_err();
+            assert!(
+                matches!(&err, VlcError::Backend { reason, .. } if *reason == format!("call {fail_on}")),
+                "{err}"
+            );
+        }
+        let backend = FailsOnCall {
+            fail_on: 8,
+            calls: Default::default(),
+        };
+        let got =
+            ground_truth_in_blocks(&source, &queries, 5, Metric::L2, &backend, 16, &mut |_| {})
+                .unwrap();
+        let want = ground_truth_in_blocks(
+            &source,
+            &queries,
+            5,
+            Metric::L2,
+            &CpuBackend,
+            100,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(got.ids, want.ids);
+        assert_eq!(got.distances, want.distances);
     }
 
     #[test]
