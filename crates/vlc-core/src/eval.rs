@@ -430,6 +430,31 @@ mod tests {
         }
     }
 
+    /// The training primitives of the test backends below: the CPU's.
+    macro_rules! cpu_training {
+        () => {
+            fn accumulate(
+                &self,
+                points: &[f32],
+                dim: usize,
+                assignment: &[u32],
+                dists: &[f32],
+                thresholds: &[f32],
+            ) -> Result<crate::backend::AnchorSums> {
+                CpuBackend.accumulate(points, dim, assignment, dists, thresholds)
+            }
+            fn update(
+                &self,
+                anchors: &mut [f32],
+                dim: usize,
+                sums: &crate::backend::AnchorSums,
+                step: f32,
+            ) -> Result<()> {
+                CpuBackend.update(anchors, dim, sums, step)
+            }
+        };
+    }
+
     /// A backend whose GEMM-form distances are off by up to the rounding it states (`rho` times
     /// `‖x‖² + ‖c‖²`), as a low-precision GPU GEMM may be: it chooses its candidates by them.
     /// With `cut`, only the first `cut` candidates are filled in and the rest are row 0 at
@@ -488,25 +513,7 @@ mod tests {
                 resident: None,
             })
         }
-        fn accumulate(
-            &self,
-            points: &[f32],
-            dim: usize,
-            assignment: &[u32],
-            dists: &[f32],
-            thresholds: &[f32],
-        ) -> Result<crate::backend::AnchorSums> {
-            CpuBackend.accumulate(points, dim, assignment, dists, thresholds)
-        }
-        fn update(
-            &self,
-            anchors: &mut [f32],
-            dim: usize,
-            sums: &crate::backend::AnchorSums,
-            step: f32,
-        ) -> Result<()> {
-            CpuBackend.update(anchors, dim, sums, step)
-        }
+        cpu_training!();
     }
 
     /// The CPU backend, except that its `fail_on`-th ranking call (from 1) fails.
@@ -537,25 +544,7 @@ mod tests {
             }
             CpuBackend.nearest_anchors(points, anchors, dim, per_point)
         }
-        fn accumulate(
-            &self,
-            points: &[f32],
-            dim: usize,
-            assignment: &[u32],
-            dists: &[f32],
-            thresholds: &[f32],
-        ) -> Result<crate::backend::AnchorSums> {
-            CpuBackend.accumulate(points, dim, assignment, dists, thresholds)
-        }
-        fn update(
-            &self,
-            anchors: &mut [f32],
-            dim: usize,
-            sums: &crate::backend::AnchorSums,
-            step: f32,
-        ) -> Result<()> {
-            CpuBackend.update(anchors, dim, sums, step)
-        }
+        cpu_training!();
     }
 
     /// The reader thread stops when ranking fails on any block (first, middle, last): the

@@ -27,65 +27,23 @@ struct Params {
 fn distances(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
     let tx = l.x;
     let ty = l.y;
-    let flat = ty * 16u + tx;
     let p0 = wg.y * 128u;
     let a0 = wg.x * 128u;
-    // qJl / qJh: dot products of anchor 8*tx + J with points 8*ty + 0..3 / 4..7.
-    var q0l = vec4<f32>(0.0);
-    var q1l = vec4<f32>(0.0);
-    var q2l = vec4<f32>(0.0);
-    var q3l = vec4<f32>(0.0);
-    var q4l = vec4<f32>(0.0);
-    var q5l = vec4<f32>(0.0);
-    var q6l = vec4<f32>(0.0);
-    var q7l = vec4<f32>(0.0);
-    var q0h = vec4<f32>(0.0);
-    var q1h = vec4<f32>(0.0);
-    var q2h = vec4<f32>(0.0);
-    var q3h = vec4<f32>(0.0);
-    var q4h = vec4<f32>(0.0);
-    var q5h = vec4<f32>(0.0);
-    var q6h = vec4<f32>(0.0);
-    var q7h = vec4<f32>(0.0);
+    var b: Block8;
     // Squared norms: points 8*ty + 0..3 / 4..7, anchors 8*tx + 0..3 / 4..7.
     var xn0 = vec4<f32>(0.0);
     var xn1 = vec4<f32>(0.0);
     var cn0 = vec4<f32>(0.0);
     var cn1 = vec4<f32>(0.0);
     for (var t = 0u; t < p.dim; t = t + 8u) {
-        // Stage 128 rows x 8 dimensions of points and of anchors: 4 values per invocation.
-        for (var e = 0u; e < 4u; e = e + 1u) {
-            let f = flat + 256u * e;
-            let r = f / 8u;
-            let c = f % 8u;
-            let d = t + c;
-            let pr = p0 + r;
-            let ar = a0 + r;
-            wp[c][r / 4u][r % 4u] = select(0.0, points[pr * p.dim + d], pr < p.rows && d < p.dim);
-            wa[c][r / 4u][r % 4u] = select(0.0, anchors[ar * p.dim + d], ar < p.num_anchors && d < p.dim);
-        }
+        stage_wide(ty * 16u + tx, p0, a0, t);
         workgroupBarrier();
         for (var k = 0u; k < 8u; k = k + 1u) {
             let x0 = wp[k][2u * ty];
             let x1 = wp[k][2u * ty + 1u];
             let c0 = wa[k][2u * tx];
             let c1 = wa[k][2u * tx + 1u];
-            q0l = fma(x0, vec4<f32>(c0.x), q0l);
-            q0h = fma(x1, vec4<f32>(c0.x), q0h);
-            q1l = fma(x0, vec4<f32>(c0.y), q1l);
-            q1h = fma(x1, vec4<f32>(c0.y), q1h);
-            q2l = fma(x0, vec4<f32>(c0.z), q2l);
-            q2h = fma(x1, vec4<f32>(c0.z), q2h);
-            q3l = fma(x0, vec4<f32>(c0.w), q3l);
-            q3h = fma(x1, vec4<f32>(c0.w), q3h);
-            q4l = fma(x0, vec4<f32>(c1.x), q4l);
-            q4h = fma(x1, vec4<f32>(c1.x), q4h);
-            q5l = fma(x0, vec4<f32>(c1.y), q5l);
-            q5h = fma(x1, vec4<f32>(c1.y), q5h);
-            q6l = fma(x0, vec4<f32>(c1.z), q6l);
-            q6h = fma(x1, vec4<f32>(c1.z), q6h);
-            q7l = fma(x0, vec4<f32>(c1.w), q7l);
-            q7h = fma(x1, vec4<f32>(c1.w), q7h);
+            multiply_wide(&b, x0, x1, c0, c1);
             xn0 = fma(x0, x0, xn0);
             xn1 = fma(x1, x1, xn1);
             cn0 = fma(c0, c0, cn0);
@@ -95,14 +53,14 @@ fn distances(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     }
     let r = p0 + 8u * ty;
     let a = a0 + 8u * tx;
-    put_distances(r, a, xn0, xn1, cn0.x, q0l, q0h);
-    put_distances(r, a + 1u, xn0, xn1, cn0.y, q1l, q1h);
-    put_distances(r, a + 2u, xn0, xn1, cn0.z, q2l, q2h);
-    put_distances(r, a + 3u, xn0, xn1, cn0.w, q3l, q3h);
-    put_distances(r, a + 4u, xn0, xn1, cn1.x, q4l, q4h);
-    put_distances(r, a + 5u, xn0, xn1, cn1.y, q5l, q5h);
-    put_distances(r, a + 6u, xn0, xn1, cn1.z, q6l, q6h);
-    put_distances(r, a + 7u, xn0, xn1, cn1.w, q7l, q7h);
+    put_distances(r, a, xn0, xn1, cn0.x, b.q0l, b.q0h);
+    put_distances(r, a + 1u, xn0, xn1, cn0.y, b.q1l, b.q1h);
+    put_distances(r, a + 2u, xn0, xn1, cn0.z, b.q2l, b.q2h);
+    put_distances(r, a + 3u, xn0, xn1, cn0.w, b.q3l, b.q3h);
+    put_distances(r, a + 4u, xn0, xn1, cn1.x, b.q4l, b.q4h);
+    put_distances(r, a + 5u, xn0, xn1, cn1.y, b.q5l, b.q5h);
+    put_distances(r, a + 6u, xn0, xn1, cn1.z, b.q6l, b.q6h);
+    put_distances(r, a + 7u, xn0, xn1, cn1.w, b.q7l, b.q7h);
 }
 
 // Writes anchor `a`'s distances to points r..r+3 (norms xl, dots ql) and r+4..r+7 (xh, qh).
@@ -383,9 +341,9 @@ fn nearest_fused(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation
 // least 24 KiB of workgroup memory: a workgroup of 16 x 16 invocations owns 128 points and
 // walks over all anchors 128 at a time; each invocation computes an 8 x 8 block (points
 // 8*ty.., anchors 8*tx..) from 8-dimension slices staged in workgroup memory: twice the
-// multiply-adds per workgroup-memory read of the 4 x 4 block. The accumulators are named
-// variables, not arrays (an array indexed in a loop can be placed in slow local memory; on
-// the H100's Vulkan driver that made this kernel 5x slower than the narrow one). Same
+// multiply-adds per workgroup-memory read of the 4 x 4 block. The accumulators are the named
+// fields of a struct (`Block8`), not an array (an array indexed in a loop can be placed in slow
+// local memory; on the H100's Vulkan driver that made this kernel 5x slower than the narrow one). Same
 // multiply-add order over dimensions, so the same outputs and ties as `nearest_fused`.
 
 // [k][i]: dimension k of points 4i..4i+3 / anchors 4i..4i+3, 128 rows.
@@ -394,6 +352,63 @@ var<workgroup> wa: array<array<vec4<f32>, 32>, 8>;
 // [point][tx]: each invocation's best distance and anchor for the points it covers.
 var<workgroup> wred_d: array<array<f32, 16>, 128>;
 var<workgroup> wred_i: array<array<u32, 16>, 128>;
+
+// An 8 x 8 block of dot products: qJl / qJh, anchor 8*tx + J with points 8*ty + 0..3 / 4..7
+// (`distances` and `nearest_fused_wide`). Named fields, not an array (see nearest_fused_wide).
+struct Block8 {
+    q0l: vec4<f32>,
+    q1l: vec4<f32>,
+    q2l: vec4<f32>,
+    q3l: vec4<f32>,
+    q4l: vec4<f32>,
+    q5l: vec4<f32>,
+    q6l: vec4<f32>,
+    q7l: vec4<f32>,
+    q0h: vec4<f32>,
+    q1h: vec4<f32>,
+    q2h: vec4<f32>,
+    q3h: vec4<f32>,
+    q4h: vec4<f32>,
+    q5h: vec4<f32>,
+    q6h: vec4<f32>,
+    q7h: vec4<f32>,
+}
+
+// Stage rows p0.. of the points and a0.. of the anchors, 128 each, dimensions t..t+7, in `wp`
+// and `wa` (zeros past the ends): 4 values per invocation (`flat`: its index, 0..255).
+fn stage_wide(flat: u32, p0: u32, a0: u32, t: u32) {
+    for (var e = 0u; e < 4u; e = e + 1u) {
+        let f = flat + 256u * e;
+        let r = f / 8u;
+        let c = f % 8u;
+        let d = t + c;
+        let pr = p0 + r;
+        let ar = a0 + r;
+        wp[c][r / 4u][r % 4u] = select(0.0, points[pr * p.dim + d], pr < p.rows && d < p.dim);
+        wa[c][r / 4u][r % 4u] = select(0.0, anchors[ar * p.dim + d], ar < p.num_anchors && d < p.dim);
+    }
+}
+
+// One dimension's multiply-adds into `b`: points x0 (8*ty + 0..3), x1 (+ 4..7), anchors c0
+// (8*tx + 0..3), c1 (+ 4..7).
+fn multiply_wide(b: ptr<function, Block8>, x0: vec4<f32>, x1: vec4<f32>, c0: vec4<f32>, c1: vec4<f32>) {
+    (*b).q0l = fma(x0, vec4<f32>(c0.x), (*b).q0l);
+    (*b).q0h = fma(x1, vec4<f32>(c0.x), (*b).q0h);
+    (*b).q1l = fma(x0, vec4<f32>(c0.y), (*b).q1l);
+    (*b).q1h = fma(x1, vec4<f32>(c0.y), (*b).q1h);
+    (*b).q2l = fma(x0, vec4<f32>(c0.z), (*b).q2l);
+    (*b).q2h = fma(x1, vec4<f32>(c0.z), (*b).q2h);
+    (*b).q3l = fma(x0, vec4<f32>(c0.w), (*b).q3l);
+    (*b).q3h = fma(x1, vec4<f32>(c0.w), (*b).q3h);
+    (*b).q4l = fma(x0, vec4<f32>(c1.x), (*b).q4l);
+    (*b).q4h = fma(x1, vec4<f32>(c1.x), (*b).q4h);
+    (*b).q5l = fma(x0, vec4<f32>(c1.y), (*b).q5l);
+    (*b).q5h = fma(x1, vec4<f32>(c1.y), (*b).q5h);
+    (*b).q6l = fma(x0, vec4<f32>(c1.z), (*b).q6l);
+    (*b).q6h = fma(x1, vec4<f32>(c1.z), (*b).q6h);
+    (*b).q7l = fma(x0, vec4<f32>(c1.w), (*b).q7l);
+    (*b).q7h = fma(x1, vec4<f32>(c1.w), (*b).q7h);
+}
 
 // Running minimum of four points (lanes) against anchor `a`, given their dot products with it
 // (ties keep the smaller id: anchors come in increasing order).
@@ -420,59 +435,19 @@ fn nearest_fused_wide(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoc
     var xn0 = vec4<f32>(0.0);
     var xn1 = vec4<f32>(0.0);
     let tiles = (p.num_anchors + 127u) / 128u;
+    var b: Block8;
     for (var tile_a = 0u; tile_a < tiles; tile_a = tile_a + 1u) {
         let a0 = tile_a * 128u;
-        // qJl / qJh: dot products of anchor 8*tx + J with points 8*ty + 0..3 / 4..7.
-        var q0l = vec4<f32>(0.0);
-        var q1l = vec4<f32>(0.0);
-        var q2l = vec4<f32>(0.0);
-        var q3l = vec4<f32>(0.0);
-        var q4l = vec4<f32>(0.0);
-        var q5l = vec4<f32>(0.0);
-        var q6l = vec4<f32>(0.0);
-        var q7l = vec4<f32>(0.0);
-        var q0h = vec4<f32>(0.0);
-        var q1h = vec4<f32>(0.0);
-        var q2h = vec4<f32>(0.0);
-        var q3h = vec4<f32>(0.0);
-        var q4h = vec4<f32>(0.0);
-        var q5h = vec4<f32>(0.0);
-        var q6h = vec4<f32>(0.0);
-        var q7h = vec4<f32>(0.0);
+        b = Block8();
         for (var t = 0u; t < p.dim; t = t + 8u) {
-            // Stage 128 rows x 8 dimensions of points and of anchors: 4 values per invocation.
-            for (var e = 0u; e < 4u; e = e + 1u) {
-                let f = flat + 256u * e;
-                let r = f / 8u;
-                let c = f % 8u;
-                let d = t + c;
-                let pr = p0 + r;
-                let ar = a0 + r;
-                wp[c][r / 4u][r % 4u] = select(0.0, points[pr * p.dim + d], pr < p.rows && d < p.dim);
-                wa[c][r / 4u][r % 4u] = select(0.0, anchors[ar * p.dim + d], ar < p.num_anchors && d < p.dim);
-            }
+            stage_wide(flat, p0, a0, t);
             workgroupBarrier();
             for (var k = 0u; k < 8u; k = k + 1u) {
                 let x0 = wp[k][2u * ty];
                 let x1 = wp[k][2u * ty + 1u];
                 let c0 = wa[k][2u * tx];
                 let c1 = wa[k][2u * tx + 1u];
-                q0l = fma(x0, vec4<f32>(c0.x), q0l);
-                q0h = fma(x1, vec4<f32>(c0.x), q0h);
-                q1l = fma(x0, vec4<f32>(c0.y), q1l);
-                q1h = fma(x1, vec4<f32>(c0.y), q1h);
-                q2l = fma(x0, vec4<f32>(c0.z), q2l);
-                q2h = fma(x1, vec4<f32>(c0.z), q2h);
-                q3l = fma(x0, vec4<f32>(c0.w), q3l);
-                q3h = fma(x1, vec4<f32>(c0.w), q3h);
-                q4l = fma(x0, vec4<f32>(c1.x), q4l);
-                q4h = fma(x1, vec4<f32>(c1.x), q4h);
-                q5l = fma(x0, vec4<f32>(c1.y), q5l);
-                q5h = fma(x1, vec4<f32>(c1.y), q5h);
-                q6l = fma(x0, vec4<f32>(c1.z), q6l);
-                q6h = fma(x1, vec4<f32>(c1.z), q6h);
-                q7l = fma(x0, vec4<f32>(c1.w), q7l);
-                q7h = fma(x1, vec4<f32>(c1.w), q7h);
+                multiply_wide(&b, x0, x1, c0, c1);
                 if (tile_a == 0u) {
                     xn0 = fma(x0, x0, xn0);
                     xn1 = fma(x1, x1, xn1);
@@ -481,22 +456,22 @@ fn nearest_fused_wide(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoc
             workgroupBarrier();
         }
         let a = a0 + tx * 8u;
-        keep_better(&bd0, &bi0, q0l, a);
-        keep_better(&bd1, &bi1, q0h, a);
-        keep_better(&bd0, &bi0, q1l, a + 1u);
-        keep_better(&bd1, &bi1, q1h, a + 1u);
-        keep_better(&bd0, &bi0, q2l, a + 2u);
-        keep_better(&bd1, &bi1, q2h, a + 2u);
-        keep_better(&bd0, &bi0, q3l, a + 3u);
-        keep_better(&bd1, &bi1, q3h, a + 3u);
-        keep_better(&bd0, &bi0, q4l, a + 4u);
-        keep_better(&bd1, &bi1, q4h, a + 4u);
-        keep_better(&bd0, &bi0, q5l, a + 5u);
-        keep_better(&bd1, &bi1, q5h, a + 5u);
-        keep_better(&bd0, &bi0, q6l, a + 6u);
-        keep_better(&bd1, &bi1, q6h, a + 6u);
-        keep_better(&bd0, &bi0, q7l, a + 7u);
-        keep_better(&bd1, &bi1, q7h, a + 7u);
+        keep_better(&bd0, &bi0, b.q0l, a);
+        keep_better(&bd1, &bi1, b.q0h, a);
+        keep_better(&bd0, &bi0, b.q1l, a + 1u);
+        keep_better(&bd1, &bi1, b.q1h, a + 1u);
+        keep_better(&bd0, &bi0, b.q2l, a + 2u);
+        keep_better(&bd1, &bi1, b.q2h, a + 2u);
+        keep_better(&bd0, &bi0, b.q3l, a + 3u);
+        keep_better(&bd1, &bi1, b.q3h, a + 3u);
+        keep_better(&bd0, &bi0, b.q4l, a + 4u);
+        keep_better(&bd1, &bi1, b.q4h, a + 4u);
+        keep_better(&bd0, &bi0, b.q5l, a + 5u);
+        keep_better(&bd1, &bi1, b.q5h, a + 5u);
+        keep_better(&bd0, &bi0, b.q6l, a + 6u);
+        keep_better(&bd1, &bi1, b.q6h, a + 6u);
+        keep_better(&bd0, &bi0, b.q7l, a + 7u);
+        keep_better(&bd1, &bi1, b.q7h, a + 7u);
     }
     let r0 = ty * 8u;
     wred_d[r0][tx] = bd0.x;
