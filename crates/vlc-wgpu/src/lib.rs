@@ -40,6 +40,10 @@ const RADIX_PICKS: std::ops::RangeInclusive<usize> = 8..=256;
 /// Points and anchors per workgroup of the tiled `distances` kernel (a 128 x 128 tile).
 const DISTANCE_TILE: usize = 128;
 
+/// The largest distance tile (rows x anchors x 4 bytes) of a `nearest_anchors` call with
+/// several picks; more rows are taken in chunks.
+const MAX_TILE_BYTES: usize = 1 << 30;
+
 struct Pipelines {
     distances: wgpu::ComputePipeline,
     select: wgpu::ComputePipeline,
@@ -1197,7 +1201,8 @@ impl WgpuBackend {
 
     /// One neighbour per point (training) runs the fused kernel (`nearest_fused_wide` or
     /// `nearest_fused`): no distance tile, one workgroup per 128 (64) points. Several per point (search) run the tiled distances and
-    /// then the selection pass. Points are streamed in chunks that fit one storage binding (the
+    /// then the selection pass, through a distance tile of at most [`MAX_TILE_BYTES`] kept in
+    /// the scratch pool. Points are streamed in chunks that fit one storage binding (the
     /// resident copy is used when one chunk covers them all).
     fn nearest_inner(
         &self,
@@ -1236,8 +1241,10 @@ impl WgpuBackend {
             } else {
                 16
             };
+            // The distance tile stays in the scratch pool after the call: at most 1 GiB (as
+            // CUDA's default tile), not the largest binding (4 GiB on some adapters).
             (limit / (4 * dim))
-                .min(limit / (4 * num_anchors))
+                .min(limit.min(MAX_TILE_BYTES) / (4 * num_anchors))
                 .min(65_535 * rows_per_group)
         }
         .max(1);
