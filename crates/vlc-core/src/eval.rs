@@ -32,8 +32,9 @@ pub struct GroundTruth {
 
 /// The exact `k` nearest neighbours by squared L2 of each query (`queries`: (num_queries, dim),
 /// row-major) among the rows of `base`, which is read a block at a time (about 64 MiB of f32,
-/// as a build reads it; a second thread reads the next block while the current one is
-/// ranked, so two blocks are in memory), so a base set larger than memory works; with [`Metric::Cosine`] base
+/// as a build reads it; unless rayon's pool has one thread, a second thread reads the next
+/// block while the current one is ranked, so two blocks are in memory), so a base set larger
+/// than memory works; with [`Metric::Cosine`] base
 /// rows and queries are scaled to unit length first, as an index of that metric scales them.
 ///
 /// Each block is ranked for every query in GEMM form through `backend` (`‖q‖² − 2⟨q, x⟩ +
@@ -137,96 +138,115 @@ pub(crate) fn ground_truth_in_blocks(
     };
     // Bound of the GEMM form's error, per unit of ‖q‖² + ‖x‖² (translated rows).
     let rounding = 2.0 * (backend.ranking_rounding() as f64).max(dim as f64 * f32::EPSILON as f64);
-    // A second thread reads and translates the next block while this one ranks and measures
-    // the current one; two blocks' buffers go back and forth between them.
-    std::thread::scope(|scope| -> Result<()> {
-        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Result<BaseBlock>>(1);
-        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<BaseBlock>();
-        for _ in 0..2 {
-            empty_tx
-                .send(BaseBlock::default())
-                .expect("the receiver is alive");
-        }
-        scope.spawn(move || read_base_blocks(&source, block_rows, empty_rx, full_tx));
-        for message in full_rx {
-            let b = message?;
-            let (start, rows) = (b.start, b.rows());
-            let (block, shifted_block) = (&b.block, &b.shifted);
-            let shifted_queries = shifted_queries.get_or_insert_with(|| {
-                prepare_rows(&queries, dim, false, Some(&b.mean)).into_owned()
-            });
-            let per_point = picks.min(rows);
-            let near = backend.nearest_anchors(shifted_queries, shifted_block, dim, per_point)?;
-            let max_norm = b.max_norm;
-            let rescanned_now: usize = best
-                .par_iter_mut()
-                .enumerate()
-                .map(|(i, list)| {
-                    let q = &queries[i * dim..(i + 1) * dim];
-                    let measure = |j: usize| {
-                        (
-                            exact_distance(q, &block[j * dim..(j + 1) * dim]),
-                            (start + j) as u32,
-                        )
-                    };
-                    let candidates = &near.ids[i * per_point..(i + 1) * per_point];
-                    let mut chosen = candidates.to_vec();
-                    chosen.sort_unstable();
-                    let valid = chosen.windows(2).all(|w| w[0] < w[1])
-                        && chosen.last().is_some_and(|&j| (j as usize) < rows);
-                    if !valid {
-                        // Repeated or out-of-range rows: the backend broke its contract (seen
-                        // on a software Vulkan driver that cuts long shader loops short);
-                        // measure all.
-                        list.extend((0..rows).map(measure));
-                        sort_and_keep(list, k);
-                        return 1;
-                    }
-                    let gemm = &near.dists[i * per_point..(i + 1) * per_point];
-                    let q_norm = squared_norm(&shifted_queries[i * dim..(i + 1) * dim]);
-                    // A row is at least its GEMM distance less this from the query (exactly).
-                    let slack = rounding * (q_norm + max_norm);
-                    // Once the list is full, a candidate that far beyond its k-th distance
-                    // cannot enter it: only the others are measured (in the later blocks of a
-                    // large base, most are not).
-                    let kth = if list.len() == k {
-                        list[k - 1].0
-                    } else {
-                        f64::INFINITY
-                    };
-                    list.extend(
-                        candidates
-                            .iter()
-                            .zip(gemm)
-                            .filter(|&(_, &d)| d as f64 - slack <= kth)
-                            .map(|(&j, _)| measure(j as usize)),
-                    );
+    // Ranks one block for every query and merges its nearest rows into the lists.
+    let mut measure_block = |b: &BaseBlock| -> Result<()> {
+        let (start, rows) = (b.start, b.rows());
+        let (block, shifted_block) = (&b.block, &b.shifted);
+        let shifted_queries = shifted_queries
+            .get_or_insert_with(|| prepare_rows(&queries, dim, false, Some(&b.mean)).into_owned());
+        let per_point = picks.min(rows);
+        let near = backend.nearest_anchors(shifted_queries, shifted_block, dim, per_point)?;
+        let max_norm = b.max_norm;
+        let rescanned_now: usize = best
+            .par_iter_mut()
+            .enumerate()
+            .map(|(i, list)| {
+                let q = &queries[i * dim..(i + 1) * dim];
+                let measure = |j: usize| {
+                    (
+                        exact_distance(q, &block[j * dim..(j + 1) * dim]),
+                        (start + j) as u32,
+                    )
+                };
+                let candidates = &near.ids[i * per_point..(i + 1) * per_point];
+                let mut chosen = candidates.to_vec();
+                chosen.sort_unstable();
+                let valid = chosen.windows(2).all(|w| w[0] < w[1])
+                    && chosen.last().is_some_and(|&j| (j as usize) < rows);
+                if !valid {
+                    // Repeated or out-of-range rows: the backend broke its contract (seen
+                    // on a software Vulkan driver that cuts long shader loops short);
+                    // measure all.
+                    list.extend((0..rows).map(measure));
                     sort_and_keep(list, k);
-                    if per_point == rows {
-                        return 0;
-                    }
-                    // A row left out is at least this far (exactly) from the query.
-                    let last = gemm.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-                    let floor = last - slack;
-                    if list.len() == k && list[k - 1].0 < floor {
-                        return 0;
-                    }
-                    list.extend(
-                        (0..rows)
-                            .filter(|&j| chosen.binary_search(&(j as u32)).is_err())
-                            .map(measure),
-                    );
-                    sort_and_keep(list, k);
-                    1
-                })
-                .sum();
-            rescanned += rescanned_now;
-            progress(&BuildEvent::Advance { done: start + rows });
-            // The reader may have stopped (after the last block): the buffers are not needed.
-            let _ = empty_tx.send(b);
-        }
+                    return 1;
+                }
+                let gemm = &near.dists[i * per_point..(i + 1) * per_point];
+                let q_norm = squared_norm(&shifted_queries[i * dim..(i + 1) * dim]);
+                // A row is at least its GEMM distance less this from the query (exactly).
+                let slack = rounding * (q_norm + max_norm);
+                // Once the list is full, a candidate that far beyond its k-th distance
+                // cannot enter it: only the others are measured (in the later blocks of a
+                // large base, most are not).
+                let kth = if list.len() == k {
+                    list[k - 1].0
+                } else {
+                    f64::INFINITY
+                };
+                list.extend(
+                    candidates
+                        .iter()
+                        .zip(gemm)
+                        .filter(|&(_, &d)| d as f64 - slack <= kth)
+                        .map(|(&j, _)| measure(j as usize)),
+                );
+                sort_and_keep(list, k);
+                if per_point == rows {
+                    return 0;
+                }
+                // A row left out is at least this far (exactly) from the query.
+                let last = gemm.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+                let floor = last - slack;
+                if list.len() == k && list[k - 1].0 < floor {
+                    return 0;
+                }
+                list.extend(
+                    (0..rows)
+                        .filter(|&j| chosen.binary_search(&(j as u32)).is_err())
+                        .map(measure),
+                );
+                sort_and_keep(list, k);
+                1
+            })
+            .sum();
+        rescanned += rescanned_now;
+        progress(&BuildEvent::Advance { done: start + rows });
         Ok(())
-    })?;
+    };
+    let mut reader = BlockReader {
+        source: &source,
+        block_rows,
+        mean: None,
+    };
+    if rayon::current_num_threads() == 1 {
+        // One thread asked for (`--threads 1`): read and rank in turn.
+        let mut b = BaseBlock::default();
+        for start in (0..n).step_by(block_rows) {
+            reader.fill(start, &mut b)?;
+            measure_block(&b)?;
+        }
+    } else {
+        // A second thread reads and translates the next block while this one ranks and
+        // measures the current one; two blocks' buffers go back and forth between them.
+        std::thread::scope(|scope| -> Result<()> {
+            let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Result<BaseBlock>>(1);
+            let (empty_tx, empty_rx) = std::sync::mpsc::channel::<BaseBlock>();
+            for _ in 0..2 {
+                empty_tx
+                    .send(BaseBlock::default())
+                    .expect("the receiver is alive");
+            }
+            scope.spawn(move || reader.run(empty_rx, full_tx));
+            for message in full_rx {
+                let b = message?;
+                measure_block(&b)?;
+                // The reader may have stopped (after the last block): the buffers are not
+                // needed.
+                let _ = empty_tx.send(b);
+            }
+            Ok(())
+        })?;
+    }
     let ids = best
         .iter()
         .flat_map(|l| l.iter().map(|&(_, id)| id))
@@ -267,30 +287,24 @@ impl BaseBlock {
     }
 }
 
-/// [`ground_truth`]'s reader: fills the buffers that come back on `empty` with the base's
-/// blocks of `block_rows` rows, in order, and sends each on `full`. Stops after the last
-/// block, after sending an error, or when the other side hangs up.
-fn read_base_blocks(
-    source: &dyn VectorSource,
+/// [`ground_truth`]'s reader of the base set's blocks.
+struct BlockReader<'a> {
+    source: &'a dyn VectorSource,
     block_rows: usize,
-    empty: std::sync::mpsc::Receiver<BaseBlock>,
-    full: std::sync::mpsc::SyncSender<Result<BaseBlock>>,
-) {
-    let (n, dim) = (source.num_rows(), source.dim());
-    let mut mean: Option<Vec<f32>> = None;
-    for start in (0..n).step_by(block_rows) {
-        let Ok(mut b) = empty.recv() else {
-            return;
-        };
-        let rows = block_rows.min(n - start);
+    /// The first block's column means, once it is read. Layout: (dim,).
+    mean: Option<Vec<f32>>,
+}
+
+impl BlockReader<'_> {
+    /// Reads the block of rows from `start` into `b`'s buffers (reused) and translates it.
+    fn fill(&mut self, start: usize, b: &mut BaseBlock) -> Result<()> {
+        let (n, dim) = (self.source.num_rows(), self.source.dim());
+        let rows = self.block_rows.min(n - start);
         b.start = start;
         b.block.resize(rows * dim, 0.0);
-        if let Err(e) = source.read_rows(start, &mut b.block) {
-            let _ = full.send(Err(e));
-            return;
-        }
+        self.source.read_rows(start, &mut b.block)?;
         // The GEMM form loses digits with the norms; a common translation changes no distance.
-        let mean = mean.get_or_insert_with(|| {
+        let mean = self.mean.get_or_insert_with(|| {
             column_means(&b.block, dim)
                 .iter()
                 .map(|&m| m as f32)
@@ -307,8 +321,26 @@ fn read_base_blocks(
             .par_chunks_exact(dim)
             .map(squared_norm)
             .reduce(|| 0f64, f64::max);
-        if full.send(Ok(b)).is_err() {
-            return;
+        Ok(())
+    }
+
+    /// Fills the buffers that come back on `empty` with the blocks, in order, and sends each
+    /// on `full`. Stops after the last block, after sending an error, or when the other side
+    /// hangs up.
+    fn run(
+        mut self,
+        empty: std::sync::mpsc::Receiver<BaseBlock>,
+        full: std::sync::mpsc::SyncSender<Result<BaseBlock>>,
+    ) {
+        for start in (0..self.source.num_rows()).step_by(self.block_rows) {
+            let Ok(mut b) = empty.recv() else {
+                return;
+            };
+            let message = self.fill(start, &mut b).map(|()| b);
+            let failed = message.is_err();
+            if full.send(message).is_err() || failed {
+                return;
+            }
         }
     }
 }
@@ -547,47 +579,87 @@ mod tests {
         cpu_training!();
     }
 
-    /// The reader thread stops when ranking fails on any block (first, middle, last): the
-    /// error comes back and nothing waits on the other side.
+    /// With one thread and with a reader thread: ranking that fails on any block (first,
+    /// middle, last) gives its error back and nothing waits on the other side; a bad row gives
+    /// the reader's error; otherwise the lists are exact.
     #[test]
     fn a_backend_error_on_any_block_stops_the_reader_and_comes_back() {
         let dim = 4;
-        let base = crate::synthetic::clustered(100, dim, 3, 0.4, 3);
+        let mut base = crate::synthetic::clustered(100, dim, 3, 0.4, 3);
         let queries = base[..dim * 3].to_vec();
-        let source = SliceSource::new(&base, dim).unwrap();
-        // 100 rows in blocks of 16: 7 blocks.
-        for fail_on in [1, 2, 4, 7] {
-            let backend = FailsOnCall {
-                fail_on,
-                calls: Default::default(),
-            };
-            let err =
-                ground_truth_in_blocks(&source, &queries, 5, Metric::L2, &backend, 16, &mut |_| {})
-                    .unwrap_err();
-            assert!(
-                matches!(&err, VlcError::Backend { reason, .. } if *reason == format!("call {fail_on}")),
-                "{err}"
-            );
-        }
-        let backend = FailsOnCall {
-            fail_on: 8,
-            calls: Default::default(),
+        let want = {
+            let source = SliceSource::new(&base, dim).unwrap();
+            ground_truth_in_blocks(
+                &source,
+                &queries,
+                5,
+                Metric::L2,
+                &CpuBackend,
+                100,
+                &mut |_| {},
+            )
+            .unwrap()
         };
-        let got =
-            ground_truth_in_blocks(&source, &queries, 5, Metric::L2, &backend, 16, &mut |_| {})
+        // One thread reads and ranks in turn; more read on a second thread.
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
                 .unwrap();
-        let want = ground_truth_in_blocks(
-            &source,
-            &queries,
-            5,
-            Metric::L2,
-            &CpuBackend,
-            100,
-            &mut |_| {},
-        )
-        .unwrap();
-        assert_eq!(got.ids, want.ids);
-        assert_eq!(got.distances, want.distances);
+            pool.install(|| {
+                let source = SliceSource::new(&base, dim).unwrap();
+                // 100 rows in blocks of 16: 7 blocks.
+                let run = |backend: &dyn Backend| {
+                    ground_truth_in_blocks(&source, &queries, 5, Metric::L2, backend, 16, &mut |_| {})
+                };
+                for fail_on in [1, 2, 4, 7] {
+                    let backend = FailsOnCall {
+                        fail_on,
+                        calls: Default::default(),
+                    };
+                    let err = run(&backend).unwrap_err();
+                    assert!(
+                        matches!(&err, VlcError::Backend { reason, .. } if *reason == format!("call {fail_on}")),
+                        "{threads} threads: {err}"
+                    );
+                }
+                let backend = FailsOnCall {
+                    fail_on: 8,
+                    calls: Default::default(),
+                };
+                let got = run(&backend).unwrap();
+                assert_eq!(got.ids, want.ids, "{threads} threads");
+                assert_eq!(got.distances, want.distances, "{threads} threads");
+            });
+            // A bad row in the sixth block: the reader's error, named by its row.
+            base[85 * dim + 1] = f32::NAN;
+            let source = SliceSource::new(&base, dim).unwrap();
+            let err = pool
+                .install(|| {
+                    ground_truth_in_blocks(
+                        &source,
+                        &queries,
+                        5,
+                        Metric::L2,
+                        &CpuBackend,
+                        16,
+                        &mut |_| {},
+                    )
+                })
+                .unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    VlcError::NonFinite {
+                        row: 85,
+                        column: 1,
+                        ..
+                    }
+                ),
+                "{threads} threads: {err}"
+            );
+            base[85 * dim + 1] = 0.5;
+        }
     }
 
     #[test]
