@@ -33,8 +33,8 @@ pub struct GroundTruth {
 /// The exact `k` nearest neighbours by squared L2 of each query (`queries`: (num_queries, dim),
 /// row-major) among the rows of `base`, which is read a block at a time (about 64 MiB of f32,
 /// as a build reads it; unless rayon's pool has one thread, a second thread reads the next
-/// block while the current one is ranked, so two blocks are in memory), so a base set larger
-/// than memory works; with [`Metric::Cosine`] base
+/// block while the current one is ranked, so two blocks are in memory, and its parallel steps
+/// run on rayon's global pool), so a base set larger than memory works; with [`Metric::Cosine`] base
 /// rows and queries are scaled to unit length first, as an index of that metric scales them.
 ///
 /// Each block is ranked for every query in GEMM form through `backend` (`‖q‖² − 2⟨q, x⟩ +
