@@ -140,7 +140,7 @@ pub(crate) fn ground_truth_in_blocks(
     let rounding = 2.0 * (backend.ranking_rounding() as f64).max(dim as f64 * f32::EPSILON as f64);
     // Ranks one block for every query and merges its nearest rows into the lists.
     let mut measure_block = |b: &BaseBlock| -> Result<()> {
-        let (start, rows) = (b.start, b.rows());
+        let (start, rows) = (b.start, b.block.len() / dim);
         let (block, shifted_block) = (&b.block, &b.shifted);
         let shifted_queries = shifted_queries
             .get_or_insert_with(|| prepare_rows(&queries, dim, false, Some(&b.mean)).into_owned());
@@ -279,12 +279,6 @@ struct BaseBlock {
     mean: Vec<f32>,
     /// The largest squared norm of a row of `shifted`.
     max_norm: f64,
-}
-
-impl BaseBlock {
-    fn rows(&self) -> usize {
-        self.block.len() / self.mean.len().max(1)
-    }
 }
 
 /// [`ground_truth`]'s reader of the base set's blocks.
