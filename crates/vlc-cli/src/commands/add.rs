@@ -20,7 +20,7 @@ use vlc::Index;
 pub struct Args {
     /// The index to add to.
     pub index: PathBuf,
-    /// Vectors to add, of the index's dimension: .npy (f32, f16 or u8), .fvecs, .bvecs, or
+    /// Vectors to add, of the index's dimension: .npy (f32, f64, f16 or u8), .fvecs, .bvecs, or
     /// .f32/.bin/.raw (raw needs no --dim: the index gives it). Read a block at a time.
     pub input: PathBuf,
     /// Write the result here instead of replacing the index.

@@ -14,7 +14,7 @@ use vlc::{BuildParams, CodecKind, Index, Metric};
 /// is read; the output file is only written once the index is complete.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Input vectors: .npy (f32, f16 or u8, C order), .fvecs, .bvecs, or .f32/.bin/.raw with --dim.
+    /// Input vectors: .npy (f32, f64, f16 or u8, C order), .fvecs, .bvecs, or .f32/.bin/.raw with --dim.
     pub input: PathBuf,
     /// Where to write the index (written to a temporary file, then renamed).
     #[arg(short, long)]
