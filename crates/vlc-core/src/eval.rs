@@ -626,7 +626,7 @@ mod tests {
                 assert_eq!(got.distances, want.distances, "{threads} threads");
             });
             // A bad row in the sixth block: the reader's error, named by its row.
-            base[85 * dim + 1] = f32::NAN;
+            let kept = std::mem::replace(&mut base[85 * dim + 1], f32::NAN);
             let source = SliceSource::new(&base, dim).unwrap();
             let err = pool
                 .install(|| {
@@ -652,7 +652,7 @@ mod tests {
                 ),
                 "{threads} threads: {err}"
             );
-            base[85 * dim + 1] = 0.5;
+            base[85 * dim + 1] = kept;
         }
     }
 
