@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "VLCINDEX"
-//!      8     4  format version (u32) = 9 (versions 1 to 8 are read too)
+//!      8     4  format version (u32) = 10 (versions 1 to 9 are read too)
 //!     12     4  header size (u32) = 64
 //!     16     4  dim (u32)
 //!     20     4  num_anchors (u32)
@@ -26,7 +26,8 @@
 //! subtracted from every vector and query (see [`crate::Index::centre`]); `ANCH` anchors
 //! (num_anchors, dim) as f32, f16, or int8 (the num_anchors f32 scales first, see
 //! [`crate::anchor_store`]); `LOFF` list offsets u64 (num_anchors + 1); `IDSP` ids bit-packed
-//! at the width of the largest (version 3, see [`crate::ids`]) or `IDS_` ids u32 (num_vectors;
+//! at the width of the largest (version 3, see [`crate::ids`]), `IDEF` ids coded by
+//! Elias-Fano per list (version 10, instead of `IDSP`), or `IDS_` ids u32 (num_vectors;
 //! versions 1 and 2); `CPAR` primary codec parameters; `CODE` primary codes (num_vectors,
 //! code_size); `RPAR`/`RCOD` the refine tier; `META` build report (JSON).
 //!
@@ -64,22 +65,27 @@
 //! before version 9 reports the newer version instead of ignoring the section and answering
 //! wrongly).
 //!
+//! Version 10 added the `IDEF` section, which a writer puts in place of `IDSP` where every
+//! list's ids ascend and Elias-Fano codes them in fewer bits (see [`crate::ids`]): about
+//! `2 + log2(num_anchors)` bits an id instead of the largest id's bit length. Nothing else
+//! changed; an earlier version's file with `IDEF` is rejected as corrupt, and so is a file
+//! with both id sections.
+//!
 //! Every size read from a file is checked against the file length with checked arithmetic
 //! before anything is allocated or indexed.
 
 use crate::anchor_store::{AnchorPrecision, StoredAnchors};
 use crate::codec::{Codec, CodecKind, ResidualCodec};
 use crate::error::{Result, VlcError};
-use crate::ids::Ids;
+use crate::ids::{IdSection, Ids, ListIds};
 use crate::index::{BuildReport, Index, Metric};
 use memmap2::Mmap;
-use std::borrow::Cow;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"VLCINDEX";
-pub const FORMAT_VERSION: u32 = 9;
+pub const FORMAT_VERSION: u32 = 10;
 pub const HEADER_SIZE: usize = 64;
 const ENTRY_SIZE: usize = 32;
 const MAX_SECTIONS: usize = 16;
@@ -148,7 +154,10 @@ fn sections<'a>(index: &'a Index, e: &'a Encoded<'a>) -> Vec<([u8; 4], &'a [u8])
     s.extend([
         (*b"ANCH", anchors),
         (*b"LOFF", as_bytes(&index.list_offsets)),
-        (*b"IDSP", as_bytes(&e.packed_ids)),
+        match &e.ids {
+            IdSection::Packed(words) => (*b"IDSP", as_bytes(words)),
+            IdSection::PerList(words) => (*b"IDEF", as_bytes(words)),
+        },
         (*b"CPAR", params),
         (*b"CODE", &index.codes),
     ]);
@@ -168,9 +177,9 @@ struct Encoded<'a> {
     params: Vec<u8>,
     refine_params: Vec<u8>,
     meta: Vec<u8>,
-    /// The `IDSP` section: the index's packed ids (packed here when it holds them plain,
+    /// The `IDSP` or `IDEF` section: the index's ids (packed here when it holds them plain,
     /// loaded from an older file).
-    packed_ids: Cow<'a, [u64]>,
+    ids: IdSection<'a>,
 }
 
 fn encode_params(index: &Index) -> Encoded<'_> {
@@ -181,12 +190,11 @@ fn encode_params(index: &Index) -> Encoded<'_> {
         c.write_params(&mut refine_params);
     }
     let meta = serde_json::to_vec(&index.report).unwrap_or_default();
-    let packed_ids = index.ids.packed_words();
     Encoded {
         params,
         refine_params,
         meta,
-        packed_ids,
+        ids: index.ids.section(),
     }
 }
 
@@ -651,7 +659,17 @@ fn assemble(
     };
     let anchors_r = need(b"ANCH", Some(anchor_bytes as u64))?;
     let loff_r = need(b"LOFF", Some(mul(k + 1, 8)?))?;
-    let ids_r = if info.version >= 3 {
+    // Version 10 on: `IDSP` or `IDEF`, not both.
+    let per_list_ids = match (find(b"IDEF"), find(b"IDSP")) {
+        (Some((lo, _)), Some(_)) => {
+            return Err(corrupt("both id sections, `IDEF` and `IDSP`", lo as u64))
+        }
+        (Some(_), None) => true,
+        _ => false,
+    };
+    let ids_r = if per_list_ids {
+        need(b"IDEF", None)?
+    } else if info.version >= 3 {
         need(b"IDSP", None)?
     } else {
         need(b"IDS_", Some(mul(n, 4)?))?
@@ -709,11 +727,25 @@ fn assemble(
     let ids = if info.version >= 3 {
         if (ids_r.1 - ids_r.0) % 8 != 0 {
             return Err(corrupt(
-                "the packed id section is not whole 8-byte words",
+                "the id section is not whole 8-byte words",
                 ids_r.0 as u64,
             ));
         }
-        Ids::from_packed_section(make_u64(ids_r.0, ids_r.1)?, n as usize, ids_r.0 as u64)?
+        if per_list_ids && info.version < 10 {
+            return Err(corrupt(
+                format!(
+                    "section `IDEF` in a version {} file (it needs version 10)",
+                    info.version
+                ),
+                ids_r.0 as u64,
+            ));
+        }
+        let words = make_u64(ids_r.0, ids_r.1)?;
+        if per_list_ids {
+            Ids::PerList(ListIds::from_section(words, &list_offsets, ids_r.0 as u64)?)
+        } else {
+            Ids::from_packed_section(words, n as usize, ids_r.0 as u64)?
+        }
     } else {
         Ids::Plain(make_u32(ids_r.0, ids_r.1)?)
     };

@@ -8,7 +8,7 @@ use crate::codec::{Codec, CodecKind, CodecParams, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::fastscan::FastScan;
 use crate::format::{file_size_for, Section};
-use crate::ids::{packed_len, width_for, Ids};
+use crate::ids::Ids;
 use crate::train::{train_anchors_from, IterationStats, TrainParams, TrainReport};
 use crate::vectors::{
     choose_centre, gather_rows, read_block_rows, PreparedRows, SliceSource, VectorSource,
@@ -427,6 +427,9 @@ impl Index {
         // Group by anchor: `order` lists the rows in list order; `position` is its inverse.
         let t_encode = Instant::now();
         let (offsets, order) = group_by_anchor(&assignment, num_anchors);
+        // Row `i` gets id `i`: the ids in list order are `order`.
+        let list_offsets: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
+        let ids = Ids::for_lists(&order, &list_offsets);
         let mut position = vec![0u32; n];
         for (p, &i) in order.iter().enumerate() {
             position[i as usize] = p as u32;
@@ -475,7 +478,7 @@ impl Index {
                 })
                 .map_or(0, |m| m.len())
                     + META_TIMING_SLACK;
-                let ids = packed_len(n, width_for(n as u32 - 1)).expect("ids fit in memory") * 8;
+                let ids = ids.section_bytes();
                 let mut refine_sections = Vec::new();
                 if let Some(r) = &refine_codec {
                     let mut refine_params = Vec::new();
@@ -594,8 +597,8 @@ impl Index {
             centre,
             n,
             stored_anchors,
-            Section::Owned(offsets.iter().map(|&o| o as u64).collect()),
-            Ids::packed(&order),
+            Section::Owned(list_offsets),
+            ids,
             codec,
             Section::Owned(codes),
             refine,
@@ -709,6 +712,7 @@ impl Index {
         report.final_energy = (self.report.final_energy * old_n as f64 + energy_sum) / total as f64;
         let (codes, refine) =
             primary_and_refine(codes, self.refine.as_ref().map(|(c, _)| c.clone()));
+        let stored_ids = Ids::for_lists(&ids, &offsets);
         let index = Index::from_parts(
             dim,
             self.metric,
@@ -716,7 +720,7 @@ impl Index {
             total,
             self.stored_anchors.clone(),
             Section::Owned(offsets),
-            Ids::packed(&ids),
+            stored_ids,
             self.codec.clone(),
             Section::Owned(codes),
             refine,
@@ -810,6 +814,7 @@ impl Index {
                 Section::Owned(gather(codes, codec.code_size())),
             )
         });
+        let stored_ids = Ids::for_lists(&new_ids, &offsets);
         let index = Index::from_parts(
             self.dim,
             self.metric,
@@ -817,7 +822,7 @@ impl Index {
             total,
             self.stored_anchors.clone(),
             Section::Owned(offsets),
-            Ids::packed(&new_ids),
+            stored_ids,
             self.codec.clone(),
             Section::Owned(codes),
             refine,
@@ -1011,15 +1016,19 @@ impl Index {
             .map(|w| (w[1] - w[0]) as usize)
             .collect()
     }
+    /// How the ids are stored and the bits each takes in the file (see [`crate::ids`]), e.g.
+    /// "Elias-Fano per list, 11.7 bits each".
+    pub fn id_storage(&self) -> String {
+        self.ids.describe()
+    }
     /// How the index was built (parameters, training history, timings).
     pub fn build_report(&self) -> &BuildReport {
         &self.report
     }
-    /// Bytes per vector of the id (its packed width, see [`crate::ids`]), primary code and
-    /// refine code. The file adds anchors, list offsets and codec parameters; see
-    /// [`Index::file_size`].
+    /// Bytes per vector of the id (see [`crate::ids`]), primary code and refine code. The
+    /// file adds anchors, list offsets and codec parameters; see [`Index::file_size`].
     pub fn code_bytes_per_vector(&self) -> f64 {
-        self.ids.width() as f64 / 8.0
+        self.ids.bits_per_id() / 8.0
             + (self.codec.code_size() + self.refine.as_ref().map_or(0, |r| r.0.code_size())) as f64
     }
     /// The exact size in bytes of this index's file.

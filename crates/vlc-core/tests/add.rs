@@ -219,6 +219,20 @@ fn removed_vectors_are_gone_and_their_ids_are_not_given_again() {
         .map(|h| h.0)
         .collect();
     assert_eq!(top, [3000], "row 0 comes back under its new id");
+    // Each list's ids still ascend after removing and adding, so every step keeps them coded
+    // per list (format version 10) rather than packed.
+    for (what, index) in [
+        ("built", &base),
+        ("removed", &smaller),
+        ("reopened", &reopened),
+        ("grown", &grown),
+    ] {
+        assert!(
+            index.id_storage().starts_with("Elias-Fano per list"),
+            "{what}: {}",
+            index.id_storage()
+        );
+    }
 }
 
 #[test]

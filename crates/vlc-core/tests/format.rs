@@ -283,21 +283,56 @@ fn with_section_bytes(b: &[u8], tag: &[u8; 4], at: usize, value: &[u8]) -> Vec<u
     with_header_field(&out, 48, &table_crc.to_le_bytes())
 }
 
+/// A new index codes its ids by Elias-Fano per list (format version 10, `IDEF`) where that is
+/// smaller than packing them; a bad universe or length is named, and so is the section in a
+/// file of an earlier version. Files of versions 3 to 9 hold packed ids (`IDSP`), whose bad
+/// widths are named too.
 #[test]
-fn ids_are_bit_packed_and_a_bad_width_is_named() {
+fn ids_are_coded_per_list_and_bad_id_sections_are_named() {
     let b = bytes();
-    let at = section_offset(b, b"IDSP");
-    // 300 vectors: ids 0..=299 need 9 bits.
-    assert_eq!(u64::from_le_bytes(b[at..at + 8].try_into().unwrap()), 9);
+    assert!(b[HEADER_SIZE..]
+        .chunks_exact(32)
+        .all(|e| &e[..4] != b"IDSP"));
+    let at = section_offset(b, b"IDEF");
+    let len = section_length(b, b"IDEF");
+    // 300 vectors: the universe is 300.
+    assert_eq!(u64::from_le_bytes(b[at..at + 8].try_into().unwrap()), 300);
     let index = Index::from_bytes(b).unwrap();
+    let bits = len as f64 * 8.0 / 300.0;
+    // Fewer bits than packing's 9, as the writer only picks it then.
+    assert!(bits < 9.0, "{bits}");
     assert!(
         (index.code_bytes_per_vector()
-            - (9.0 / 8.0 + index.code_size() as f64 + index.refine_code_size().unwrap() as f64))
+            - (bits / 8.0 + index.code_size() as f64 + index.refine_code_size().unwrap() as f64))
             .abs()
             < 1e-9
     );
-    for width in [0u64, 8, 33] {
-        let bad = with_section_bytes(b, b"IDSP", 0, &width.to_le_bytes());
+    assert!(
+        index.id_storage().contains("Elias-Fano"),
+        "{}",
+        index.id_storage()
+    );
+    for universe in [0u64, 299, 1 << 33] {
+        let bad = with_section_bytes(b, b"IDEF", 0, &universe.to_le_bytes());
+        let err = Index::from_bytes(&bad).unwrap_err();
+        assert!(
+            matches!(err, VlcError::Corrupt { .. }) && err.to_string().contains("universe"),
+            "universe {universe}: {err}"
+        );
+    }
+    let err = Index::from_bytes(&with_header_field(b, 8, &9u32.to_le_bytes())).unwrap_err();
+    assert!(err.to_string().contains("`IDEF` in a version 9"), "{err}");
+
+    let v9 = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v9-rabitq3-l2.vlc"),
+    )
+    .unwrap();
+    let at = section_offset(&v9, b"IDSP");
+    let width = u64::from_le_bytes(v9[at..at + 8].try_into().unwrap());
+    let index = Index::from_bytes(&v9).unwrap();
+    assert_eq!(index.id_storage(), format!("bit-packed at {width} bits"));
+    for width in [0u64, width - 1, 33] {
+        let bad = with_section_bytes(&v9, b"IDSP", 0, &width.to_le_bytes());
         let err = Index::from_bytes(&bad).unwrap_err();
         assert!(
             matches!(err, VlcError::Corrupt { .. }) && err.to_string().contains("id"),

@@ -9,8 +9,10 @@
 //! `v7-rabitq7`) and `v8-*.vlc` by version 8 (`pcaq` axes wider than 8 bits: `v8-pcaq7-wide`,
 //! 24-d data with 8 dimensions spread 256 times wider, whose 12-bit axes the first stage reads
 //! down to their sixth bit) and `v9-*.vlc` by version 9 (the `CNTR` section: `v9-rabitq1-sq8-
-//! centred-l2`, data 100 units from the origin along every axis), with the search results
-//! they gave recorded beside them (`.expected.json`).
+//! centred-l2`, data 100 units from the origin along every axis) and `v10-*.vlc` by version 10
+//! (ids coded by Elias-Fano per list, `IDEF`: every file of that version has it), with the
+//! search results they gave recorded beside them (`.expected.json`; version 10's are those of
+//! version 9, byte for byte).
 //!
 //! To add files for a new format version: `VLC_WRITE_GOLDEN=1 cargo test --test golden` writes
 //! `v{FORMAT_VERSION}-*` files for the current version (existing files are never overwritten).

@@ -33,7 +33,7 @@ pub fn run(a: Args) -> Result<()> {
             "file_bytes": info.file_size, "bytes_per_vector": bpv, "compression_vs_f32": (4 * info.dim) as f64 / bpv,
             "list_sizes": {"min": min, "median": median, "max": max, "empty": empty},
             "sections": info.sections.iter().map(|(t, o, l)| serde_json::json!({"tag": t, "offset": o, "bytes": l})).collect::<Vec<_>>(),
-            "build": report, "next_id": index.next_id(),
+            "build": report, "next_id": index.next_id(), "ids": index.id_storage(),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
         return Ok(());
@@ -79,6 +79,7 @@ pub fn run(a: Args) -> Result<()> {
         Some((first, None)) => println!("  factors     {first}, per vector"),
         None => {}
     }
+    println!("  ids         {}", index.id_storage());
     if let Some((bytes, segments)) = index.fast_scan_layout() {
         println!(
             "  fast scan   first {bytes} bytes of each code, {}",
