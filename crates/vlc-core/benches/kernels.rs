@@ -1,5 +1,5 @@
-//! Hot-path kernels, scalar reference vs the SIMD variant picked at run time, and anchor
-//! ranking. `cargo bench -p vlc-core --bench kernels`.
+//! Hot-path kernels, scalar reference vs the SIMD variant picked at run time, anchor ranking,
+//! and id lookup. `cargo bench -p vlc-core --bench kernels`.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use vlc::fastscan::{
@@ -215,5 +215,48 @@ fn query_rotation(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, scan_kernels, anchor_ranking, query_rotation);
+/// Looking up the ids of a search's results: 1,000 random list positions of 60,000 ids in
+/// 1,024 lists (the dev set's shape) and of 1,000,000 in 4,096, packed at the largest id's
+/// width against Elias-Fano per list.
+fn id_lookup(c: &mut Criterion) {
+    let mut rng = Rng::new(4);
+    let mut g = c.benchmark_group("id lookup, 1000 positions");
+    g.throughput(Throughput::Elements(1000));
+    for (num, lists) in [(60_000usize, 1024usize), (1_000_000, 4096)] {
+        // Random list sizes around num / lists, ids assigned to lists at random, ascending.
+        let assignment: Vec<usize> = (0..num).map(|_| rng.below(lists)).collect();
+        let mut members: Vec<Vec<u32>> = vec![Vec::new(); lists];
+        for (id, &l) in assignment.iter().enumerate() {
+            members[l].push(id as u32);
+        }
+        let mut offsets = vec![0u64];
+        for m in &members {
+            offsets.push(offsets.last().unwrap() + m.len() as u64);
+        }
+        let ids: Vec<u32> = members.concat();
+        let positions: Vec<usize> = (0..1000).map(|_| rng.below(num)).collect();
+        let packed = vlc::ids::Ids::packed(&ids);
+        let per_list = vlc::ids::Ids::for_lists(&ids, &offsets);
+        assert!(matches!(per_list, vlc::ids::Ids::PerList(_)));
+        for (name, store) in [("packed", &packed), ("Elias-Fano per list", &per_list)] {
+            g.bench_function(BenchmarkId::new(name, format!("{num} in {lists}")), |b| {
+                b.iter(|| {
+                    positions
+                        .iter()
+                        .map(|&p| store.get(black_box(p)) as u64)
+                        .sum::<u64>()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    scan_kernels,
+    anchor_ranking,
+    query_rotation,
+    id_lookup
+);
 criterion_main!(benches);

@@ -55,6 +55,13 @@ pub struct ListIds {
     num: usize,
     /// Layout: (num_lists,), in anchor order.
     lists: Vec<ListEntry>,
+    /// Each list's first position (`ListEntry::start`). Layout: (num_lists,).
+    starts: Vec<u64>,
+    /// For each bucket of `2^bucket_shift` positions, the list that holds the bucket's first
+    /// position, so that finding a position's list steps over a list or two instead of a
+    /// binary search. Layout: ((num >> bucket_shift) + 1,).
+    buckets: Vec<u32>,
+    bucket_shift: u32,
     /// For each list, the position within its high part of the set bit of id `j·SAMPLE`, for
     /// `j = 0, 1, …` (`ListEntry::first_sample` says where a list's samples start).
     samples: Vec<u32>,
@@ -159,13 +166,42 @@ fn write_bits(words: &mut [u64], bit: u64, width: u32, value: u64) {
     }
 }
 
-/// Position of the `k`-th set bit (from 0) of `word`, which has more than `k`.
+/// Position of the `k`-th set bit (from 0) of `word`, which has more than `k`: the byte that
+/// holds it by counting whole bytes, then at most 7 bits cleared within it.
 #[inline]
-fn select_in_word(mut word: u64, k: u32) -> u32 {
-    for _ in 0..k {
-        word &= word - 1;
+fn select_in_word(word: u64, mut k: u32) -> u32 {
+    let mut shift = 0;
+    loop {
+        let ones = ((word >> shift) & 0xFF).count_ones();
+        if ones > k {
+            break;
+        }
+        k -= ones;
+        shift += 8;
     }
-    word.trailing_zeros()
+    let mut byte = (word >> shift) & 0xFF;
+    for _ in 0..k {
+        byte &= byte - 1;
+    }
+    shift + byte.trailing_zeros()
+}
+
+/// `(buckets, bucket_shift)` of `ListIds` for lists starting at `starts` (ascending from 0)
+/// that hold `num` positions: buckets about as wide as the mean list.
+fn buckets(starts: &[u64], num: usize) -> (Vec<u32>, u32) {
+    let mean = num / starts.len().max(1);
+    let shift = if mean < 2 { 0 } else { mean.ilog2() };
+    let count = (num >> shift) + 1;
+    let mut out = Vec::with_capacity(count);
+    let mut list = 0usize;
+    for b in 0..count {
+        let first = (b as u64) << shift;
+        while list + 1 < starts.len() && starts[list + 1] <= first {
+            list += 1;
+        }
+        out.push(list as u32);
+    }
+    (out, shift)
 }
 
 impl ListIds {
@@ -205,9 +241,14 @@ impl ListIds {
         }
         let samples = Self::sample_all(&words, &lists, offsets)
             .expect("a stream just written has its set bits");
+        let starts: Vec<u64> = lists.iter().map(|e| e.start).collect();
+        let (buckets, bucket_shift) = buckets(&starts, ids.len());
         Some(ListIds {
             words: Section::Owned(words),
             num: ids.len(),
+            starts,
+            buckets,
+            bucket_shift,
             lists,
             samples,
         })
@@ -276,9 +317,14 @@ impl ListIds {
         let samples = Self::sample_all(&words, &lists, offsets).ok_or_else(|| {
             corrupt("an Elias-Fano id list does not hold one high bit per id".into())
         })?;
+        let starts: Vec<u64> = lists.iter().map(|e| e.start).collect();
+        let (buckets, bucket_shift) = buckets(&starts, num as usize);
         let ids = ListIds {
             words,
             num: num as usize,
+            starts,
+            buckets,
+            bucket_shift,
             lists,
             samples,
         };
@@ -325,9 +371,13 @@ impl ListIds {
     #[inline]
     pub fn get(&self, position: usize) -> u32 {
         debug_assert!(position < self.num);
-        // The last list starting at or before `position`: empty lists before it share its
-        // start, and it holds `position`.
-        let list = self.lists.partition_point(|e| e.start <= position as u64) - 1;
+        // The last list starting at or before `position` (empty lists before it share its
+        // start, and it holds `position`), from the bucket's first list on.
+        let p = position as u64;
+        let mut list = self.buckets[position >> self.bucket_shift] as usize;
+        while list + 1 < self.starts.len() && self.starts[list + 1] <= p {
+            list += 1;
+        }
         self.get_in(list, position) as u32
     }
 
@@ -473,6 +523,25 @@ impl Ids {
                 ((both >> shift) as u64 & ((1u64 << width) - 1)) as u32
             }
             Ids::PerList(ids) => ids.get(position),
+        }
+    }
+
+    /// The id at list position `position`, which lies in list `list` (a search knows the list
+    /// each candidate came from, which spares Elias-Fano ids finding it).
+    #[inline]
+    pub fn get_in_list(&self, list: usize, position: usize) -> u32 {
+        match self {
+            Ids::PerList(ids) => {
+                debug_assert!(
+                    ids.starts[list] <= position as u64
+                        && ids
+                            .starts
+                            .get(list + 1)
+                            .is_none_or(|&end| position < end as usize)
+                );
+                ids.get_in(list, position) as u32
+            }
+            _ => self.get(position),
         }
     }
 
@@ -729,6 +798,21 @@ mod tests {
         // at bit 3·L_0 + high part of list 0; rather than compute it, swap two lists' sizes.
         let swapped = [0u64, 70, 70, 73, 78];
         assert!(ListIds::from_section(Section::Owned(good.clone()), &swapped, 7).is_err());
+    }
+
+    #[test]
+    fn select_in_word_finds_every_set_bit() {
+        let mut rng = crate::Rng::new(8);
+        let mut words: Vec<u64> = (0..200).map(|_| rng.next_u64()).collect();
+        words.extend([1, 1 << 63, u64::MAX, 0xFF00, 0x8000_0000_0000_0001]);
+        // Sparse words too, whose set bits sit in a few bytes.
+        words.extend((0..100).map(|_| rng.next_u64() & rng.next_u64() & rng.next_u64()));
+        for w in words {
+            let set: Vec<u32> = (0..64).filter(|b| w >> b & 1 == 1).collect();
+            for (k, &b) in set.iter().enumerate() {
+                assert_eq!(select_in_word(w, k as u32), b, "{w:#x} k {k}");
+            }
+        }
     }
 
     #[test]

@@ -629,7 +629,7 @@ impl Index {
         found
             .iter()
             .map(|c| Neighbor {
-                id: self.ids.get(c.position()),
+                id: self.ids.get_in_list(c.anchor as usize, c.position()),
                 distance: c.dist().max(0.0),
             })
             .collect()
