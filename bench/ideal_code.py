@@ -32,3 +32,33 @@ def anchors_and_axes(base, num_anchors, seed):
     lam, basis = np.linalg.eigh(np.cov(residual.T.astype(np.float64)))
     basis = basis[:, np.argsort(lam)[::-1]].astype(np.float32)
     return assign, centroids, residual, basis
+
+
+def product_code(rotated, lam, bits, group_bits, seed, train=None):
+    """Reconstruction of `rotated` by k-means codebooks of 2^group_bits entries over consecutive
+    groups of principal axes that each carry group_bits bits of the water-filling rates of
+    variances `lam` at `bits` in all, trained on the rows `train` (all rows by default).
+    Returns `(recon, coded_axes, codebook_floats)`."""
+    import faiss
+
+    rate = 0.5 * np.log2(lam / water_fill(lam, bits))
+    groups = int(bits // group_bits)
+    cumulative = np.cumsum(rate)
+    coded = int((rate > 1e-9).sum())
+    bounds = [0]
+    for g in range(1, groups):
+        bounds.append(max(bounds[-1] + 1, int(np.searchsorted(cumulative, g * bits / groups))))
+    bounds.append(max(coded, bounds[-1] + 1))
+    recon = np.zeros_like(rotated)
+    floats = 0
+    for g in range(groups):
+        lo, hi = bounds[g], min(bounds[g + 1], rotated.shape[1])
+        if hi <= lo:
+            continue
+        part = np.ascontiguousarray(rotated[:, lo:hi])
+        km = faiss.Kmeans(hi - lo, 2 ** group_bits, niter=25, seed=seed + g, verbose=False)
+        km.train(part if train is None else part[train])
+        _, nearest = km.index.search(part, 1)
+        recon[:, lo:hi] = km.centroids[nearest[:, 0]]
+        floats += 2 ** group_bits * (hi - lo)
+    return recon, min(bounds[-1], rotated.shape[1]), floats

@@ -42,9 +42,8 @@ import argparse
 import math
 import os
 
-import faiss
 import numpy as np
-from ideal_code import anchors_and_axes, water_fill
+from ideal_code import anchors_and_axes, product_code, water_fill
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("dataset")
@@ -98,25 +97,8 @@ def score(recon, rotated, energy, anchor_rot, q_rot, q_anchor, assign):
 def learned(rotated, lam, bits, group_bits, seed):
     """Reconstruction by k-means codebooks of 2^group_bits entries over consecutive groups of
     principal axes that each carry group_bits bits of the water-filling rates."""
-    rate = 0.5 * np.log2(lam / water_fill(lam, bits))
-    groups = int(bits // group_bits)
-    cumulative = np.cumsum(rate)
-    coded = int((rate > 1e-9).sum())
-    bounds = [0]
-    for g in range(1, groups):
-        bounds.append(max(bounds[-1] + 1, int(np.searchsorted(cumulative, g * bits / groups))))
-    bounds.append(max(coded, bounds[-1] + 1))
-    recon = np.zeros_like(rotated)
-    for g in range(groups):
-        lo, hi = bounds[g], min(bounds[g + 1], rotated.shape[1])
-        if hi <= lo:
-            continue
-        part = np.ascontiguousarray(rotated[:, lo:hi])
-        km = faiss.Kmeans(hi - lo, 2 ** group_bits, niter=25, seed=seed + g, verbose=False)
-        km.train(part)
-        _, nearest = km.index.search(part, 1)
-        recon[:, lo:hi] = km.centroids[nearest[:, 0]]
-    return recon, min(bounds[-1], rotated.shape[1])
+    recon, axes, _ = product_code(rotated, lam, bits, group_bits, seed)
+    return recon, axes
 
 
 vq_bits = [int(b) for b in a.vq_bits.split(",") if b]
