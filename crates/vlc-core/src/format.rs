@@ -724,19 +724,19 @@ fn assemble(
             loff_r.0 as u64,
         ));
     }
+    if per_list_ids && info.version < 10 {
+        return Err(corrupt(
+            format!(
+                "section `IDEF` in a version {} file (it needs version 10)",
+                info.version
+            ),
+            ids_r.0 as u64,
+        ));
+    }
     let ids = if info.version >= 3 {
         if (ids_r.1 - ids_r.0) % 8 != 0 {
             return Err(corrupt(
                 "the id section is not whole 8-byte words",
-                ids_r.0 as u64,
-            ));
-        }
-        if per_list_ids && info.version < 10 {
-            return Err(corrupt(
-                format!(
-                    "section `IDEF` in a version {} file (it needs version 10)",
-                    info.version
-                ),
                 ids_r.0 as u64,
             ));
         }

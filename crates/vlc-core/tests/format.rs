@@ -322,6 +322,34 @@ fn ids_are_coded_per_list_and_bad_id_sections_are_named() {
     }
     let err = Index::from_bytes(&with_header_field(b, 8, &9u32.to_le_bytes())).unwrap_err();
     assert!(err.to_string().contains("`IDEF` in a version 9"), "{err}");
+    // A plain-id version (1 or 2) does not read the section as u32 ids either.
+    let plain_anchors = to_bytes(&{
+        let data = clustered(300, DIM, 6, 0.3, 4);
+        let mut params = BuildParams::default()
+            .with_codec(CodecKind::AnchorOnly)
+            .with_num_anchors(8);
+        params.anchor_precision = AnchorPrecision::F32;
+        Index::build(&data, DIM, &params, &CpuBackend, &mut |_| {})
+            .unwrap()
+            .0
+    });
+    let err =
+        Index::from_bytes(&with_header_field(&plain_anchors, 8, &1u32.to_le_bytes())).unwrap_err();
+    assert!(err.to_string().contains("`IDEF` in a version 1"), "{err}");
+    // Both id sections: the `META` entry renamed `IDSP` (the table's checksum fixed).
+    let mut both = b.to_vec();
+    let entry = HEADER_SIZE
+        + both[HEADER_SIZE..]
+            .chunks_exact(32)
+            .position(|e| &e[..4] == b"META")
+            .unwrap()
+            * 32;
+    both[entry..entry + 4].copy_from_slice(b"IDSP");
+    let count = u32::from_le_bytes(both[36..40].try_into().unwrap()) as usize;
+    let table_crc = crc32fast::hash(&both[HEADER_SIZE..HEADER_SIZE + 32 * count]);
+    let err =
+        Index::from_bytes(&with_header_field(&both, 48, &table_crc.to_le_bytes())).unwrap_err();
+    assert!(err.to_string().contains("both id sections"), "{err}");
 
     let v9 = std::fs::read(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v9-rabitq3-l2.vlc"),
