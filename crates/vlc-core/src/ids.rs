@@ -55,7 +55,7 @@ pub struct ListIds {
     num: usize,
     /// Layout: (num_lists,), in anchor order.
     lists: Vec<ListEntry>,
-    /// Each list's first position (`ListEntry::start`). Layout: (num_lists,).
+    /// Each list's first position (the list offsets less the last). Layout: (num_lists,).
     starts: Vec<u64>,
     /// For each bucket of `2^bucket_shift` positions, the list that holds the bucket's first
     /// position, so that finding a position's list steps over a list or two instead of a
@@ -72,8 +72,6 @@ pub const SAMPLE: usize = 64;
 
 #[derive(Clone, Copy, Debug)]
 struct ListEntry {
-    /// The list's first position.
-    start: u64,
     /// Low bits per id.
     low_width: u32,
     /// Stream bit of the low part's first bit.
@@ -115,7 +113,6 @@ fn directory(u: u64, offsets: &[u64]) -> Option<(Vec<ListEntry>, u64)> {
         let high_bit = low_bit.checked_add(n.checked_mul(low_width as u64)?)?;
         bit = high_bit.checked_add(high_len(u, n, low_width))?;
         lists.push(ListEntry {
-            start: w[0],
             low_width,
             low_bit,
             high_bit,
@@ -239,13 +236,27 @@ impl ListIds {
                 );
             }
         }
-        let samples = Self::sample_all(&words, &lists, offsets)
-            .expect("a stream just written has its set bits");
-        let starts: Vec<u64> = lists.iter().map(|e| e.start).collect();
-        let (buckets, bucket_shift) = buckets(&starts, ids.len());
+        Some(
+            Self::with_directory(Section::Owned(words), lists, offsets)
+                .expect("a stream just written has its set bits"),
+        )
+    }
+
+    /// The ids of a stream with this directory (see [`directory`]), with the high-part samples
+    /// and the bucket table built; `None` where a list's high part does not hold one set bit
+    /// per id.
+    fn with_directory(
+        words: Section<u64>,
+        lists: Vec<ListEntry>,
+        offsets: &[u64],
+    ) -> Option<ListIds> {
+        let samples = Self::sample_all(&words, &lists, offsets)?;
+        let num = offsets.last().copied().unwrap_or(0) as usize;
+        let starts: Vec<u64> = offsets[..offsets.len().saturating_sub(1)].to_vec();
+        let (buckets, bucket_shift) = buckets(&starts, num);
         Some(ListIds {
-            words: Section::Owned(words),
-            num: ids.len(),
+            words,
+            num,
             starts,
             buckets,
             bucket_shift,
@@ -314,20 +325,9 @@ impl ListIds {
                 lists.len()
             )));
         }
-        let samples = Self::sample_all(&words, &lists, offsets).ok_or_else(|| {
+        let ids = Self::with_directory(words, lists, offsets).ok_or_else(|| {
             corrupt("an Elias-Fano id list does not hold one high bit per id".into())
         })?;
-        let starts: Vec<u64> = lists.iter().map(|e| e.start).collect();
-        let (buckets, bucket_shift) = buckets(&starts, num as usize);
-        let ids = ListIds {
-            words,
-            num: num as usize,
-            starts,
-            buckets,
-            bucket_shift,
-            lists,
-            samples,
-        };
         // Every id decodes below the universe and ascends within its list.
         for (l, w) in offsets.windows(2).enumerate() {
             let mut last = None;
@@ -348,7 +348,7 @@ impl ListIds {
     #[inline]
     fn get_in(&self, list: usize, position: usize) -> u64 {
         let e = &self.lists[list];
-        let i = position as u64 - e.start;
+        let i = position as u64 - self.starts[list];
         let low = read_bits(&self.words, e.low_bit + i * e.low_width as u64, e.low_width);
         // The `i`-th set bit of the high part, from the sample at or before it.
         let sample = i as usize / SAMPLE;
@@ -552,14 +552,9 @@ impl Ids {
             Ids::Packed { num, .. } => Cow::Owned((0..*num).map(|p| self.get(p)).collect()),
             Ids::PerList(ids) => {
                 let mut out = Vec::with_capacity(ids.num);
-                for (l, w) in ids.lists.windows(2).enumerate() {
-                    out.extend((w[0].start..w[1].start).map(|p| ids.get_in(l, p as usize) as u32));
-                }
-                if let Some(last) = ids.lists.last() {
-                    let l = ids.lists.len() - 1;
-                    out.extend(
-                        (last.start..ids.num as u64).map(|p| ids.get_in(l, p as usize) as u32),
-                    );
+                for (l, &start) in ids.starts.iter().enumerate() {
+                    let end = ids.starts.get(l + 1).copied().unwrap_or(ids.num as u64);
+                    out.extend((start..end).map(|p| ids.get_in(l, p as usize) as u32));
                 }
                 Cow::Owned(out)
             }
