@@ -252,11 +252,58 @@ fn id_lookup(c: &mut Criterion) {
     g.finish();
 }
 
+/// Encoding, where a build spends most of its time at high rates: 1,024 vectors of 384
+/// dimensions with a falling spectrum (as text embeddings' principal axes have) around 16
+/// anchors, in one block (one thread). Most of `pcaq`'s and `rabitqB`'s cost is choosing each
+/// vector's levels (`codec::levels`).
+fn encoding(c: &mut Criterion) {
+    use vlc::codec::ResidualCodec;
+    let dim = 384;
+    let mut points = vlc::synthetic::clustered(4096 + 1024, dim, 16, 0.5, 5);
+    for row in points.chunks_exact_mut(dim) {
+        for (d, x) in row.iter_mut().enumerate() {
+            *x *= 0.1 + (-(d as f32) / 64.0).exp();
+        }
+    }
+    let anchors = points[..16 * dim].to_vec();
+    let assignment = CpuBackend
+        .nearest_anchors(&points, &anchors, dim, 1)
+        .unwrap()
+        .ids;
+    let (train, block) = points.split_at(4096 * dim);
+    let mut g = c.benchmark_group("encode, 1024 vectors x 384");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(1024));
+    for (kind, bits) in [
+        (vlc::CodecKind::PcaRaBitQ, 1.0),
+        (vlc::CodecKind::PcaRaBitQ, 5.0),
+        (vlc::CodecKind::RaBitQ4, 0.0),
+    ] {
+        let params = vlc::CodecParams {
+            bits,
+            ..Default::default()
+        };
+        let codec =
+            vlc::Codec::train(kind, &params, train, &anchors, &assignment[..4096], dim).unwrap();
+        let mut out = vec![0u8; 1024 * codec.code_size()];
+        let name = if bits > 0.0 {
+            format!("{}{bits}", kind.name())
+        } else {
+            kind.name().to_string()
+        };
+        g.bench_function(name, |b| {
+            b.iter(|| codec.encode(black_box(block), &anchors, &assignment[4096..], &mut out))
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     scan_kernels,
     anchor_ranking,
     query_rotation,
-    id_lookup
+    id_lookup,
+    encoding
 );
 criterion_main!(benches);
