@@ -102,8 +102,10 @@ fn level(t: f32, magnitude: f32, cap: f32) -> u32 {
     (t * magnitude).min(cap) as i32 as u32
 }
 
-/// The sums of the state at scale `t`. `base` is `½ Σ |v_i|`.
+/// The sums of the state at scale `t`. `base` is `½ Σ |v_i|`; `magnitude` and `cap` have one
+/// entry per dimension.
 fn sums_at(t: f32, magnitude: &[f32], cap: &[f32], base: f64) -> Sums {
+    debug_assert_eq!(magnitude.len(), cap.len());
     #[cfg(target_arch = "x86_64")]
     if crate::simd::level() == crate::simd::SimdLevel::Avx2 {
         // SAFETY: AVX2 and FMA were detected at run time.
@@ -194,7 +196,8 @@ unsafe fn sums_at_avx2(t: f32, magnitude: &[f32], cap: &[f32], base: f64) -> Sum
     // Integer lanes of 32 bits hold a level below 2^12 (the widest cap is 2047) and `x(x+1)`
     // below 2^22, so 2^9 rows fit before they are widened into the 64-bit totals.
     const FLUSH: usize = 1 << 9;
-    let split = magnitude.len() / LANES * LANES;
+    // The loads below read both slices up to `split`: it is cut from the shorter one.
+    let split = magnitude.len().min(cap.len()) / LANES * LANES;
     let scale = _mm256_set1_ps(t);
     let (mut n_low, mut n_high) = (_mm256_setzero_pd(), _mm256_setzero_pd());
     let (mut s_total, mut e_total) = (0u64, 0u64);
@@ -203,7 +206,7 @@ unsafe fn sums_at_avx2(t: f32, magnitude: &[f32], cap: &[f32], base: f64) -> Sum
         let stop = (row + FLUSH * LANES).min(split);
         let (mut s_acc, mut e_acc) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         while row < stop {
-            // SAFETY: `row + 8 <= split <= len` for both slices (equal lengths).
+            // SAFETY: `row + 8 <= split`, and `split` is at most either slice's length.
             let m = _mm256_loadu_ps(magnitude.as_ptr().add(row));
             let c = _mm256_loadu_ps(cap.as_ptr().add(row));
             // `min` returns its second operand (the cap) where the product is NaN (∞ · 0), as
