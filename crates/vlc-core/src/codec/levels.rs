@@ -30,8 +30,8 @@
 
 /// Intervals with at most this many events are visited event by event. Splitting further costs
 /// a vectorised pass over the dimensions; a leaf costs two such passes (its ends' levels) and
-/// a sort of its events. On 384-d codes of 1 to 5 bits per dimension 16 encodes 1.5-2.5x
-/// faster than 64 (`cargo bench -p vlc-core --bench kernels -- encode`).
+/// a sort of its events. On 384-d codes 16 encodes 1.2-1.6x faster than 64 (`pcaq1`, `pcaq5`,
+/// `rabitq4` in `cargo bench -p vlc-core --bench kernels -- encode`); 8 is slower than 16.
 const LEAF_EVENTS: f64 = 16.0;
 
 /// Scratch of [`choose_levels`], reused across vectors.
