@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build time (anchor training and encoding, on the CPU with every core), file size and recall@10
 # at nprobe 32 and 128 (one thread) of some codecs on a dataset, for this checkout and, when BASE_REV is
-# given, for that commit too (built once in a git worktree under ${TMPDIR:-/tmp}, kept for reruns).
+# given, for that commit too (built once in a git worktree under ${TMPDIR:-/tmp}, kept for reruns),
+# and how many of the two builds' codes differ.
 # Usage: bash bench/build_time.sh DATASET_DIR "CODEC ..." [BASE_REV]
 # BUILD_ARGS adds build options to every build, e.g. BUILD_ARGS="--anchors 16384".
 # e.g.   bash bench/build_time.sh ../shared/data/debian-minilm "pcaq3 rabitq4 pcaq7.5" ec03b12
@@ -38,7 +39,24 @@ for codec in $codecs; do
     if cmp -s <(head -c "$meta" "$a" | tail -c +$((first + 1))) <(head -c "$meta" "$b" | tail -c +$((first + 1))); then
       echo "  the two indexes' sections before META (from byte $first) are identical"
     else
-      echo "  the two indexes differ before META"
+      # How many codes differ (the CODE section, one row of code_size bytes per vector).
+      python3 -c '
+import json, subprocess, sys
+import numpy as np
+vlc, files = sys.argv[1], sys.argv[2:]
+rows = []
+for f in files:
+    info = json.loads(subprocess.run([vlc, "info", f, "--json"], capture_output=True, check=True).stdout)
+    code, size = next(s for s in info["sections"] if s["tag"] == "CODE"), info["code_size"]
+    rows.append(np.fromfile(f, dtype=np.uint8, count=code["bytes"], offset=code["offset"]).reshape(-1, size))
+a, b = rows
+if a.shape != b.shape:
+    print(f"  the two indexes differ before META, and so do their codes shapes: {a.shape}, {b.shape}")
+    sys.exit()
+changed = (a != b).any(1)
+each = (a != b)[changed].sum(1).mean() if changed.any() else 0
+print(f"  the two indexes differ before META: {changed.sum()} of {len(changed)} codes, by {each:.1f} of {a.shape[1]} bytes on average")
+' "${binaries[1]#*:}" "$a" "$b"
     fi
   fi
   rm -f "$out"/*.vlc
