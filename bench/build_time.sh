@@ -51,7 +51,7 @@ for f in files:
     rows.append(np.fromfile(f, dtype=np.uint8, count=code["bytes"], offset=code["offset"]).reshape(-1, size))
 a, b = rows
 if a.shape != b.shape:
-    print(f"  the two indexes differ before META, and so do their codes shapes: {a.shape}, {b.shape}")
+    print(f"  the two indexes differ before META, and their code sections have different shapes: {a.shape}, {b.shape}")
     sys.exit()
 changed = (a != b).any(1)
 each = (a != b)[changed].sum(1).mean() if changed.any() else 0
