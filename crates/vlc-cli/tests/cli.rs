@@ -932,8 +932,8 @@ fn bench_meets_each_peer_at_its_footprint_and_build_fills_a_budget() {
     let size = std::fs::metadata(&index).unwrap().len();
     assert!(size as f64 <= 33.0 * 2000.0, "{size} bytes");
     for (args, why) in [
-        (&["--codec", "sq8"][..], "give --codec pcaq"),
-        (&["--codec", "pcaq2"][..], "give --codec pcaq"),
+        (&["--codec", "sq8"][..], "give the codec pcaq"),
+        (&["--codec", "pcaq2"][..], "not `pcaq2`"),
         (
             &["--bytes-per-vector", "2"][..],
             "below the smallest pcaq index",

@@ -133,6 +133,49 @@ impl BuildParams {
         self.bytes_per_vector = Some(bytes_per_vector);
         self
     }
+
+    /// The defaults with a user's codec choices, as the `vlc build` command and the Python
+    /// package take them: `codec`, a spec for [`crate::codec::parse_codec_spec`] (`sq8`,
+    /// `rabitq1`, `pcaq1.5`, ...; default `sq8`, or `pcaq` with a byte budget); a footprint
+    /// `bytes_per_vector` to fill (with `pcaq` without bits, or no codec, which may then keep
+    /// `rabitq5`-`8` where they decode more closely); a `refine` tier (`none`, `sq4`, `sq8`,
+    /// `f16` or `f32`). Fails, naming the parameter, on an unknown codec or refine tier, or a
+    /// budget beside a codec other than `pcaq` (the build checks the budget itself).
+    pub fn from_choices(
+        codec: Option<&str>,
+        bytes_per_vector: Option<f64>,
+        refine: Option<&str>,
+    ) -> Result<BuildParams> {
+        let default_codec = if bytes_per_vector.is_some() {
+            "pcaq"
+        } else {
+            "sq8"
+        };
+        let (kind, bits) = crate::codec::parse_codec_spec(codec.unwrap_or(default_codec))?;
+        let refine = match refine {
+            Some(text) => crate::codec::parse_refine(text)?,
+            None => None,
+        };
+        let mut params = BuildParams::default().with_codec(kind).with_refine(refine);
+        if let Some(bits) = bits {
+            params.codec_params.bits = bits;
+        }
+        if let Some(budget) = bytes_per_vector {
+            if kind != CodecKind::PcaRaBitQ || bits.is_some() {
+                return Err(VlcError::param(
+                    "bytes_per_vector",
+                    format!(
+                        "it chooses pcaq's rate: give the codec pcaq (without bits) or none, not `{}`",
+                        codec.unwrap_or_default()
+                    ),
+                ));
+            }
+            params = params.with_bytes_per_vector(budget);
+            // An explicit `pcaq` asks for pcaq; without it the budget may keep rabitq5-8.
+            params.pcaq_only = codec.is_some();
+        }
+        Ok(params)
+    }
 }
 
 /// The largest rate of `pcaq`, in bits per dimension, whose index of `n` vectors fits

@@ -936,3 +936,42 @@ fn codes_do_not_depend_on_the_blocks_they_are_encoded_in() {
         }
     }
 }
+
+/// The choices `vlc build` and the Python package share: defaults, bits in a spec, a budget,
+/// and the errors that name the parameter.
+#[test]
+fn build_params_from_user_choices() {
+    use vlc::{BuildParams, CodecKind};
+    let default = BuildParams::from_choices(None, None, None).unwrap();
+    assert_eq!(default.codec, CodecKind::Sq8);
+    assert_eq!(default.refine, None);
+    assert_eq!(default.bytes_per_vector, None);
+
+    let pcaq = BuildParams::from_choices(Some("PCAQ1.5"), None, Some("sq8")).unwrap();
+    assert_eq!(pcaq.codec, CodecKind::PcaRaBitQ);
+    assert_eq!(pcaq.codec_params.bits, 1.5);
+    assert_eq!(pcaq.refine, Some(CodecKind::Sq8));
+
+    // A budget alone may keep rabitq5-8; with an explicit pcaq it is pcaq only.
+    let budget = BuildParams::from_choices(None, Some(64.0), Some("none")).unwrap();
+    assert_eq!(budget.codec, CodecKind::PcaRaBitQ);
+    assert_eq!(budget.bytes_per_vector, Some(64.0));
+    assert!(!budget.pcaq_only);
+    assert!(
+        BuildParams::from_choices(Some("pcaq"), Some(64.0), None)
+            .unwrap()
+            .pcaq_only
+    );
+
+    let message = |codec, budget, refine| {
+        BuildParams::from_choices(codec, budget, refine)
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(message(Some("rabitq1"), Some(64.0), None).contains("`bytes_per_vector`"));
+    assert!(message(Some("pcaq2"), Some(64.0), None).contains("not `pcaq2`"));
+    assert!(message(None, None, Some("rabitq1")).contains("must be none, f32, f16, sq8 or sq4"));
+    assert!(message(None, None, Some("nope")).contains("unknown refine tier `nope`"));
+    assert!(message(Some("pq8"), None, None).contains("unknown codec `pq8`"));
+    assert!(message(Some("pcaq9"), None, None).contains("at most 8 bits"));
+}

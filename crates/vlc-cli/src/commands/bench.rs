@@ -1,4 +1,3 @@
-use super::build::parse_refine;
 use super::eval::sweep;
 use crate::output::write_atomic;
 use crate::plot::{svg, Series};
@@ -7,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use vlc::codec::parse_refine;
 use vlc::{BuildParams, CodecKind, CpuBackend, Index, Metric};
 
 /// Sweep codecs × nprobe (× rerank depth) on a dataset and compare with peers.

@@ -2,7 +2,7 @@ use crate::output::{human_bytes, versus_f32};
 use crate::progress::BuildProgress;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
-use vlc::{BuildParams, CodecKind, Index, Metric};
+use vlc::{BuildParams, Index, Metric};
 
 /// Build an index.
 ///
@@ -107,44 +107,11 @@ pub struct Args {
     pub quiet: bool,
 }
 
-pub fn parse_refine(text: &str) -> Result<Option<CodecKind>> {
-    if text.eq_ignore_ascii_case("none") {
-        return Ok(None);
-    }
-    let kind: CodecKind = text.parse()?;
-    if !matches!(
-        kind,
-        CodecKind::Sq8 | CodecKind::Sq4 | CodecKind::F16 | CodecKind::F32
-    ) {
-        bail!("--refine must be none, f32, f16, sq8 or sq4 (got {kind})");
-    }
-    Ok(Some(kind))
-}
-
 pub fn run(a: Args) -> Result<()> {
-    let refine = parse_refine(&a.refine)?;
-    let default_codec = if a.bytes_per_vector.is_some() {
-        "pcaq"
-    } else {
-        "sq8"
-    };
-    let (codec, bits) = vlc::codec::parse_codec_spec(a.codec.as_deref().unwrap_or(default_codec))?;
-    let mut params = BuildParams::default()
-        .with_codec(codec)
-        .with_refine(refine)
-        .with_metric(a.metric)
-        .with_seed(a.seed);
-    if let Some(budget) = a.bytes_per_vector {
-        if codec != CodecKind::PcaRaBitQ || bits.is_some() {
-            bail!(
-                "--bytes-per-vector chooses pcaq's rate; give --codec pcaq (without bits) or no --codec, not `{}`",
-                a.codec.as_deref().unwrap_or_default()
-            );
-        }
-        params = params.with_bytes_per_vector(budget);
-        // An explicit --codec pcaq asks for pcaq; without it the budget may keep rabitq5-8.
-        params.pcaq_only = a.codec.is_some();
-    }
+    let mut params =
+        BuildParams::from_choices(a.codec.as_deref(), a.bytes_per_vector, Some(&a.refine))?
+            .with_metric(a.metric)
+            .with_seed(a.seed);
     params.train.num_anchors = a.anchors.unwrap_or(0);
     if a.anchors == Some(0) {
         bail!("--anchors must be at least 1");
@@ -156,9 +123,6 @@ pub fn run(a: Args) -> Result<()> {
     params.train.maintenance_interval = a.maintenance_interval;
     params.codec_params.jacobian = a.jacobian;
     params.anchor_precision = a.anchor_precision;
-    if let Some(bits) = bits {
-        params.codec_params.bits = bits;
-    }
 
     // The input is read a block at a time while building, never whole: a collection larger
     // than memory as f32 builds in the memory its training samples and codes take.

@@ -42,7 +42,7 @@ fn jsonl(text: &str) -> Result<Vec<serde_json::Value>> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let refine = super::build::parse_refine(&a.refine)?;
+    let refine = vlc::codec::parse_refine(&a.refine)?;
     let base = vlc::io::decode_npy_f32(Path::new("<built-in base.npy>"), BASE)?;
     let queries = vlc::io::decode_npy_f32(Path::new("<built-in queries.npy>"), QUERIES)?;
     let mut texts = Vec::new();

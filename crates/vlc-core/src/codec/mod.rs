@@ -192,6 +192,30 @@ pub fn parse_codec_spec(text: &str) -> Result<(CodecKind, Option<f32>)> {
     Ok((lower.parse()?, None))
 }
 
+/// Parse a refine tier: `none`, or one of the codecs that rerank well (`sq4`, `sq8`, `f16`,
+/// `f32`); `None` for `none`.
+pub fn parse_refine(text: &str) -> Result<Option<CodecKind>> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let kind: CodecKind = text.trim().parse().map_err(|_| {
+        VlcError::param(
+            "refine",
+            format!("unknown refine tier `{text}` (expected none, f32, f16, sq8 or sq4)"),
+        )
+    })?;
+    if !matches!(
+        kind,
+        CodecKind::Sq8 | CodecKind::Sq4 | CodecKind::F16 | CodecKind::F32
+    ) {
+        return Err(VlcError::param(
+            "refine",
+            format!("must be none, f32, f16, sq8 or sq4 (got {kind})"),
+        ));
+    }
+    Ok(Some(kind))
+}
+
 impl std::fmt::Display for CodecKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
