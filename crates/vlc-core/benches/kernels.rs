@@ -298,12 +298,43 @@ fn encoding(c: &mut Criterion) {
     g.finish();
 }
 
+/// `search_batch` on a batch of one query and of 8, the way an application asks as its users
+/// do: 20,000 clustered 384-d vectors in 256 lists, `pcaq1`, nprobe 16.
+fn small_batches(c: &mut Criterion) {
+    let dim = 384;
+    let data = vlc::synthetic::clustered(20_000, dim, 200, 0.5, 5);
+    let params = vlc::BuildParams::default()
+        .with_codec(vlc::CodecKind::PcaRaBitQ)
+        .with_num_anchors(256);
+    let (index, _) = vlc::Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    index.prepare_search();
+    let search = vlc::SearchParams {
+        k: 10,
+        nprobe: 16,
+        ..Default::default()
+    };
+    let mut g = c.benchmark_group("search_batch, pcaq1, 20000 x 384 in 256 lists");
+    for queries in [1usize, 8] {
+        g.throughput(Throughput::Elements(queries as u64));
+        let batch = &data[..queries * dim];
+        g.bench_function(format!("{queries} queries per call"), |b| {
+            b.iter(|| {
+                index
+                    .search_batch(black_box(batch), &search, &CpuBackend)
+                    .unwrap()
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     scan_kernels,
     anchor_ranking,
     query_rotation,
     id_lookup,
-    encoding
+    encoding,
+    small_batches
 );
 criterion_main!(benches);

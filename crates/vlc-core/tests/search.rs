@@ -122,6 +122,29 @@ fn batch_matches_single_query_search() {
         let ids: Vec<i64> = single.iter().map(|n| n.id as i64).collect();
         assert_eq!(&batch.ids[q * 7..q * 7 + ids.len()], &ids[..], "query {q}");
     }
+    // A batch of a few queries is searched one query at a time (no GEMM packing per call):
+    // exactly what `search` gives, distances included.
+    let few = index
+        .search_batch(&queries[3 * dim..8 * dim], &sp, &CpuBackend)
+        .unwrap();
+    for q in 0..5 {
+        let single = index
+            .search(&queries[(q + 3) * dim..(q + 4) * dim], &sp)
+            .unwrap();
+        let row = q * 7..q * 7 + single.len();
+        let ids: Vec<i64> = single.iter().map(|n| n.id as i64).collect();
+        let dists: Vec<f32> = single.iter().map(|n| n.distance).collect();
+        assert_eq!(
+            &few.ids[row.clone()],
+            &ids[..],
+            "query {q} of a small batch"
+        );
+        assert_eq!(
+            &few.distances[row],
+            &dists[..],
+            "query {q} of a small batch"
+        );
+    }
 }
 
 /// 200 clustered vectors of `dim` in an index of 8 anchors, and the vectors.
