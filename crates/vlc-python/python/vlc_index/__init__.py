@@ -1,0 +1,209 @@
+"""VLC (Vector-Lattice Compression): small, searchable indexes of embedding vectors.
+
+    import numpy as np, vlc_index
+
+    index = vlc_index.build(vectors, bytes_per_vector=64)      # or codec="pcaq1", "rabitq1", ...
+    ids, distances = index.search(queries, k=10, nprobe=32)    # (rows, k) int64 / float32
+    index.save("memory.vlc")                                   # atomic: never a half-written file
+    index = vlc_index.load("memory.vlc")                       # mmap=True: zero-copy view
+    new_ids = index.add(more_vectors)
+    index.remove(new_ids[:3])
+
+The same index files as the `vlc` command line tool. Inputs may be any array-like of any
+real dtype (converted to float32), one vector or a batch; the work runs with the interpreter
+released, on every core unless `threads` is given. Errors name what is wrong and raise
+`vlc_index.VlcError` (a `ValueError`), or `OSError` for files.
+
+The package is named `vlc_index`, not `vlc`, so that it can sit beside `python-vlc` (the
+VideoLAN player's bindings, imported as `vlc`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._native import NativeIndex as _NativeIndex
+from ._native import VlcError, __version__
+from ._native import exact_knn as _exact_knn
+
+__all__ = ["Index", "VlcError", "build", "load", "exact_knn", "recall", "__version__"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _rows(array, what: str, dim: Optional[int] = None) -> np.ndarray:
+    """`array` as a C-contiguous float32 matrix (rows, dim); one vector becomes one row."""
+    try:
+        rows = np.ascontiguousarray(array, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise VlcError(f"{what}: cannot be read as an array of numbers ({e})") from None
+    if rows.ndim == 1:
+        rows = rows.reshape(1, -1)
+    if rows.ndim != 2:
+        raise VlcError(f"{what}: expected shape (rows, dim) or (dim,), got {rows.shape}")
+    if dim is not None and rows.shape[1] != dim:
+        raise VlcError(f"dimension mismatch in {what}: expected {dim}, got {rows.shape[1]}")
+    return rows
+
+
+class Index:
+    """A VLC index: anchors, a residual code per vector, ids. Make one with `build` or `load`."""
+
+    def __init__(self, native: _NativeIndex, backend: str = "cpu"):
+        self._native = native
+        #: The backend the index was built on ("cpu", "cuda" or "wgpu"); "cpu" when loaded.
+        self.backend = backend
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def __repr__(self) -> str:
+        i = self.info()
+        code = i["codec"]
+        if i["pcaq_bits_per_dimension"] is not None:
+            code += f" at {i['pcaq_bits_per_dimension']:.3f} bits/dim"
+        if i["refine"]:
+            code += f" + {i['refine']}"
+        return (
+            f"<vlc_index.Index: {i['vectors']} x {i['dim']} ({i['metric']}), "
+            f"{i['anchors']} anchors, {code}, {i['bytes_per_vector']:.1f} bytes/vector>"
+        )
+
+    def info(self) -> dict:
+        """What the index holds: vectors, dim, metric, anchors, codec, file bytes, ..."""
+        return json.loads(self._native.info_json())
+
+    @property
+    def dim(self) -> int:
+        return self._native.dim
+
+    def search(
+        self,
+        queries,
+        k: int = 10,
+        nprobe: int = 32,
+        rerank: int = 0,
+        probe_margin: Optional[float] = None,
+        threads: Optional[int] = None,
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """The k nearest stored vectors of each query, nearest first.
+
+        queries: (rows, dim) or (dim,). nprobe: inverted lists scanned per query (more =
+        higher recall, slower; above the anchor count, every list). rerank: candidates the
+        second stage rescores (0 = 10 k). probe_margin: adaptive probing (see `vlc search
+        --help`). Returns (ids int64, distances float32), each (rows, k): estimated squared L2
+        distances (for a cosine index, 2 - 2 cos); id -1 and distance inf pad a row when the
+        index holds fewer than k vectors.
+        """
+        q = _rows(queries, "queries", self.dim)
+        k, nprobe, rerank = int(k), int(nprobe), int(rerank)
+        if k < 1:
+            raise VlcError(f"invalid parameter `k`: must be at least 1, got {k}")
+        ids = np.empty((q.shape[0], k), dtype=np.int64)
+        distances = np.empty((q.shape[0], k), dtype=np.float32)
+        margin = None if probe_margin is None else float(probe_margin)
+        self._native.search(q, k, nprobe, rerank, margin, threads, ids, distances)
+        return ids, distances
+
+    def add(self, vectors, threads: Optional[int] = None) -> np.ndarray:
+        """Add vectors, encoded against the index's anchors and codecs (nothing retrained).
+        Returns their new ids (int64)."""
+        rows = _rows(vectors, "vectors", self.dim)
+        first = self._native.add(rows, threads)
+        return np.arange(first, first + rows.shape[0], dtype=np.int64)
+
+    def remove(self, ids: Sequence[int]) -> int:
+        """Remove vectors by id (the others keep their codes and ids). Returns how many."""
+        ids = np.asarray(ids).ravel()
+        if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.uint32).max):
+            raise VlcError("invalid parameter `ids`: ids are between 0 and 2^32 - 1")
+        return self._native.remove([int(i) for i in ids])
+
+    def save(self, path: PathLike) -> None:
+        """Write the index file atomically: an existing file is only replaced by a whole one."""
+        self._native.save(os.fspath(path))
+
+
+def build(
+    vectors,
+    codec: Optional[str] = None,
+    bytes_per_vector: Optional[float] = None,
+    refine: Optional[str] = None,
+    metric: str = "l2",
+    anchors: Optional[int] = None,
+    anchor_precision: str = "int8",
+    seed: int = 42,
+    max_iterations: Optional[int] = None,
+    backend: str = "auto",
+    threads: Optional[int] = None,
+    verbose: bool = False,
+) -> Index:
+    """Build an index.
+
+    vectors: (rows, dim) array-like, or the path of a .npy / .fvecs / .bvecs file (read a
+    block at a time, never whole). codec: "sq8" (default), "sq4", "rabitq1" to "rabitq8",
+    "pcaq" + bits per dimension (e.g. "pcaq1", "pcaq0.75"), "anchor-only", "f16", "f32".
+    bytes_per_vector: fill this footprint of the whole index instead (pcaq at the largest
+    rate that fits). refine: a finer tier to rerank with ("sq8", "sq4", "f16", "f32").
+    metric: "l2" or "cosine". anchors: inverted lists (default about 4 sqrt(n)).
+    anchor_precision: "int8", "int4", "f16" or "f32". backend: where anchors are trained:
+    "auto" (CUDA, then a hardware WGPU adapter, else the CPU), "cpu", "cuda" or "wgpu".
+    verbose: print the stages and training iterations to stderr.
+    """
+    common = dict(
+        codec=codec,
+        bytes_per_vector=None if bytes_per_vector is None else float(bytes_per_vector),
+        refine=refine,
+        metric=metric,
+        anchors=None if anchors is None else int(anchors),
+        anchor_precision=anchor_precision,
+        seed=int(seed),
+        max_iterations=None if max_iterations is None else int(max_iterations),
+        backend=backend,
+        threads=threads,
+        verbose=bool(verbose),
+    )
+    if str(backend).lower() in ("auto", "wgpu"):
+        # Mesa's Vulkan device-select layer prints "XDG_RUNTIME_DIR is invalid" twice on
+        # headless machines when WGPU looks for a GPU; VLC picks its adapter itself.
+        os.environ.setdefault("NODEVICE_SELECT", "1")
+    if isinstance(vectors, (str, os.PathLike)):
+        native, used, why = _NativeIndex.build(None, os.fspath(vectors), **common)
+    else:
+        native, used, why = _NativeIndex.build(_rows(vectors, "vectors"), None, **common)
+    if why is not None and verbose:
+        print(f"vlc_index: training on the cpu ({why})", file=sys.stderr)
+    return Index(native, used)
+
+
+def load(path: PathLike, mmap: bool = False) -> Index:
+    """Open an index file (any format version this build reads), checking every checksum.
+    mmap: use the file in place, read-only (zero-copy; the file must not change meanwhile)."""
+    return Index(_NativeIndex.load(os.fspath(path), bool(mmap)))
+
+
+def exact_knn(base, queries, k: int = 10, metric: str = "l2", threads: Optional[int] = None) -> np.ndarray:
+    """Exact k nearest neighbours of each query among `base` (ground truth for `recall`)."""
+    b = _rows(base, "base")
+    q = _rows(queries, "queries", b.shape[1])
+    ids = np.empty((q.shape[0], int(k)), dtype=np.int64)
+    _exact_knn(b, q, int(k), metric, threads, ids)
+    return ids
+
+
+def recall(found, truth, k: int = 10) -> float:
+    """Mean over queries of |found[:, :k] & truth[:, :k]| / k (ids; -1 never matches)."""
+    found, truth = np.asarray(found), np.asarray(truth)
+    if found.ndim != 2 or truth.ndim != 2 or found.shape[0] != truth.shape[0]:
+        raise VlcError("recall: expected two (queries, columns) arrays with the same rows")
+    if not (1 <= k <= min(found.shape[1], truth.shape[1])):
+        raise VlcError(f"recall@{k} needs at least {k} columns in both arrays")
+    hits = sum(
+        np.intersect1d(f[f >= 0], t).size for f, t in zip(found[:, :k], truth[:, :k])
+    )
+    return hits / (found.shape[0] * k)
