@@ -13,26 +13,26 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use vlc::{
     AnchorPrecision, Backend, BuildEvent, BuildParams, CpuBackend, Index, Metric, SearchParams,
-    SliceSource, VlcError,
+    SliceSource, VlcError as CoreError,
 };
 
 pyo3::create_exception!(
-    _native,
-    VlcError_,
+    vlc_index,
+    VlcError,
     PyValueError,
     "An input, parameter or index file VLC cannot use; the message names what is wrong."
 );
 
 /// A library error as a Python exception: I/O failures as `OSError`, the rest as `VlcError`.
-fn py_err(error: VlcError) -> PyErr {
+fn py_err(error: CoreError) -> PyErr {
     match error {
-        VlcError::Io { .. } => PyOSError::new_err(error.to_string()),
-        other => VlcError_::new_err(other.to_string()),
+        CoreError::Io { .. } => PyOSError::new_err(error.to_string()),
+        other => VlcError::new_err(other.to_string()),
     }
 }
 
 fn param_err(name: &'static str, reason: impl Into<String>) -> PyErr {
-    py_err(VlcError::param(name, reason))
+    py_err(CoreError::param(name, reason))
 }
 
 /// The rows of a C-contiguous float32 buffer of shape (rows, dim), read in place.
@@ -46,7 +46,7 @@ impl<'a> Rows<'a> {
     fn new(buffer: &'a PyBuffer<f32>, what: &str) -> PyResult<Self> {
         let shape = buffer.shape();
         if shape.len() != 2 || !buffer.is_c_contiguous() {
-            return Err(VlcError_::new_err(format!(
+            return Err(VlcError::new_err(format!(
                 "{what}: expected a C-contiguous float32 array of shape (rows, dim), got {} dimension(s)",
                 shape.len()
             )));
@@ -83,7 +83,7 @@ fn write_into<T: pyo3::buffer::Element + Copy>(
     what: &str,
 ) -> PyResult<()> {
     if buffer.readonly() || !buffer.is_c_contiguous() || buffer.item_count() != values.len() {
-        return Err(VlcError_::new_err(format!(
+        return Err(VlcError::new_err(format!(
             "{what}: expected a writable C-contiguous array of {} values",
             values.len()
         )));
@@ -127,7 +127,7 @@ fn open_backend(choice: &str) -> PyResult<(Box<dyn Backend>, Option<String>)> {
         "cuda" => open_cuda().map(|b| (b, None)).map_err(py_err),
         "wgpu" => open_wgpu(true).map(|b| (b, None)).map_err(py_err),
         "auto" => match open_cuda().or_else(|c| {
-            open_wgpu(false).map_err(|w| VlcError::Backend {
+            open_wgpu(false).map_err(|w| CoreError::Backend {
                 backend: "auto".into(),
                 reason: format!("{c}; {w}"),
             })
@@ -143,8 +143,8 @@ fn open_backend(choice: &str) -> PyResult<(Box<dyn Backend>, Option<String>)> {
 }
 
 #[cfg(not(all(feature = "cuda", feature = "wgpu")))]
-fn not_built(backend: &str, feature: &str) -> VlcError {
-    VlcError::Backend {
+fn not_built(backend: &str, feature: &str) -> CoreError {
+    CoreError::Backend {
         backend: backend.into(),
         reason: format!("this vlc_index was built without the `{feature}` feature"),
     }
@@ -169,36 +169,6 @@ fn open_wgpu(allow_software: bool) -> vlc::Result<Box<dyn Backend>> {
 #[cfg(not(feature = "wgpu"))]
 fn open_wgpu(_allow_software: bool) -> vlc::Result<Box<dyn Backend>> {
     Err(not_built("wgpu", "wgpu"))
-}
-
-/// Build parameters from the keyword arguments of `build`.
-#[allow(clippy::too_many_arguments)]
-fn build_params(
-    codec: Option<&str>,
-    bytes_per_vector: Option<f64>,
-    refine: Option<&str>,
-    metric: &str,
-    anchors: Option<usize>,
-    anchor_precision: &str,
-    seed: u64,
-    max_iterations: Option<usize>,
-) -> PyResult<BuildParams> {
-    let metric: Metric = metric.parse().map_err(py_err)?;
-    let precision: AnchorPrecision = anchor_precision.parse().map_err(py_err)?;
-    let mut params = BuildParams::from_choices(codec, bytes_per_vector, refine)
-        .map_err(py_err)?
-        .with_metric(metric)
-        .with_seed(seed);
-    match anchors {
-        Some(0) => return Err(param_err("anchors", "must be at least 1")),
-        Some(n) => params.train.num_anchors = n,
-        None => {}
-    }
-    if let Some(iterations) = max_iterations {
-        params.train.max_iterations = iterations;
-    }
-    params.anchor_precision = precision;
-    Ok(params)
 }
 
 /// Prints a build's stages and training iterations to stderr.
@@ -258,16 +228,21 @@ impl NativeIndex {
         threads: Option<usize>,
         verbose: bool,
     ) -> PyResult<(NativeIndex, String, Option<String>)> {
-        let params = build_params(
-            codec,
-            bytes_per_vector,
-            refine,
-            metric,
-            anchors,
-            anchor_precision,
-            seed,
-            max_iterations,
-        )?;
+        let metric: Metric = metric.parse().map_err(py_err)?;
+        let precision: AnchorPrecision = anchor_precision.parse().map_err(py_err)?;
+        let mut params = BuildParams::from_choices(codec, bytes_per_vector, refine)
+            .map_err(py_err)?
+            .with_metric(metric)
+            .with_seed(seed);
+        match anchors {
+            Some(0) => return Err(param_err("anchors", "must be at least 1")),
+            Some(n) => params.train.num_anchors = n,
+            None => {}
+        }
+        if let Some(iterations) = max_iterations {
+            params.train.max_iterations = iterations;
+        }
+        params.anchor_precision = precision;
         let (backend, fallback) = open_backend(backend)?;
         let backend_name = backend.name().to_string();
         let mut progress = |event: &BuildEvent| {
@@ -368,7 +343,7 @@ impl NativeIndex {
                 let mut index = self.inner.write().unwrap_or_else(|e| e.into_inner());
                 let (bigger, report) = index.add_from(&source, &CpuBackend, &mut |_| {})?;
                 *index = bigger;
-                Ok::<_, VlcError>(report.first_id)
+                Ok::<_, CoreError>(report.first_id)
             })
         })?;
         added.map_err(py_err)
@@ -380,7 +355,7 @@ impl NativeIndex {
             let mut index = self.inner.write().unwrap_or_else(|e| e.into_inner());
             let (smaller, report) = index.remove_ids(&ids)?;
             *index = smaller;
-            Ok::<_, VlcError>(report.removed)
+            Ok::<_, CoreError>(report.removed)
         });
         removed.map_err(py_err)
     }
@@ -439,7 +414,7 @@ fn exact_knn(
     let metric: Metric = metric.parse().map_err(py_err)?;
     let (base, queries) = (Rows::new(&base, "base")?, Rows::new(&queries, "queries")?);
     if base.dim != queries.dim {
-        return Err(py_err(VlcError::DimensionMismatch {
+        return Err(py_err(CoreError::DimensionMismatch {
             what: "queries".into(),
             expected: base.dim,
             actual: queries.dim,
@@ -467,7 +442,7 @@ fn exact_knn(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeIndex>()?;
     m.add_function(wrap_pyfunction!(exact_knn, m)?)?;
-    m.add("VlcError", m.py().get_type::<VlcError_>())?;
+    m.add("VlcError", m.py().get_type::<VlcError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -245,6 +245,16 @@ def test_bad_files_fail_cleanly_and_keep_the_good_one(data, tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".") or p.endswith(".tmp")]
 
 
+def test_errors_are_value_errors_named_vlc_error(data):
+    base, _ = data
+    with pytest.raises(ValueError) as caught:
+        vlc.build(base, max_iterations=0, backend="cpu")
+    assert type(caught.value) is vlc.VlcError
+    assert type(caught.value).__name__ == "VlcError"
+    assert type(caught.value).__module__ == "vlc_index"
+    assert "`max_iterations`" in str(caught.value)
+
+
 def test_recall_helper():
     truth = np.array([[1, 2, 3], [4, 5, 6]])
     assert vlc.recall(np.array([[3, 2, 9], [-1, -1, -1]]), truth, 3) == pytest.approx(2 / 6)
