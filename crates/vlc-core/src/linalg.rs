@@ -184,12 +184,12 @@ fn eigen_faer(a: &[f64], dim: usize) -> Option<(Vec<f64>, Vec<f64>)> {
 
 /// Squared norm of every row. `rows` layout: (n, dim), row-major. Returns n values. Rows
 /// are split across threads in tasks of at least 2^16 values: a call on a few hundred anchors
-/// (every search's anchor ranking) stays on the calling thread, where waking the pool's
-/// threads took longer than the norms (about 0.2 ms a query, on a 2-core VM).
+/// (every search's anchor ranking) stays on the calling thread: waking the pool's threads
+/// cost more than the norms.
 pub fn row_norms_sq(rows: &[f32], dim: usize) -> Vec<f32> {
     let dim = dim.max(1);
     rows.par_chunks(dim)
-        .with_min_len((1 << 16) / dim)
+        .with_min_len(((1 << 16) / dim).max(1))
         .map(|r| dot(r, r))
         .collect()
 }
