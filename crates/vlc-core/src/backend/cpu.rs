@@ -158,12 +158,6 @@ fn rank_in_blocks(
     let num_points = points.len() / dim;
     let mut ids = vec![0u32; num_points * per_point];
     let mut dists = vec![0f32; num_points * per_point];
-    if num_points <= rows {
-        // One block: ranked on this thread, which saves waking a worker (most of the time a
-        // single query's ranking takes).
-        rank(points, &mut ids, &mut dists);
-        return (ids, dists);
-    }
     points
         .par_chunks(rows * dim)
         .zip(ids.par_chunks_mut(rows * per_point))
