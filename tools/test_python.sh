@@ -11,5 +11,5 @@ rm -rf target/wheels
 "$venv/bin/maturin" build --release -q -m crates/vlc-python/Cargo.toml -o target/wheels
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps target/wheels/vlc_index-*.whl
 # From outside the source tree, so that the installed package is the one imported.
-(cd target && "$venv/bin/python" -m pytest -q ../crates/vlc-python/tests)
+(cd target && "$venv/bin/python" -m pytest -q -rs ../crates/vlc-python/tests)
 "$venv/bin/python" crates/vlc-python/examples/sample.py --threads 1

@@ -186,21 +186,202 @@ fn print_event(event: &BuildEvent) {
     }
 }
 
+/// A copy of an index on a GPU, with the backend it lives on.
+struct DeviceCopy {
+    search: DeviceSearch,
+    /// `cuda (device name)` or `wgpu (adapter name)`.
+    description: String,
+}
+
+/// The GPU index and the backend it borrows. The index is declared first so that it drops
+/// before the backend; the backend sits in an `Arc`, whose contents never move.
+enum DeviceSearch {
+    #[cfg(feature = "cuda")]
+    Cuda {
+        index: vlc_cuda::CudaIndex<'static>,
+        _backend: Arc<vlc_cuda::CudaBackend>,
+    },
+    #[cfg(feature = "wgpu")]
+    Wgpu {
+        index: vlc_wgpu::WgpuIndex<'static>,
+        _backend: Arc<vlc_wgpu::WgpuBackend>,
+    },
+}
+
+/// Extends a borrow of the backend in `arc` to `'static`, for a GPU index kept beside it.
+///
+/// # Safety
+/// The reference must not outlive `arc`'s last clone: the caller stores both in one
+/// [`DeviceSearch`] variant, the index field before the `Arc` (so it drops first), and never
+/// hands the `'static` reference out.
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+unsafe fn extend<T>(arc: &Arc<T>) -> &'static T {
+    // SAFETY: an `Arc`'s contents stay at one address until its last clone drops, which the
+    // caller guarantees happens only after every use of the returned reference.
+    unsafe { &*Arc::as_ptr(arc) }
+}
+
+impl DeviceCopy {
+    /// Copy `index` to the first CUDA device.
+    #[cfg(feature = "cuda")]
+    fn cuda(index: &Index) -> vlc::Result<Self> {
+        let backend = Arc::new(vlc_cuda::CudaBackend::new(0)?);
+        let description = format!("cuda ({})", backend.device_name());
+        // SAFETY: `_backend` holds the Arc beside the index that borrows it, and drops after it.
+        let gpu = vlc_cuda::CudaIndex::new(unsafe { extend(&backend) }, index)?;
+        Ok(DeviceCopy {
+            search: DeviceSearch::Cuda {
+                index: gpu,
+                _backend: backend,
+            },
+            description,
+        })
+    }
+    #[cfg(not(feature = "cuda"))]
+    fn cuda(_index: &Index) -> vlc::Result<Self> {
+        Err(not_built("cuda", "cuda"))
+    }
+
+    /// Copy `index` to a WGPU adapter (software renderers too unless `hardware_only`).
+    #[cfg(feature = "wgpu")]
+    fn wgpu(index: &Index, hardware_only: bool) -> vlc::Result<Self> {
+        let backend = Arc::new(if hardware_only {
+            vlc_wgpu::WgpuBackend::new_hardware()?
+        } else {
+            vlc_wgpu::WgpuBackend::new()?
+        });
+        let description = format!("wgpu ({})", backend.adapter_name());
+        // SAFETY: `_backend` holds the Arc beside the index that borrows it, and drops after it.
+        let gpu = vlc_wgpu::WgpuIndex::new(unsafe { extend(&backend) }, index)?;
+        Ok(DeviceCopy {
+            search: DeviceSearch::Wgpu {
+                index: gpu,
+                _backend: backend,
+            },
+            description,
+        })
+    }
+    #[cfg(not(feature = "wgpu"))]
+    fn wgpu(_index: &Index, _hardware_only: bool) -> vlc::Result<Self> {
+        Err(not_built("wgpu", "wgpu"))
+    }
+
+    /// `cuda` or `wgpu`.
+    fn kind(&self) -> &'static str {
+        match self.search {
+            #[cfg(feature = "cuda")]
+            DeviceSearch::Cuda { .. } => "cuda",
+            #[cfg(feature = "wgpu")]
+            DeviceSearch::Wgpu { .. } => "wgpu",
+        }
+    }
+
+    fn search(&self, queries: &[f32], params: &SearchParams) -> vlc::Result<vlc::SearchResults> {
+        match &self.search {
+            #[cfg(feature = "cuda")]
+            DeviceSearch::Cuda { index, .. } => index.search_batch(queries, params),
+            #[cfg(feature = "wgpu")]
+            DeviceSearch::Wgpu { index, .. } => index.search_batch(queries, params),
+        }
+    }
+}
+
+/// Where `backend="auto"` searches run, decided on the first such search.
+enum Placement {
+    Device(Arc<DeviceCopy>),
+    /// The CPU, and why no GPU.
+    Cpu(String),
+}
+
+/// An index and its GPU copy, if a search made one. Changing the index drops the copy.
+struct State {
+    index: Index,
+    device: Mutex<Option<Placement>>,
+}
+
+impl State {
+    /// The GPU copy a search on `choice` (`cuda`, `wgpu` or `auto`) uses, made on first use;
+    /// None when `auto` settles on the CPU. A copy on another backend than `choice` names is
+    /// replaced.
+    fn device_for(&self, choice: &str) -> vlc::Result<Option<Arc<DeviceCopy>>> {
+        let mut slot = self.device.lock().unwrap_or_else(|e| e.into_inner());
+        match (&*slot, choice) {
+            (Some(Placement::Device(copy)), "auto") => return Ok(Some(copy.clone())),
+            (Some(Placement::Device(copy)), _) if copy.kind() == choice => {
+                return Ok(Some(copy.clone()))
+            }
+            (Some(Placement::Cpu(_)), "auto") => return Ok(None),
+            _ => {}
+        }
+        // Free the old copy's device memory before making the new one.
+        *slot = None;
+        if let Some(kind) = self.index.device_unsupported_codec() {
+            let reason = format!("GPU search does not support the {kind} codec yet");
+            if choice == "auto" {
+                *slot = Some(Placement::Cpu(reason));
+                return Ok(None);
+            }
+            return Err(CoreError::Backend {
+                backend: choice.into(),
+                reason,
+            });
+        }
+        let made = match choice {
+            "cuda" => DeviceCopy::cuda(&self.index)?,
+            "wgpu" => DeviceCopy::wgpu(&self.index, false)?,
+            _ => match auto_device_copy(&self.index) {
+                Ok(copy) => copy,
+                Err(reason) => {
+                    *slot = Some(Placement::Cpu(reason));
+                    return Ok(None);
+                }
+            },
+        };
+        let made = Arc::new(made);
+        *slot = Some(Placement::Device(made.clone()));
+        Ok(Some(made))
+    }
+}
+
+/// `auto`'s order for search: CUDA when a device is present, then a hardware WGPU adapter;
+/// the error says why neither.
+fn auto_device_copy(index: &Index) -> Result<DeviceCopy, String> {
+    #[cfg(feature = "cuda")]
+    let cuda_failed = if vlc_cuda::device_available() {
+        match DeviceCopy::cuda(index) {
+            Ok(copy) => return Ok(copy),
+            Err(e) => e.to_string(),
+        }
+    } else {
+        "no CUDA device".to_string()
+    };
+    #[cfg(not(feature = "cuda"))]
+    let cuda_failed = "built without the `cuda` feature".to_string();
+    DeviceCopy::wgpu(index, true).map_err(|e| format!("{cuda_failed}; {e}"))
+}
+
 /// A VLC index (see `vlc_index.Index` for the documented Python API).
 #[pyclass(name = "NativeIndex", module = "vlc_index._native", frozen)]
 struct NativeIndex {
-    inner: RwLock<Index>,
+    inner: RwLock<State>,
 }
 
 impl NativeIndex {
     fn wrap(index: Index) -> Self {
         NativeIndex {
-            inner: RwLock::new(index),
+            inner: RwLock::new(State {
+                index,
+                device: Mutex::new(None),
+            }),
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Index> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -290,12 +471,14 @@ impl NativeIndex {
 
     /// Write the index atomically (an existing file is only replaced by a complete one).
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        py.detach(|| self.read().save(&path)).map_err(py_err)
+        py.detach(|| self.read().index.save(&path)).map_err(py_err)
     }
 
     /// Search `queries` (rows, dim) into `ids` (int64) and `distances` (float32), each
-    /// (rows, k), C-contiguous, allocated by the caller.
-    #[pyo3(signature = (queries, k, nprobe, rerank, probe_margin, threads, ids, distances))]
+    /// (rows, k), C-contiguous, allocated by the caller. `backend`: `cpu`, `cuda`, `wgpu` or
+    /// `auto` (a GPU copy of the index is made on the first such search and kept until the
+    /// index changes). Returns where the search ran: `cpu`, `cuda` or `wgpu`.
+    #[pyo3(signature = (queries, k, nprobe, rerank, probe_margin, threads, backend, ids, distances))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -306,9 +489,10 @@ impl NativeIndex {
         rerank: usize,
         probe_margin: Option<f32>,
         threads: Option<usize>,
+        backend: &str,
         ids: PyBuffer<i64>,
         distances: PyBuffer<f32>,
-    ) -> PyResult<()> {
+    ) -> PyResult<&'static str> {
         let rows = Rows::new(&queries, "queries")?;
         let values = rows.values();
         let params = SearchParams {
@@ -317,19 +501,51 @@ impl NativeIndex {
             rerank,
             probe_margin,
         };
-        let search = || self.read().search_batch(values, &params, &CpuBackend);
-        // One query is searched on the calling thread whatever the pool: handing it to a pool's
-        // thread and waiting for it cost more than the search (about 0.1 ms on a 2-core VM).
-        let results = py.detach(|| {
-            if rows.rows == 1 {
-                Ok(search())
-            } else {
-                with_threads(threads, search)
-            }
-        })?;
-        let results = results.map_err(py_err)?;
+        let choice = backend.to_ascii_lowercase();
+        if !matches!(choice.as_str(), "cpu" | "cuda" | "wgpu" | "auto") {
+            return Err(param_err(
+                "backend",
+                format!("unknown backend `{backend}` (expected cpu, cuda, wgpu or auto)"),
+            ));
+        }
+        let searched = py.detach(|| {
+            let state = self.read();
+            let device = match choice.as_str() {
+                "cpu" => None,
+                other => state.device_for(other).map_err(py_err)?,
+            };
+            let results = match device {
+                Some(copy) => with_threads(threads, || copy.search(values, &params))
+                    .map(|r| r.map(|r| (r, copy.kind()))),
+                None => {
+                    let search = || state.index.search_batch(values, &params, &CpuBackend);
+                    // One query is searched on the calling thread whatever the pool: handing it
+                    // to a pool's thread and waiting for it cost more than the search (about
+                    // 0.1 ms on a 2-core VM).
+                    let results = if rows.rows == 1 {
+                        Ok(search())
+                    } else {
+                        with_threads(threads, search)
+                    };
+                    results.map(|r| r.map(|r| (r, "cpu")))
+                }
+            };
+            Ok::<_, PyErr>(results?.map_err(py_err)?)
+        });
+        let (results, ran_on) = searched?;
         write_into(py, &ids, &results.ids, "ids")?;
-        write_into(py, &distances, &results.distances, "distances")
+        write_into(py, &distances, &results.distances, "distances")?;
+        Ok(ran_on)
+    }
+
+    /// Drop the GPU copy a search made (freeing its device memory); the next GPU search makes
+    /// a new one. Returns whether there was one.
+    fn release_device(&self, py: Python<'_>) -> bool {
+        py.detach(|| {
+            let state = self.read();
+            let mut slot = state.device.lock().unwrap_or_else(|e| e.into_inner());
+            matches!(slot.take(), Some(Placement::Device(_)))
+        })
     }
 
     /// Add rows (encoded against the index's anchors and codecs); returns the first new id.
@@ -340,9 +556,10 @@ impl NativeIndex {
         let added = py.detach(|| {
             with_threads(threads, || {
                 let source = SliceSource::new(values, dim)?;
-                let mut index = self.inner.write().unwrap_or_else(|e| e.into_inner());
-                let (bigger, report) = index.add_from(&source, &CpuBackend, &mut |_| {})?;
-                *index = bigger;
+                let mut state = self.write();
+                let (bigger, report) = state.index.add_from(&source, &CpuBackend, &mut |_| {})?;
+                state.index = bigger;
+                *state.device.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
                 Ok::<_, CoreError>(report.first_id)
             })
         })?;
@@ -352,26 +569,33 @@ impl NativeIndex {
     /// Remove vectors by id (the others keep their codes and ids); returns how many went.
     fn remove(&self, py: Python<'_>, ids: Vec<u32>) -> PyResult<usize> {
         let removed = py.detach(|| {
-            let mut index = self.inner.write().unwrap_or_else(|e| e.into_inner());
-            let (smaller, report) = index.remove_ids(&ids)?;
-            *index = smaller;
+            let mut state = self.write();
+            let (smaller, report) = state.index.remove_ids(&ids)?;
+            state.index = smaller;
+            *state.device.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
             Ok::<_, CoreError>(report.removed)
         });
         removed.map_err(py_err)
     }
 
     fn __len__(&self) -> usize {
-        self.read().len()
+        self.read().index.len()
     }
 
     #[getter]
     fn dim(&self) -> usize {
-        self.read().dim()
+        self.read().index.dim()
     }
 
     /// What the index holds, as a JSON object (see `Index.info` in Python).
     fn info_json(&self) -> String {
-        let index = self.read();
+        let state = self.read();
+        let index = &state.index;
+        let (device, fallback) = match &*state.device.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(Placement::Device(copy)) => (Some(copy.description.clone()), None),
+            Some(Placement::Cpu(reason)) => (None, Some(reason.clone())),
+            None => (None, None),
+        };
         let file_bytes = index.file_size();
         let n = index.len();
         serde_json::json!({
@@ -393,6 +617,8 @@ impl NativeIndex {
             "ids": index.id_storage(),
             "centred": index.centre().is_some(),
             "next_id": index.next_id(),
+            "device_copy": device,
+            "auto_search_on_cpu": fallback,
         })
         .to_string()
     }

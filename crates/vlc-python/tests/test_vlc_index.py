@@ -260,3 +260,62 @@ def test_recall_helper():
     assert vlc.recall(np.array([[3, 2, 9], [-1, -1, -1]]), truth, 3) == pytest.approx(2 / 6)
     with pytest.raises(vlc.VlcError):
         vlc.recall(truth, truth, 4)
+
+
+def gpu_or_skip(index, queries, backend, **search):
+    """Search on `backend`, or skip (saying so) where this machine has no such device."""
+    try:
+        return index.search(queries, backend=backend, **search)
+    except vlc.VlcError as e:
+        message = str(e)
+        # The error names the backend and why it cannot run: no driver, library or adapter.
+        assert backend in message, message
+        pytest.skip(f"SKIPPED: no {backend} device here ({message})")
+
+
+@pytest.mark.parametrize("backend", ["wgpu", "cuda"])
+@pytest.mark.parametrize("codec", ["pcaq2", "rabitq1"])
+def test_gpu_search_matches_the_cpu(data, truth, backend, codec):
+    base, queries = data
+    index = vlc.build(base, codec=codec, refine="sq8", backend="cpu", anchors=32, seed=3)
+    cpu_ids, cpu_dist = index.search(queries, k=10, nprobe=8)
+    assert index.search_backend == "cpu" and index.info()["device_copy"] is None
+    ids, dist = gpu_or_skip(index, queries, backend, k=10, nprobe=8)
+    assert index.search_backend == backend
+    assert index.info()["device_copy"].startswith(backend + " (")
+    assert ids.shape == cpu_ids.shape and ids.dtype == np.int64 and dist.dtype == np.float32
+    # The CPU's fast scan rounds its lookup tables and the GPUs' do not, so near-ties may
+    # swap; the neighbours and their distances agree otherwise.
+    assert (ids == cpu_ids).mean() > 0.95
+    same = ids == cpu_ids
+    np.testing.assert_allclose(dist[same], cpu_dist[same], rtol=1e-3, atol=1e-3)
+    assert abs(vlc.recall(ids, truth, 10) - vlc.recall(cpu_ids, truth, 10)) < 0.02
+    # The copy is kept for the next search, and one query works too.
+    one, _ = index.search(queries[0], k=10, nprobe=8, backend=backend)
+    assert (one[0] == ids[0]).mean() > 0.9
+    # Adding vectors drops the copy; the next GPU search sees them.
+    new = index.add(queries[:5] + 0.001)
+    assert index.info()["device_copy"] is None
+    found, _ = index.search(queries[:5], k=1, nprobe=32, backend=backend)
+    assert list(found[:, 0]) == list(new)
+    assert index.release_device() is True and index.release_device() is False
+    assert index.info()["device_copy"] is None
+
+
+def test_auto_search_says_where_it_ran(data):
+    base, queries = data
+    index = vlc.build(base, codec="sq8", backend="cpu", anchors=32)
+    cpu_ids, _ = index.search(queries, k=10, nprobe=8)
+    ids, _ = index.search(queries, k=10, nprobe=8, backend="auto")
+    info = index.info()
+    assert index.search_backend in ("cpu", "cuda", "wgpu")
+    if index.search_backend == "cpu":
+        # No GPU (software renderers are skipped): the reason is kept, and the results are
+        # the CPU's own.
+        assert info["auto_search_on_cpu"] and info["device_copy"] is None
+        assert np.array_equal(ids, cpu_ids)
+    else:
+        assert info["device_copy"].startswith(index.search_backend)
+        assert (ids == cpu_ids).mean() > 0.95
+    with pytest.raises(vlc.VlcError, match="backend"):
+        index.search(queries, backend="tpu")

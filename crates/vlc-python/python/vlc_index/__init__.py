@@ -51,6 +51,12 @@ def _rows(array, what: str, dim: Optional[int] = None) -> np.ndarray:
     return rows
 
 
+def _quiet_vulkan_layer() -> None:
+    # Mesa's Vulkan device-select layer prints "XDG_RUNTIME_DIR is invalid" twice on headless
+    # machines when WGPU looks for a GPU; VLC picks its adapter itself.
+    os.environ.setdefault("NODEVICE_SELECT", "1")
+
+
 class Index:
     """A VLC index: anchors, a residual code per vector, ids. Make one with `build` or `load`."""
 
@@ -58,6 +64,8 @@ class Index:
         self._native = native
         #: The backend the index was built on ("cpu", "cuda" or "wgpu"); "cpu" when loaded.
         self.backend = backend
+        #: Where the last search ran ("cpu", "cuda" or "wgpu"); None before the first.
+        self.search_backend: Optional[str] = None
 
     def __len__(self) -> int:
         return len(self._native)
@@ -75,7 +83,9 @@ class Index:
         )
 
     def info(self) -> dict:
-        """What the index holds: vectors, dim, metric, anchors, codec, file bytes, ..."""
+        """What the index holds: vectors, dim, metric, anchors, codec, file bytes, ...; and
+        `device_copy`, the GPU holding a copy for searches (None if none), or
+        `auto_search_on_cpu`, why backend="auto" searches stay on the CPU."""
         return json.loads(self._native.info_json())
 
     @property
@@ -90,13 +100,19 @@ class Index:
         rerank: int = 0,
         probe_margin: Optional[float] = None,
         threads: Optional[int] = None,
+        backend: str = "cpu",
     ) -> Tuple[np.ndarray, np.ndarray]:
         """The k nearest stored vectors of each query, nearest first.
 
         queries: (rows, dim) or (dim,). nprobe: inverted lists scanned per query (more =
         higher recall, slower; above the anchor count, every list). rerank: candidates the
         second stage rescores (0 = 10 k). probe_margin: adaptive probing (see `vlc search
-        --help`). Returns (ids int64, distances float32), each (rows, k): estimated squared L2
+        --help`). backend: "cpu" (default), "cuda", "wgpu" (software adapters included) or
+        "auto" (CUDA, then a hardware WGPU adapter, else the CPU). The first GPU search copies
+        the index to the device (once; `add` and `remove` drop the copy, `release_device`
+        frees it); a GPU pays off on batches of hundreds of queries or more, and returns the
+        CPU's results within rounding. `search_backend` then says where the search ran.
+        Returns (ids int64, distances float32), each (rows, k): estimated squared L2
         distances (for a cosine index, 2 - 2 cos); id -1 and distance inf pad a row when the
         index holds fewer than k vectors.
         """
@@ -107,8 +123,18 @@ class Index:
         ids = np.empty((q.shape[0], k), dtype=np.int64)
         distances = np.empty((q.shape[0], k), dtype=np.float32)
         margin = None if probe_margin is None else float(probe_margin)
-        self._native.search(q, k, nprobe, rerank, margin, threads, ids, distances)
+        backend = str(backend).lower()
+        if backend in ("auto", "wgpu"):
+            _quiet_vulkan_layer()
+        self.search_backend = self._native.search(
+            q, k, nprobe, rerank, margin, threads, backend, ids, distances
+        )
         return ids, distances
+
+    def release_device(self) -> bool:
+        """Free the GPU copy of the index that a search with backend="cuda", "wgpu" or "auto"
+        made. Returns whether there was one. (The index itself stays usable.)"""
+        return self._native.release_device()
 
     def add(self, vectors, threads: Optional[int] = None) -> np.ndarray:
         """Add vectors, encoded against the index's anchors and codecs (nothing retrained).
@@ -169,9 +195,7 @@ def build(
         verbose=bool(verbose),
     )
     if str(backend).lower() in ("auto", "wgpu"):
-        # Mesa's Vulkan device-select layer prints "XDG_RUNTIME_DIR is invalid" twice on
-        # headless machines when WGPU looks for a GPU; VLC picks its adapter itself.
-        os.environ.setdefault("NODEVICE_SELECT", "1")
+        _quiet_vulkan_layer()
     if isinstance(vectors, (str, os.PathLike)):
         native, used, why = _NativeIndex.build(None, os.fspath(vectors), **common)
     else:
