@@ -66,8 +66,8 @@ if first is not None:
             best = min(best, time.perf_counter() - start)
         cpu_ids = ids if cpu_ids is None else cpu_ids
         print(
-            f"  {backend:5} {first.info()['device_copy'] or 'cpu':50.50} recall@10 "
-            f"{vlc.recall(ids, truth, 10):.4f} at {nq / best:,.0f} queries/s, "
-            f"{(ids == cpu_ids).mean() * 100:.2f}% of the CPU's ids"
+            f"  {backend:5} recall@10 {vlc.recall(ids, truth, 10):.4f} at {nq / best:>9,.0f} "
+            f"queries/s, {(ids == cpu_ids).mean() * 100:6.2f}% of the CPU's ids "
+            f"({first.info()['device_copy'] or 'cpu'})"
         )
         first.release_device()
