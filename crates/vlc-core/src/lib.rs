@@ -30,6 +30,7 @@
 pub mod amx;
 pub mod anchor_store;
 pub mod backend;
+mod bounds;
 pub mod codec;
 pub mod conformance;
 pub mod device_view;

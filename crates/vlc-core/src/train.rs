@@ -15,6 +15,7 @@
 //! Everything is deterministic for a given seed, whatever the thread count.
 
 use crate::backend::{group_by_anchor, Backend, ListSplit as Split, SERIAL_MAX};
+use crate::bounds::DistanceBounds;
 use crate::error::{Result, VlcError};
 use crate::rng::Rng;
 use crate::vectors::{gather_rows, SliceSource, VectorSource};
@@ -62,6 +63,10 @@ pub struct TrainParams {
     pub energy_tolerance: f64,
     /// Fraction of points changing anchor under which training may stop (default 0.01).
     pub churn_tolerance: f64,
+    /// Keep distance bounds between assignments, so that points whose anchor is provably
+    /// unchanged are not ranked again (default true; the anchors are the same up to near-ties
+    /// of the ranking's rounding). Backends that keep bounds of their own (CUDA, WGPU) ignore it.
+    pub distance_bounds: bool,
 }
 
 impl Default for TrainParams {
@@ -84,6 +89,7 @@ impl Default for TrainParams {
             holdout_fraction: 0.05,
             energy_tolerance: 1e-3,
             churn_tolerance: 0.01,
+            distance_bounds: true,
         }
     }
 }
@@ -177,6 +183,9 @@ pub struct TrainReport {
     pub merges: usize,
     pub splits: usize,
     pub reseeds: usize,
+    /// Points ranked against every anchor in each iteration's assignment (the others were
+    /// settled by distance bounds); empty where the backend keeps its own bounds.
+    pub ranked_history: Vec<usize>,
 }
 
 /// Wall time per training phase, in seconds.
@@ -284,9 +293,18 @@ pub fn train_anchors_from(
     let mut previous_holdout = f64::INFINITY;
     let mut temperature = params.initial_temperature;
     let mut maintenance_rng = rng.fork(2);
+    let mut bounds = (params.distance_bounds && !backend.bounds_assignments())
+        .then(|| DistanceBounds::new(&train, dim));
     for t in 0..params.max_iterations {
         let clock = std::time::Instant::now();
-        let nearest = backend.nearest_anchors(&train, &anchors, dim, 1)?;
+        let nearest = match bounds.as_mut() {
+            Some(bounds) => {
+                let nearest = bounds.nearest(backend, &train, &anchors, dim)?;
+                report.ranked_history.push(bounds.ranked);
+                nearest
+            }
+            None => backend.nearest_anchors(&train, &anchors, dim, 1)?,
+        };
         phases.assign += clock.elapsed().as_secs_f64();
         let clock = std::time::Instant::now();
         let (assignment, dists) = (&nearest.ids, &nearest.dists);

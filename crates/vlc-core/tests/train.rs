@@ -113,3 +113,59 @@ fn automatic_anchor_count() {
     assert_eq!(auto_num_anchors(100), 25);
     assert!(auto_num_anchors(1_000_000) >= 2048);
 }
+
+#[test]
+fn distance_bounds_change_the_work_not_the_anchors() {
+    // (dim, anchors, clusters): odd dimensions, two anchors (no movers possible), more anchors
+    // than clusters (near-ties between anchors of one cluster), and a wide shape.
+    for (case, &(dim, k, clusters)) in [(7, 2, 3), (24, 32, 20), (96, 17, 40), (200, 64, 30)]
+        .iter()
+        .enumerate()
+    {
+        let n = 3000;
+        let data = clustered(n, dim, clusters, 0.3, 11 + case as u64);
+        let run = |bounds: bool| {
+            let p = TrainParams {
+                max_iterations: 15,
+                min_iterations: 15,
+                distance_bounds: bounds,
+                ..params(k, 5)
+            };
+            train_anchors(&CpuBackend, &data, dim, &p, &mut |_| {}).unwrap()
+        };
+        let (plain, plain_report) = run(false);
+        let (bounded, report) = run(true);
+        assert!(plain_report.ranked_history.is_empty());
+        assert_eq!(report.ranked_history.len(), report.iterations);
+        let points = report.training_points;
+        assert_eq!(
+            report.ranked_history[0], points,
+            "the first assignment ranks every point"
+        );
+        // The bounds only settle points whose anchor is provably unchanged, and near-ties are
+        // ranked: the assignments, hence the anchors and energies, are the plain run's.
+        for (a, b) in plain_report
+            .energy_history
+            .iter()
+            .zip(&report.energy_history)
+        {
+            assert!(
+                (a - b).abs() <= 1e-6 * a.abs(),
+                "case {case}: energy {a} vs {b}"
+            );
+        }
+        let worst = plain
+            .iter()
+            .zip(&bounded)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst <= 1e-5, "case {case}: anchors differ by {worst}");
+        if k > 2 {
+            let ranked: usize = report.ranked_history.iter().sum();
+            assert!(
+                ranked < points * report.iterations * 9 / 10,
+                "case {case}: bounds settled few points: {:?}",
+                report.ranked_history
+            );
+        }
+    }
+}

@@ -1931,6 +1931,12 @@ impl Backend for CudaBackend {
     }
 
     /// TF32 and FP16 products keep 11 significant bits: within 2^-10 (‖x‖² + ‖c‖²).
+    /// Training's assignments of pinned points keep distance bounds on the device (unless
+    /// turned off by the environment), so the training loop keeps none on the host.
+    fn bounds_assignments(&self) -> bool {
+        true
+    }
+
     fn ranking_rounding(&self) -> f32 {
         match self.precision {
             GemmPrecision::Fp32 => f32::EPSILON,

@@ -741,6 +741,12 @@ impl Backend for WgpuBackend {
 
     /// On tensor cores (nearest_coop.wgsl) each f16 product is within 2^-10 (‖x‖² + ‖c‖²) of
     /// the exact one.
+    /// Training's assignments of pinned points keep distance bounds on the device (unless
+    /// turned off by the environment), so the training loop keeps none on the host.
+    fn bounds_assignments(&self) -> bool {
+        true
+    }
+
     fn ranking_rounding(&self) -> f32 {
         if self.pipelines.coop.is_some() {
             1.0 / 1024.0

@@ -28,6 +28,10 @@ pub struct Args {
     /// timings in bench/gpu_bench.py exclude its warm-up the same way).
     #[arg(long)]
     pub warmup: bool,
+    /// Rank every point against every anchor in each iteration (no distance bounds on the
+    /// CPU; the GPU backends keep theirs, see VLC_CUDA_BOUNDS and VLC_WGPU_BOUNDS).
+    #[arg(long)]
+    pub no_distance_bounds: bool,
     /// Print the timing as JSON.
     #[arg(long)]
     pub json: bool,
@@ -47,6 +51,7 @@ pub fn run(a: Args) -> Result<()> {
             .max_points_per_anchor
             .unwrap_or(n.div_ceil(a.anchors.max(1))),
         holdout_fraction: 0.0,
+        distance_bounds: !a.no_distance_bounds,
         ..TrainParams::default()
     };
     let train = || {
@@ -75,6 +80,7 @@ pub fn run(a: Args) -> Result<()> {
         "training_points": report.training_points, "seconds": seconds, "loop_seconds": loop_seconds, "final_energy": energy,
         "energy_history": report.energy_history, "phase_seconds": report.phase_seconds,
         "merges": report.merges, "splits": report.splits, "reseeds": report.reseeds,
+        "ranked_history": report.ranked_history,
     });
     if a.json {
         println!("{}", serde_json::to_string(&j)?);

@@ -88,6 +88,14 @@ pub trait Backend: Send + Sync {
         f32::EPSILON
     }
 
+    /// Whether this backend decides itself whether to keep distance bounds for the training
+    /// loop's one-per-point assignments of pinned points (the GPU backends keep theirs on the
+    /// device). When it does not, the training loop keeps them on the host (see `bounds.rs`)
+    /// and asks the backend to rank only the points they do not settle. False by default.
+    fn bounds_assignments(&self) -> bool {
+        false
+    }
+
     /// The largest `per_point` that [`nearest_anchors`](Backend::nearest_anchors) selects in a
     /// fixed number of passes over each point's row of distances. Above it a backend may scan
     /// the row once per pick: fine for an index's few thousand anchors, slow against rows of
