@@ -198,12 +198,12 @@ struct DeviceCopy {
 enum DeviceSearch {
     #[cfg(feature = "cuda")]
     Cuda {
-        index: vlc_cuda::CudaIndex<'static>,
+        index: Box<vlc_cuda::CudaIndex<'static>>,
         _backend: Arc<vlc_cuda::CudaBackend>,
     },
     #[cfg(feature = "wgpu")]
     Wgpu {
-        index: vlc_wgpu::WgpuIndex<'static>,
+        index: Box<vlc_wgpu::WgpuIndex<'static>>,
         _backend: Arc<vlc_wgpu::WgpuBackend>,
     },
 }
@@ -231,7 +231,7 @@ impl DeviceCopy {
         let gpu = vlc_cuda::CudaIndex::new(unsafe { extend(&backend) }, index)?;
         Ok(DeviceCopy {
             search: DeviceSearch::Cuda {
-                index: gpu,
+                index: Box::new(gpu),
                 _backend: backend,
             },
             description,
@@ -255,7 +255,7 @@ impl DeviceCopy {
         let gpu = vlc_wgpu::WgpuIndex::new(unsafe { extend(&backend) }, index)?;
         Ok(DeviceCopy {
             search: DeviceSearch::Wgpu {
-                index: gpu,
+                index: Box::new(gpu),
                 _backend: backend,
             },
             description,
@@ -530,7 +530,7 @@ impl NativeIndex {
                     results.map(|r| r.map(|r| (r, "cpu")))
                 }
             };
-            Ok::<_, PyErr>(results?.map_err(py_err)?)
+            results?.map_err(py_err)
         });
         let (results, ran_on) = searched?;
         write_into(py, &ids, &results.ids, "ids")?;
