@@ -33,6 +33,13 @@ const MAX_MOVER_FRACTION: usize = 8;
 /// Points per parallel chunk of the bound checks.
 const CHUNK: usize = 1024;
 
+/// The points to rank are copied out and ranked in blocks of about this many bytes (at least
+/// 256 rows; the unit tests use the smallest blocks, so that they rank several).
+#[cfg(not(test))]
+const GATHER_BYTES: usize = 32 << 20;
+#[cfg(test)]
+const GATHER_BYTES: usize = 0;
+
 /// Bounds kept between the assignments of one training sample.
 pub(crate) struct DistanceBounds {
     /// Squared norm of each point. Layout: (num_points,).
@@ -196,17 +203,25 @@ impl DistanceBounds {
 
         let stale: Vec<usize> = (0..num_points).filter(|&i| dists[i].is_nan()).collect();
         self.ranked = stale.len();
-        if !stale.is_empty() {
-            let mut rows = vec![0f32; stale.len() * dim];
-            rows.par_chunks_mut(dim * 64)
-                .zip(stale.par_chunks(64))
-                .for_each(|(block, points_of)| {
-                    for (row, &i) in block.chunks_mut(dim).zip(points_of) {
-                        row.copy_from_slice(&points[i * dim..(i + 1) * dim]);
-                    }
-                });
-            let ranked = backend.nearest_anchors(&rows, anchors, dim, 2)?;
-            for (r, &i) in stale.iter().enumerate() {
+        // Rank the stale points a block at a time (a copy of every stale row could be as large
+        // as the sample), or in place when every point is stale.
+        let block_rows = (GATHER_BYTES / (dim * 4)).max(256);
+        let mut rows = Vec::new();
+        for block in stale.chunks(block_rows) {
+            let ranked = if block.len() == num_points {
+                backend.nearest_anchors(points, anchors, dim, 2)?
+            } else {
+                rows.resize(block.len() * dim, 0f32);
+                rows.par_chunks_mut(dim * 64)
+                    .zip(block.par_chunks(64))
+                    .for_each(|(out, points_of)| {
+                        for (row, &i) in out.chunks_mut(dim).zip(points_of) {
+                            row.copy_from_slice(&points[i * dim..(i + 1) * dim]);
+                        }
+                    });
+                backend.nearest_anchors(&rows, anchors, dim, 2)?
+            };
+            for (r, &i) in block.iter().enumerate() {
                 self.ids[i] = ranked.ids[2 * r];
                 dists[i] = ranked.dists[2 * r];
                 self.upper[i] = ranked.dists[2 * r].sqrt();
