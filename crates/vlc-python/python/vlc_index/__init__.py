@@ -4,6 +4,7 @@
 
     index = vlc_index.build(vectors, bytes_per_vector=64)      # or codec="pcaq1", "rabitq1", ...
     ids, distances = index.search(queries, k=10, nprobe=32)    # (rows, k) int64 / float32
+    ids, distances = index.search(queries, k=10, backend="cuda")  # or "wgpu", "auto": a GPU copy
     index.save("memory.vlc")                                   # atomic: never a half-written file
     index = vlc_index.load("memory.vlc")                       # mmap=True: zero-copy view
     new_ids = index.add(more_vectors)
