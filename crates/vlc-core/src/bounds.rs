@@ -56,6 +56,8 @@ pub(crate) struct DistanceBounds {
     lower: Vec<f32>,
     /// Points the last assignment ranked against every anchor.
     pub ranked: usize,
+    /// The rows to rank, copied out (at most `GATHER_BYTES`). Layout: (rows, dim), row-major.
+    gather: Vec<f32>,
 }
 
 impl DistanceBounds {
@@ -68,6 +70,7 @@ impl DistanceBounds {
             upper: Vec::new(),
             lower: Vec::new(),
             ranked: 0,
+            gather: Vec::new(),
         }
     }
 
@@ -205,15 +208,19 @@ impl DistanceBounds {
 
         let stale: Vec<usize> = (0..num_points).filter(|&i| dists[i].is_nan()).collect();
         self.ranked = stale.len();
-        // Rank the stale points a block at a time (a copy of every stale row could be as large
-        // as the sample), or in place when every point is stale.
+        // Rank the stale points: in place when every point is stale, else copied out a block
+        // at a time into a buffer kept between calls (a fresh one cost page faults and zeroing
+        // on every call, which did not shrink with the thread count).
         let block_rows = (GATHER_BYTES / (dim * 4)).max(256);
-        let mut rows = Vec::new();
         for block in stale.chunks(block_rows) {
             let ranked = if block.len() == num_points {
                 backend.nearest_anchors(points, anchors, dim, 2)?
             } else {
-                rows.resize(block.len() * dim, 0f32);
+                let need = block.len() * dim;
+                if self.gather.len() < need {
+                    self.gather.resize(need, 0.0);
+                }
+                let rows = &mut self.gather[..need];
                 rows.par_chunks_mut(dim * 64)
                     .zip(block.par_chunks(64))
                     .for_each(|(out, points_of)| {
@@ -221,7 +228,7 @@ impl DistanceBounds {
                             row.copy_from_slice(&points[i * dim..(i + 1) * dim]);
                         }
                     });
-                backend.nearest_anchors(&rows, anchors, dim, 2)?
+                backend.nearest_anchors(rows, anchors, dim, 2)?
             };
             for (r, &i) in block.iter().enumerate() {
                 self.ids[i] = ranked.ids[2 * r];
