@@ -1,10 +1,10 @@
 # Session 47 device script, second run: CPU training with and without distance bounds (vlc
 # train-bench, as bench/cpu_bounds_ab.sh runs it) on 200,000 x 384 synthetic vectors, 2,048
 # anchors, 14 iterations, on all 16 cores and on 4 threads (RAYON_NUM_THREADS).
-# Carry: .carry/s54.tar.xz (vlc of COMMIT).
+# Carry: .carry/s55.tar.xz (vlc of COMMIT).
 # Usage: bash bench/results/h100/session47_bounds2.sh COMMIT
 set -u
-tar -C .carry -xJf .carry/s54.tar.xz; B=$PWD/.carry/s54; export PATH=$B:$PATH
+tar -C .carry -xJf .carry/s55.tar.xz; B=$PWD/.carry/s55; export PATH=$B:$PATH
 echo "$(nproc) CPU cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')); built from $1"
 python3 bench/make_synthetic.py /tmp/syn --n 200000 --dim 384 --seed 5
 ab() {
