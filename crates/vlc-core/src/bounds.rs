@@ -88,7 +88,17 @@ impl DistanceBounds {
         let num_anchors = anchors.len() / dim;
         debug_assert_eq!(points.len(), num_points * dim);
         if num_anchors < 2 || self.anchors.len() != anchors.len() {
-            return self.rank_all(backend, points, anchors, dim);
+            // The first assignment, or one after the anchor count changed: rank every point.
+            (self.ids, self.upper, self.lower) = (
+                vec![0; num_points],
+                vec![0.0; num_points],
+                vec![0.0; num_points],
+            );
+            let mut dists = vec![f32::NAN; num_points];
+            let every: Vec<usize> = (0..num_points).collect();
+            self.rank(backend, points, anchors, dim, &every, &mut dists)?;
+            self.anchors = anchors.to_vec();
+            return Ok(self.result(dists));
         }
         let anchor_norms = row_norms_sq(anchors, dim);
         let max_anchor_norm = anchor_norms.iter().fold(0f32, |m, &v| m.max(v));
@@ -207,14 +217,36 @@ impl DistanceBounds {
             });
 
         let stale: Vec<usize> = (0..num_points).filter(|&i| dists[i].is_nan()).collect();
+        self.rank(backend, points, anchors, dim, &stale, &mut dists)?;
+        self.anchors.copy_from_slice(anchors);
+        Ok(self.result(dists))
+    }
+
+    /// Rank the points `stale` against every anchor, storing each one's nearest anchor, its
+    /// squared distance (into `dists`) and both bounds (from its two nearest): in place when
+    /// every point is stale, else copied out a block at a time into a buffer kept between
+    /// calls (a fresh one cost page faults and zeroing on every call, which did not shrink
+    /// with the thread count).
+    fn rank(
+        &mut self,
+        backend: &dyn Backend,
+        points: &[f32],
+        anchors: &[f32],
+        dim: usize,
+        stale: &[usize],
+        dists: &mut [f32],
+    ) -> Result<()> {
         self.ranked = stale.len();
-        // Rank the stale points: in place when every point is stale, else copied out a block
-        // at a time into a buffer kept between calls (a fresh one cost page faults and zeroing
-        // on every call, which did not shrink with the thread count).
-        let block_rows = (GATHER_BYTES / (dim * 4)).max(256);
-        for block in stale.chunks(block_rows) {
+        let per_point = (anchors.len() / dim).min(2);
+        let num_points = self.norms.len();
+        let block_rows = if stale.len() == num_points {
+            num_points
+        } else {
+            (GATHER_BYTES / (dim * 4)).max(256)
+        };
+        for block in stale.chunks(block_rows.max(1)) {
             let ranked = if block.len() == num_points {
-                backend.nearest_anchors(points, anchors, dim, 2)?
+                backend.nearest_anchors(points, anchors, dim, per_point)?
             } else {
                 let need = block.len() * dim;
                 if self.gather.len() < need {
@@ -228,56 +260,31 @@ impl DistanceBounds {
                             row.copy_from_slice(&points[i * dim..(i + 1) * dim]);
                         }
                     });
-                backend.nearest_anchors(rows, anchors, dim, 2)?
+                backend.nearest_anchors(rows, anchors, dim, per_point)?
             };
             for (r, &i) in block.iter().enumerate() {
-                self.ids[i] = ranked.ids[2 * r];
-                dists[i] = ranked.dists[2 * r];
-                self.upper[i] = ranked.dists[2 * r].sqrt();
-                self.lower[i] = ranked.dists[2 * r + 1].sqrt();
-            }
-        }
-        self.anchors.copy_from_slice(anchors);
-        Ok(Nearest {
-            per_point: 1,
-            ids: self.ids.clone(),
-            dists,
-            resident: None,
-        })
-    }
-
-    /// Rank every point (the first assignment, or one after the anchor count changed).
-    fn rank_all(
-        &mut self,
-        backend: &dyn Backend,
-        points: &[f32],
-        anchors: &[f32],
-        dim: usize,
-    ) -> Result<Nearest> {
-        let num_anchors = anchors.len() / dim;
-        let per_point = num_anchors.min(2);
-        let full = backend.nearest_anchors(points, anchors, dim, per_point)?;
-        let num_points = self.norms.len();
-        self.ids = (0..num_points).map(|i| full.ids[i * per_point]).collect();
-        let dists: Vec<f32> = (0..num_points).map(|i| full.dists[i * per_point]).collect();
-        self.upper = dists.iter().map(|d| d.sqrt()).collect();
-        self.lower = (0..num_points)
-            .map(|i| {
-                if per_point == 2 {
-                    full.dists[i * 2 + 1].sqrt()
+                let pick = r * per_point;
+                self.ids[i] = ranked.ids[pick];
+                dists[i] = ranked.dists[pick];
+                self.upper[i] = ranked.dists[pick].sqrt();
+                self.lower[i] = if per_point == 2 {
+                    ranked.dists[pick + 1].sqrt()
                 } else {
                     f32::INFINITY
-                }
-            })
-            .collect();
-        self.anchors = anchors.to_vec();
-        self.ranked = num_points;
-        Ok(Nearest {
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// The assignment handed to the training loop: every point's anchor and `dists`.
+    fn result(&self, dists: Vec<f32>) -> Nearest {
+        Nearest {
             per_point: 1,
             ids: self.ids.clone(),
             dists,
             resident: None,
-        })
+        }
     }
 }
 
