@@ -2,10 +2,10 @@
 # 3.11+) unpacked onto PYTHONPATH, with pytest's wheels: the package's pytest suite (its CUDA and
 # WGPU search tests run here), then examples/backends.py on 200,000 x 384 with 10,000 queries:
 # builds on the CPU, CUDA and WGPU, and the CPU-built index searched on each.
-# Carry: .carry/s52.tar.xz (the wheel and pytest's wheels) and .gl.
+# Carry: .carry/s56.tar.xz (the wheel and pytest's wheels) and .gl.
 # Usage: bash bench/results/h100/session47_python_gpu.sh COMMIT
 set -u
-tar -C .carry -xJf .carry/s52.tar.xz; B=$PWD/.carry/s52
+tar -C .carry -xJf .carry/s56.tar.xz; B=$PWD/.carry/s56
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig >/dev/null; export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "$(nproc) CPU cores; built from $1"
