@@ -889,6 +889,141 @@ pub fn check_search_clamps_k_and_nprobe(open: &OpenSearch<'_>) {
     );
 }
 
+/// The encode primitive [`Backend::code_levels`]: a backend that offers it returns the CPU
+/// reference's levels exactly, on odd dimensions and rows with awkward magnitudes (zeros,
+/// subnormals, ranges of 2^80, many equal magnitudes, one large among many tiny), under
+/// the caps of `pcaq` (falling widths) and `rabitq2`-`4` (one width), up to the widest; one
+/// that does not returns `None`.
+pub fn check_code_levels(backend: &dyn Backend) {
+    use crate::codec::levels::code_levels;
+    for &dim in &[1usize, 7, 65, 384, 1000] {
+        let falling: Vec<u32> = (0..dim)
+            .map(|i| match i * 8 / dim {
+                0 => 127,
+                1 => 31,
+                2 | 3 => 7,
+                4 => 3,
+                5 => 1,
+                _ => 0,
+            })
+            .collect();
+        let caps_sets = [falling, vec![1; dim], vec![7; dim], vec![2047; dim]];
+        for (c, caps) in caps_sets.iter().enumerate() {
+            let rows = 300;
+            let mut vectors = random(rows * dim, (dim * 31 + c) as u64);
+            for (r, v) in vectors.chunks_exact_mut(dim).enumerate() {
+                match r % 10 {
+                    0 => v.fill(0.0),
+                    1 => v.iter_mut().for_each(|x| *x *= 1e-40),
+                    2 => v.iter_mut().for_each(|x| *x *= 1e20),
+                    3 => v
+                        .iter_mut()
+                        .enumerate()
+                        .for_each(|(i, x)| *x = if i % 3 == 0 { 1.0 } else { -1.0 }),
+                    4 => v.iter_mut().skip(1).for_each(|x| *x *= 1e-6),
+                    5 => v.iter_mut().for_each(|x| *x = (*x * 4.0).round() / 4.0),
+                    6 => v.iter_mut().step_by(2).for_each(|x| *x = -0.0),
+                    _ => {}
+                }
+            }
+            let mut got = vec![u16::MAX; vectors.len()];
+            let offered = backend.code_levels(&vectors, caps, &mut got).unwrap();
+            assert_eq!(
+                offered,
+                backend.offers_code_levels(),
+                "{}: code levels offered and returned disagree",
+                backend.name()
+            );
+            if !offered {
+                continue;
+            }
+            let mut want = vec![0u16; vectors.len()];
+            code_levels(&vectors, caps, &mut want);
+            for (r, (g, w)) in got.chunks(dim).zip(want.chunks(dim)).enumerate() {
+                assert_eq!(g, w, "dim {dim} caps {c} row {r}");
+            }
+        }
+    }
+    if backend.offers_code_levels() {
+        let mut out = vec![0u16; 8];
+        assert!(
+            backend
+                .code_levels(&[1.0; 7], &[1; 2], &mut out[..7])
+                .is_err(),
+            "7 values in rows of 2"
+        );
+        assert!(
+            backend
+                .code_levels(&[1.0; 4], &[2048; 2], &mut out[..4])
+                .is_err(),
+            "a cap of 2048"
+        );
+        assert!(
+            backend
+                .code_levels(&[1.0; 4], &[3; 2], &mut out[..5])
+                .is_err(),
+            "5 levels for 4 values"
+        );
+        assert!(backend.code_levels(&[], &[3; 5], &mut []).unwrap());
+    }
+}
+
+/// A `pcaq` codec encodes the same bytes through [`ResidualCodec::encode_on`] with this
+/// backend as on the CPU: rates of 1, 2.5 and 5 bits per dimension, 13,000 rows of 96 and
+/// 5,000 of 384 dimensions against 40 anchors.
+///
+/// [`ResidualCodec::encode_on`]: crate::codec::ResidualCodec::encode_on
+pub fn check_encode_matches_cpu(backend: &dyn Backend) {
+    use crate::codec::ResidualCodec;
+    // 13,000 rows make four parts of the encode's pipeline (4,096 rows each, the last 712).
+    for (dim, bits, rows) in [
+        (96usize, 1.0f32, 13_000),
+        (384, 2.5, 5000),
+        (96, 5.0, 13_000),
+    ] {
+        let mut points = random(rows * dim, dim as u64 + 5);
+        for v in points.chunks_exact_mut(dim) {
+            for (d, x) in v.iter_mut().enumerate() {
+                *x *= 0.1 + (-(d as f32) / 16.0).exp();
+            }
+        }
+        let anchors = points[..40 * dim].to_vec();
+        let assignment = CpuBackend
+            .nearest_anchors(&points, &anchors, dim, 1)
+            .unwrap()
+            .ids;
+        let params = crate::CodecParams {
+            bits,
+            ..Default::default()
+        };
+        let codec = crate::Codec::train(
+            crate::CodecKind::PcaRaBitQ,
+            &params,
+            &points[..2000 * dim],
+            &anchors,
+            &assignment[..2000],
+            dim,
+        )
+        .unwrap();
+        let prepared = codec.prepare_anchors(&anchors);
+        let mut want = vec![0u8; rows * codec.code_size()];
+        codec.encode_prepared(&prepared, &points, &anchors, &assignment, &mut want);
+        let mut got = vec![0u8; rows * codec.code_size()];
+        codec
+            .encode_on(backend, &prepared, &points, &anchors, &assignment, &mut got)
+            .unwrap();
+        let differing = got
+            .chunks(codec.code_size())
+            .zip(want.chunks(codec.code_size()))
+            .filter(|(g, w)| g != w)
+            .count();
+        assert_eq!(
+            differing, 0,
+            "dim {dim} bits {bits}: {differing} of {rows} codes differ"
+        );
+    }
+}
+
 #[macro_export]
 macro_rules! conformance_suite {
     ($name:ident, $make:expr) => {
@@ -919,6 +1054,8 @@ macro_rules! conformance_suite {
             case!(check_trimmed_thresholds);
             case!(check_split_lists);
             case!(check_iteration_sequences);
+            case!(check_code_levels);
+            case!(check_encode_matches_cpu);
         }
     };
 }

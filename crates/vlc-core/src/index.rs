@@ -618,6 +618,7 @@ impl Index {
             &tiers,
             &mut codes,
             &mut block,
+            backend,
             progress,
         )?;
         drop(block);
@@ -747,6 +748,7 @@ impl Index {
             &tiers,
             &mut codes,
             &mut block,
+            backend,
             progress,
         )?;
         drop(block);
@@ -1129,6 +1131,7 @@ fn assign_rows(
 /// Encode every row of `rows` with each of `tiers`, reading the rows in order through
 /// `block`: row `i`'s code of tier `t` goes to row `position[i]` of `codes[t]` (layout of each:
 /// (positions, tier's code size), row-major). `assignment`: each row's anchor, layout (num_rows,).
+/// `backend` runs the codecs' encode primitive where it offers one (the codes are the same).
 #[allow(clippy::too_many_arguments)]
 fn encode_rows(
     rows: &dyn VectorSource,
@@ -1138,6 +1141,7 @@ fn encode_rows(
     tiers: &[&Codec],
     codes: &mut [Vec<u8>],
     block: &mut [f32],
+    backend: &dyn Backend,
     progress: &mut dyn FnMut(&BuildEvent),
 ) -> Result<()> {
     let (n, dim) = (rows.num_rows(), rows.dim());
@@ -1163,7 +1167,7 @@ fn encode_rows(
                 continue;
             }
             staging.resize(rows_here * cs, 0);
-            tier.encode_prepared(prepared, points, anchors, assign, &mut staging);
+            tier.encode_on(backend, prepared, points, anchors, assign, &mut staging)?;
             for (code, &p) in staging
                 .chunks_exact(cs)
                 .zip(&position[first..first + rows_here])

@@ -32,8 +32,8 @@ use cudarc::driver::{
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use vlc::backend::{
-    check_accumulate_args, check_nearest_args, check_single_nearest, check_threshold_args,
-    check_update_args, AnchorSums, Backend, ListSplit, Nearest, PinGuard,
+    check_accumulate_args, check_code_levels_args, check_nearest_args, check_single_nearest,
+    check_threshold_args, check_update_args, AnchorSums, Backend, ListSplit, Nearest, PinGuard,
 };
 use vlc::{Result, VlcError};
 
@@ -242,12 +242,28 @@ struct Staging {
     floats: Option<PinnedHostSlice<f32>>,
 }
 
+/// The encode primitive's buffers, kept between calls (a build makes one call per block).
+#[derive(Default)]
+struct LevelBuffers {
+    /// Layout: (dim,).
+    caps: Option<CudaSlice<f32>>,
+    /// Layout: (chunk rows, dim), row-major.
+    rows: Option<CudaSlice<f32>>,
+    /// Layout: (chunk rows, dim), row-major.
+    levels: Option<CudaSlice<u16>>,
+    /// Layout: (chunk rows,).
+    flags: Option<CudaSlice<u8>>,
+    /// Page-locked copy of `levels` on the host. Layout: flat.
+    staging: Option<PinnedHostSlice<u16>>,
+}
+
 #[derive(Default)]
 struct State {
     /// Pinned host buffers, keyed by (address, length).
     resident: HashMap<(usize, usize), Resident>,
     scratch: Scratch,
     staging: Staging,
+    encode: LevelBuffers,
     /// Numbers the results of `nearest_anchors`.
     generation: u64,
     /// (generation, num_points) of the one-per-point result that `scratch.ids` and
@@ -273,6 +289,9 @@ pub struct CudaBackend {
     /// Whether one-per-point assignments of resident points use distance bounds
     /// (`VLC_CUDA_BOUNDS=0` turns them off).
     use_bounds: bool,
+    /// Whether the encode primitive ([`Backend::code_levels`]) runs on the device
+    /// (`VLC_CUDA_ENCODE=0` leaves it to the CPU; the codes are the same).
+    encode_levels: bool,
     /// [`BOUNDED_MIN_WORK`], or `VLC_CUDA_SMALL_WORK`.
     small_work: usize,
     /// `VLC_CUDA_TRACE=1`: each bounded assignment prints its movers and how many points it
@@ -281,6 +300,8 @@ pub struct CudaBackend {
     cache: KernelCache,
     /// The search kernel, compiled on first use (training never needs it).
     search: OnceLock<CudaFunction>,
+    /// The encode kernel (`code_levels`), compiled and loaded on first use.
+    levels: OnceLock<CudaFunction>,
     /// Everything on the device. The lock also serialises GPU work: the cuBLAS handle and the
     /// stream are not shared across threads.
     state: Mutex<State>,
@@ -475,6 +496,10 @@ fn fixed_point_scale(num_points: usize, max_abs: f32) -> f64 {
 /// error instead of a driver failure.
 const CHECKED_ALLOCATION: usize = 64 << 20;
 
+/// Device memory for one chunk of [`Backend::code_levels`] (its rows and their levels):
+/// 256 MiB, about 116,000 rows of 384 dimensions.
+const LEVELS_CHUNK_BYTES: usize = 256 << 20;
+
 /// Assignments of fewer multiply-adds (points · anchors · dim) than this rank every point
 /// instead of checking distance bounds first (and use no FP16 tile): on an H100 the whole
 /// ranking of 10,000 x 128 against 256 anchors (3·10^8) takes a few microseconds, the bound
@@ -632,6 +657,15 @@ impl CudaBackend {
                 )))
             }
         };
+        let encode_levels = match std::env::var("VLC_CUDA_ENCODE").ok().as_deref() {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(other) => {
+                return Err(err(format!(
+                    "VLC_CUDA_ENCODE must be 0 or 1, not `{other}`"
+                )))
+            }
+        };
         let trace = std::env::var("VLC_CUDA_TRACE").is_ok_and(|v| v == "1");
         let small_work = match std::env::var("VLC_CUDA_SMALL_WORK").ok() {
             None => BOUNDED_MIN_WORK,
@@ -677,10 +711,12 @@ impl CudaBackend {
             device_name,
             tile_bytes,
             use_bounds,
+            encode_levels,
             small_work,
             trace,
             cache,
             search: OnceLock::new(),
+            levels: OnceLock::new(),
             state: Mutex::new(State::default()),
         })
     }
@@ -708,6 +744,24 @@ impl CudaBackend {
             .load_function("search_queries")
             .map_err(err)?;
         Ok(self.search.get_or_init(|| f).clone())
+    }
+
+    /// The encode kernel, compiled on first use without fused multiply-adds: it repeats the
+    /// CPU reference's roundings one by one.
+    fn levels_kernel(&self) -> Result<CudaFunction> {
+        if let Some(f) = self.levels.get() {
+            return Ok(f.clone());
+        }
+        let f = self
+            .cache
+            .load_with(
+                "code_levels",
+                include_str!("kernels/code_levels.cu"),
+                &["--fmad=false"],
+            )?
+            .load_function("code_levels")
+            .map_err(err)?;
+        Ok(self.levels.get_or_init(|| f).clone())
     }
 
     /// Switch this handle's GEMMs to full FP32 (search) or back to the training precision.
@@ -2432,6 +2486,100 @@ impl Backend for CudaBackend {
         let thresholds = self.get(d_thr, num_anchors)?;
         *selected = Some((generation, thresholds.clone()));
         Ok(thresholds)
+    }
+
+    fn offers_code_levels(&self) -> bool {
+        self.encode_levels
+    }
+
+    /// Eight threads per row on the device, the rows in chunks of about
+    /// [`LEVELS_CHUNK_BYTES`]; the rows the kernel flags (a search deeper than its stack, a
+    /// leaf of many equal magnitudes) are computed by the CPU reference.
+    fn code_levels(&self, vectors: &[f32], caps: &[u32], out: &mut [u16]) -> Result<bool> {
+        let rows = check_code_levels_args(vectors, caps, out)?;
+        if !self.encode_levels {
+            return Ok(false);
+        }
+        let dim = caps.len();
+        if rows == 0 {
+            return Ok(true);
+        }
+        let levels_fn = self.levels_kernel()?;
+        let capf: Vec<f32> = caps.iter().map(|&c| c as f32).collect();
+        // A chunk's rows and levels; its threads (8 per row) fit the launch's u32 grid.
+        let per_row = dim * (4 + 2) + 1;
+        let chunk = (LEVELS_CHUNK_BYTES / per_row).clamp(1, 1 << 28).min(rows);
+        let mut guard = self.state.lock().unwrap();
+        let LevelBuffers {
+            caps: d_caps,
+            rows: d_rows,
+            levels: d_levels,
+            flags: d_flags,
+            staging,
+        } = &mut guard.encode;
+        let d_caps = &*self.put(d_caps, &capf)?;
+        let d_rows = self.grow(d_rows, chunk * dim)?;
+        let d_levels = self.grow(d_levels, chunk * dim)?;
+        let d_flags = self.grow(d_flags, chunk)?;
+        let mut flagged = Vec::new();
+        for first in (0..rows).step_by(chunk) {
+            let n = chunk.min(rows - first);
+            let t_chunk = std::time::Instant::now();
+            self.stream
+                .memcpy_htod(
+                    &vectors[first * dim..(first + n) * dim],
+                    &mut d_rows.slice_mut(0..n * dim),
+                )
+                .map_err(err)?;
+            let (n32, dim32) = (n as u32, dim as u32);
+            let threads = 128usize;
+            let config = LaunchConfig {
+                grid_dim: ((n * 8).div_ceil(threads) as u32, 1, 1),
+                block_dim: (threads as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: eight threads per row (< n, checked in the kernel; 128 threads a block, a
+            // multiple of 8): each group reads its row of d_rows (n, dim) and d_caps (dim,),
+            // writes its row of d_levels (n, dim) and its flag in d_flags (n,); every buffer
+            // holds at least that (chunk ≥ n rows).
+            unsafe {
+                self.stream
+                    .launch_builder(&levels_fn)
+                    .arg(&*d_rows)
+                    .arg(d_caps)
+                    .arg(&n32)
+                    .arg(&dim32)
+                    .arg(&mut *d_levels)
+                    .arg(&mut *d_flags)
+                    .launch(config)
+            }
+            .map_err(err)?;
+            let t_kernel = if self.trace {
+                self.stream.synchronize().map_err(err)?;
+                t_chunk.elapsed().as_secs_f64() * 1e3
+            } else {
+                0.0
+            };
+            self.get_into(staging, d_levels, &mut out[first * dim..(first + n) * dim])?;
+            let flags = self.get(d_flags, n)?;
+            flagged.extend((0..n).filter(|&r| flags[r] != 0).map(|r| first + r));
+            if self.trace {
+                eprintln!(
+                    "code_levels: {n} rows in {:.1} ms ({t_kernel:.1} ms to the kernel's end), {} flagged",
+                    t_chunk.elapsed().as_secs_f64() * 1e3,
+                    flags.iter().filter(|&&f| f != 0).count()
+                );
+            }
+        }
+        drop(guard);
+        for r in flagged {
+            vlc::codec::levels::code_levels(
+                &vectors[r * dim..(r + 1) * dim],
+                caps,
+                &mut out[r * dim..(r + 1) * dim],
+            );
+        }
+        Ok(true)
     }
 
     fn update(&self, anchors: &mut [f32], dim: usize, sums: &AnchorSums, step: f32) -> Result<()> {

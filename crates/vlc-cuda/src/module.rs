@@ -50,9 +50,16 @@ impl KernelCache {
 
     /// The module for `src`, from the disk cache or compiled now.
     pub fn load(&self, stem: &str, src: &str) -> Result<Arc<CudaModule>> {
+        self.load_with(stem, src, &[])
+    }
+
+    /// [`load`](Self::load) with extra NVRTC options (e.g. `--fmad=false`), which are part of
+    /// the cache key.
+    pub fn load_with(&self, stem: &str, src: &str, options: &[&str]) -> Result<Arc<CudaModule>> {
+        let keyed = format!("{src}\n// {}", options.join(" "));
         let key = format!(
             "{stem}-{:016x}-{}-nvrtc{}.{}.cubin",
-            fnv1a(src.as_bytes()),
+            fnv1a(if options.is_empty() { src } else { &keyed }.as_bytes()),
             self.arch,
             self.nvrtc_version.0,
             self.nvrtc_version.1
@@ -61,7 +68,7 @@ impl KernelCache {
         let cubin = match cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
             Some(bytes) => bytes,
             None => {
-                let bytes = self.compile(stem, src)?;
+                let bytes = self.compile(stem, src, options)?;
                 if let Some(p) = &cached {
                     // A cache write failure only costs a recompile next time.
                     if std::fs::create_dir_all(p.parent().unwrap()).is_ok() {
@@ -79,7 +86,7 @@ impl KernelCache {
         })
     }
 
-    fn compile(&self, stem: &str, src: &str) -> Result<Vec<u8>> {
+    fn compile(&self, stem: &str, src: &str, options: &[&str]) -> Result<Vec<u8>> {
         let c_src = CString::new(src).map_err(err)?;
         let c_name = CString::new(format!("{stem}.cu")).map_err(err)?;
         let mut prog = std::ptr::null_mut();
@@ -102,6 +109,7 @@ impl KernelCache {
             "-default-device".into(),
         ]
         .into_iter()
+        .chain(options.iter().map(|o| o.to_string()))
         .map(|o| CString::new(o).unwrap())
         .collect();
         let ptrs: Vec<*const std::ffi::c_char> = opts.iter().map(|o| o.as_ptr()).collect();

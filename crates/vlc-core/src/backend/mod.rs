@@ -194,6 +194,43 @@ pub trait Backend: Send + Sync {
             trim,
         ))
     }
+
+    /// The encode primitive of the extended codes (`pcaq`, `rabitq2`-`4`): for each row `v` of
+    /// `vectors` (rows, `caps.len()`), row-major, the magnitude levels
+    /// `x_i = min(⌊t |v_i|⌋, caps[i])` at the scale `t` that maximises the cosine between
+    /// `x + ½` and `|v|` (see [`crate::codec::levels`]), into `out` (rows, dim), row-major.
+    /// A backend that offers it writes exactly the CPU reference's levels
+    /// ([`crate::codec::levels::code_levels`]), so codes encoded through it are the CPU's byte
+    /// for byte, and returns `true`; the default returns `false` and leaves the work to the
+    /// codec on the CPU. Every `caps[i]` is below 2^11.
+    fn code_levels(&self, _vectors: &[f32], _caps: &[u32], _out: &mut [u16]) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Whether [`code_levels`](Backend::code_levels) runs here rather than returning `false`
+    /// (false by default): a codec prepares its input for the call only when it does.
+    fn offers_code_levels(&self) -> bool {
+        false
+    }
+}
+
+/// Validate [`Backend::code_levels`] arguments: whole rows of `caps.len()` values, as many
+/// levels as values, caps below 2^11. Returns the number of rows.
+pub fn check_code_levels_args(vectors: &[f32], caps: &[u32], out: &[u16]) -> Result<usize> {
+    if let Some(&cap) = caps.iter().find(|&&c| c >= 1 << 11) {
+        return Err(crate::VlcError::param(
+            "caps",
+            format!("a cap of {cap} levels; code levels take at most 2047"),
+        ));
+    }
+    if out.len() != vectors.len() {
+        return Err(crate::VlcError::DimensionMismatch {
+            what: "code levels' output length".into(),
+            expected: vectors.len(),
+            actual: out.len(),
+        });
+    }
+    rows_of("vectors", vectors.len(), caps.len())
 }
 
 /// Validate [`Backend::trimmed_thresholds`] arguments: one anchor per point, every id below

@@ -519,6 +519,29 @@ pub(crate) fn choose_levels(
     }
 }
 
+/// The levels [`choose_levels`] gives each row of `vectors` (rows, `caps.len()`), row-major,
+/// with `max_level(i) = caps[i]`, into `out` (rows, dim), row-major: the CPU reference of
+/// [`Backend::code_levels`](crate::Backend::code_levels), in parallel over rows.
+pub fn code_levels(vectors: &[f32], caps: &[u32], out: &mut [u16]) {
+    use rayon::prelude::*;
+    let dim = caps.len();
+    debug_assert_eq!(vectors.len(), out.len());
+    if dim == 0 {
+        return;
+    }
+    let top = caps.iter().copied().max().unwrap_or(0);
+    const ROWS_PER_TASK: usize = 256;
+    out.par_chunks_mut(ROWS_PER_TASK * dim)
+        .zip(vectors.par_chunks(ROWS_PER_TASK * dim))
+        .for_each(|(out, rows)| {
+            let mut scratch = LevelScratch::default();
+            for (o, v) in out.chunks_exact_mut(dim).zip(rows.chunks_exact(dim)) {
+                choose_levels(v, |i| caps[i], top, &mut scratch);
+                o.copy_from_slice(&scratch.levels);
+            }
+        });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

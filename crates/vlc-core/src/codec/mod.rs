@@ -11,7 +11,7 @@
 pub mod anchor_only;
 mod factors;
 pub mod float;
-mod levels;
+pub mod levels;
 pub mod pca;
 pub mod rabitq;
 pub mod scalar;
@@ -384,6 +384,21 @@ pub trait ResidualCodec {
         assignment: &[u32],
         out: &mut [u8],
     );
+    /// [`encode_prepared`](Self::encode_prepared) with the encode primitive
+    /// ([`Backend::code_levels`]) on `backend` where this codec has one and the backend offers
+    /// it; the codes are the same byte for byte. The default encodes on the CPU.
+    fn encode_on(
+        &self,
+        _backend: &dyn crate::Backend,
+        prepared: &PreparedAnchors,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.encode_prepared(prepared, points, anchors, assignment, out);
+        Ok(())
+    }
     /// Reconstruct the residual of one code into `out` (dim,).
     fn decode(&self, code: &[u8], anchor_id: u32, out: &mut [f32]);
     /// Build the per-query tables in `state` (its `query` field is already set).
@@ -676,6 +691,17 @@ impl ResidualCodec for Codec {
         out: &mut [u8],
     ) {
         dispatch!(self, c => c.encode_prepared(prepared, points, anchors, assignment, out))
+    }
+    fn encode_on(
+        &self,
+        backend: &dyn crate::Backend,
+        prepared: &PreparedAnchors,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        out: &mut [u8],
+    ) -> Result<()> {
+        dispatch!(self, c => c.encode_on(backend, prepared, points, anchors, assignment, out))
     }
     fn decode(&self, code: &[u8], anchor_id: u32, out: &mut [f32]) {
         dispatch!(self, c => c.decode(code, anchor_id, out))

@@ -69,6 +69,7 @@ use super::{
     fill_remaining, planes_estimate, planes_full, term_bounds, CodecKind, FactorFormat,
     ParamReader, QueryState, ResidualCodec,
 };
+use crate::backend::Backend;
 use crate::error::{Result, VlcError};
 use crate::linalg::{dot, gemm_nt, symmetric_eigen};
 use crate::simd::BitTerm;
@@ -76,6 +77,14 @@ use rayon::prelude::*;
 
 /// Rows encoded per parallel task.
 const ENCODE_BLOCK: usize = 1024;
+
+/// Fewer rows than this encode on the CPU even where the backend offers
+/// [`Backend::code_levels`]: a launch and the copies cost more than the levels of so few.
+const BACKEND_LEVELS_MIN_ROWS: usize = 4096;
+
+/// Parts a block's rows are cut into so that the CPU's rotation and packing overlap the
+/// backend's level search (each at least [`BACKEND_LEVELS_MIN_ROWS`] rows).
+const PIPELINE_PARTS: usize = 4;
 /// Most training residuals used for the covariance.
 const COVARIANCE_ROWS: usize = 16_384;
 /// Widest dimension, in bits (format version 8 on; 8 before). Every axis of a code shares one
@@ -1175,18 +1184,78 @@ impl PcaRaBitQ {
         scratch: &mut EncodeScratch,
         code: &mut [u8],
     ) {
+        let top = self.level_cap(0);
+        choose_levels(rr, |i| self.level_cap(i), top, &mut scratch.levels);
+        self.pack(
+            rr,
+            pc,
+            outside,
+            &scratch.levels.levels,
+            &mut scratch.units,
+            code,
+        );
+    }
+
+    /// The residuals of `assignment.len()` rows of `points` (rows, dim) from their anchors
+    /// (`anchors`: (num_anchors, dim)) in the coded basis, into `rotated` (rows, active),
+    /// row-major, and each residual's squared norm outside the coded dimensions into
+    /// `outside` (rows,) (zeros when every dimension is coded).
+    fn rotate_residuals(
+        &self,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        rotated: &mut [f32],
+        outside: &mut [f32],
+    ) {
+        let (dim, active, rows) = (self.dim, self.active, assignment.len());
+        let mut residuals = vec![0f32; rows * dim];
+        for ((res, x), &a) in residuals
+            .chunks_exact_mut(dim)
+            .zip(points.chunks_exact(dim))
+            .zip(assignment)
+        {
+            let c = &anchors[a as usize * dim..(a as usize + 1) * dim];
+            for ((o, x), c) in res.iter_mut().zip(x).zip(c) {
+                *o = x - c;
+            }
+        }
+        gemm_nt(&residuals, rows, &self.rotation, active, dim, rotated);
+        for ((o, res), rr) in outside
+            .iter_mut()
+            .zip(residuals.chunks_exact(dim))
+            .zip(rotated.chunks_exact(active))
+        {
+            // The residual's energy outside the coded dimensions (none when all are).
+            *o = if active < dim {
+                (dot(res, res) - dot(rr, rr)).max(0.0)
+            } else {
+                0.0
+            };
+        }
+    }
+
+    /// The largest magnitude level of coded dimension `i` (`dim_bits` are non-increasing, so
+    /// dimension 0's is the largest).
+    fn level_cap(&self, i: usize) -> u32 {
+        (1u32 << (self.dim_bits[i] - 1)) - 1
+    }
+
+    /// Write the code of the rotated residual `rr` (active,) with magnitude `levels` (active,)
+    /// from [`choose_levels`]: its bit planes and factors (see [`Self::encode_one`]).
+    fn pack(
+        &self,
+        rr: &[f32],
+        pc: &[f32],
+        outside: f32,
+        levels: &[u16],
+        units: &mut Vec<u32>,
+        code: &mut [u8],
+    ) {
         let (active, nb) = (self.active, self.nb());
         code.fill(0);
-        let top = (1u32 << (self.dim_bits[0] - 1)) - 1;
-        choose_levels(
-            rr,
-            |i| (1u32 << (self.dim_bits[i] - 1)) - 1,
-            top,
-            &mut scratch.levels,
-        );
-        let levels = &scratch.levels.levels;
-        scratch.units.clear();
-        scratch.units.extend((0..active).map(|i| {
+        units.clear();
+        units.extend((0..active).map(|i| {
             let half = 1u32 << (self.dim_bits[i] - 1);
             let x = levels[i] as u32;
             if rr[i] > 0.0 {
@@ -1195,7 +1264,7 @@ impl PcaRaBitQ {
                 half - 1 - x
             }
         }));
-        let units = &scratch.units;
+        let units = &units[..];
         let mut at = 0;
         for (i, &u) in units.iter().enumerate() {
             let b = self.dim_bits[i] as u32;
@@ -1289,44 +1358,142 @@ impl ResidualCodec for PcaRaBitQ {
         assignment: &[u32],
         out: &mut [u8],
     ) {
-        let (dim, active, cs) = (self.dim, self.active, self.code_size());
+        let (active, cs) = (self.active, self.code_size());
         let rotated_anchors = &prepared.rotated;
-        debug_assert_eq!(rotated_anchors.len(), anchors.len() / dim * active);
+        debug_assert_eq!(rotated_anchors.len(), anchors.len() / self.dim * active);
         out.par_chunks_mut(ENCODE_BLOCK * cs)
             .enumerate()
             .for_each(|(b, out)| {
                 let start = b * ENCODE_BLOCK;
                 let rows = out.len() / cs;
-                let mut residuals = vec![0f32; rows * dim];
-                for (r, res) in residuals.chunks_exact_mut(dim).enumerate() {
-                    let a = assignment[start + r] as usize;
-                    let x = &points[(start + r) * dim..(start + r + 1) * dim];
-                    for ((o, x), c) in res.iter_mut().zip(x).zip(&anchors[a * dim..]) {
-                        *o = x - c;
-                    }
-                }
                 let mut rotated = vec![0f32; rows * active];
-                gemm_nt(&residuals, rows, &self.rotation, active, dim, &mut rotated);
+                let mut outside = vec![0f32; rows];
+                self.rotate_residuals(
+                    &points[start * self.dim..],
+                    anchors,
+                    &assignment[start..start + rows],
+                    &mut rotated,
+                    &mut outside,
+                );
                 let mut scratch = EncodeScratch::default();
                 for (r, code) in out.chunks_exact_mut(cs).enumerate() {
                     let a = assignment[start + r] as usize;
-                    let rr = &rotated[r * active..(r + 1) * active];
-                    // The residual's energy outside the coded dimensions (none when all are).
-                    let outside = if active < dim {
-                        let res = &residuals[r * dim..(r + 1) * dim];
-                        (dot(res, res) - dot(rr, rr)).max(0.0)
-                    } else {
-                        0.0
-                    };
                     self.encode_one(
-                        rr,
+                        &rotated[r * active..(r + 1) * active],
                         &rotated_anchors[a * active..(a + 1) * active],
-                        outside,
+                        outside[r],
                         &mut scratch,
                         code,
                     );
                 }
             });
+    }
+
+    fn encode_on(
+        &self,
+        backend: &dyn Backend,
+        prepared: &PreparedAnchors,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (active, cs) = (self.active, self.code_size());
+        let rows = out.len() / cs;
+        if !backend.offers_code_levels() || rows < BACKEND_LEVELS_MIN_ROWS {
+            self.encode_prepared(prepared, points, anchors, assignment, out);
+            return Ok(());
+        }
+        let caps: Vec<u32> = (0..active).map(|i| self.level_cap(i)).collect();
+        let caps = &caps[..];
+        // A pipeline over parts of the rows: while the backend chooses the levels of part
+        // `s − 1`, the CPU rotates part `s` and packs the codes of part `s − 2`.
+        let part = rows.div_ceil(PIPELINE_PARTS).max(BACKEND_LEVELS_MIN_ROWS);
+        let mut rotated = vec![0f32; rows * active];
+        let mut outside = vec![0f32; rows];
+        let mut levels = vec![0u16; rows * active];
+        let mut rotated_parts: Vec<&mut [f32]> = rotated.chunks_mut(part * active).collect();
+        let mut outside_parts: Vec<&mut [f32]> = outside.chunks_mut(part).collect();
+        let mut level_parts: Vec<&mut [u16]> = levels.chunks_mut(part * active).collect();
+        let mut code_parts: Vec<&mut [u8]> = out.chunks_mut(part * cs).collect();
+        let parts = code_parts.len();
+        let rotated_anchors = &prepared.rotated;
+        for step in 0..parts + 2 {
+            let (done, todo) = rotated_parts.split_at_mut(step.min(parts));
+            let (outside_done, outside_todo) = outside_parts.split_at_mut(step.min(parts));
+            let (packable, choosing) = level_parts.split_at_mut(step.saturating_sub(1).min(parts));
+            let rotate = |rotated: &mut [f32], outside: &mut [f32]| {
+                let first = step * part;
+                rotated
+                    .par_chunks_mut(ENCODE_BLOCK * active)
+                    .zip(outside.par_chunks_mut(ENCODE_BLOCK))
+                    .enumerate()
+                    .for_each(|(b, (rotated, outside))| {
+                        let start = first + b * ENCODE_BLOCK;
+                        self.rotate_residuals(
+                            &points[start * self.dim..],
+                            anchors,
+                            &assignment[start..start + outside.len()],
+                            rotated,
+                            outside,
+                        );
+                    });
+            };
+            let pack = |p: usize, codes: &mut [u8]| {
+                let (rotated, outside, levels) = (&*done[p], &*outside_done[p], &*packable[p]);
+                codes
+                    .par_chunks_mut(ENCODE_BLOCK * cs)
+                    .enumerate()
+                    .for_each(|(b, codes)| {
+                        let mut units = Vec::new();
+                        for (r, code) in (b * ENCODE_BLOCK..).zip(codes.chunks_exact_mut(cs)) {
+                            let a = assignment[p * part + r] as usize;
+                            self.pack(
+                                &rotated[r * active..(r + 1) * active],
+                                &rotated_anchors[a * active..(a + 1) * active],
+                                outside[r],
+                                &levels[r * active..(r + 1) * active],
+                                &mut units,
+                                code,
+                            );
+                        }
+                    });
+            };
+            let choose = (1..=parts).contains(&step).then(|| {
+                let p = step - 1;
+                (&*done[p], choosing.first_mut().map(|l| &mut **l).unwrap())
+            });
+            let to_rotate = (step < parts).then(|| (todo.first_mut(), outside_todo.first_mut()));
+            let to_pack = (step >= 2).then(|| (step - 2, code_parts[step - 2].as_mut()));
+            std::thread::scope(|scope| -> Result<()> {
+                let chosen = choose.map(|(vectors, levels)| {
+                    scope.spawn(move || {
+                        if !backend.code_levels(vectors, caps, levels)? {
+                            crate::codec::levels::code_levels(vectors, caps, levels);
+                        }
+                        Ok::<(), crate::VlcError>(())
+                    })
+                });
+                rayon::join(
+                    || {
+                        if let Some((Some(rotated), Some(outside))) = to_rotate {
+                            rotate(rotated, outside);
+                        }
+                    },
+                    || {
+                        if let Some((p, codes)) = to_pack {
+                            pack(p, codes);
+                        }
+                    },
+                );
+                match chosen.map(|h| h.join()) {
+                    Some(Ok(result)) => result,
+                    Some(Err(panic)) => std::panic::resume_unwind(panic),
+                    None => Ok(()),
+                }
+            })?;
+        }
+        Ok(())
     }
 
     /// The reconstruction consistent with the estimator: `(−f2/√D) Pᵀ w`.
