@@ -945,7 +945,7 @@ pub fn check_code_levels(backend: &dyn Backend) {
         }
     }
     if backend.offers_code_levels() {
-        let mut out = vec![0u16; 8];
+        let mut out = [0u16; 8];
         assert!(
             backend
                 .code_levels(&[1.0; 7], &[1; 2], &mut out[..7])

@@ -2493,7 +2493,7 @@ impl Backend for CudaBackend {
     }
 
     /// Eight threads per row on the device, the rows in chunks of about
-    /// [`LEVELS_CHUNK_BYTES`]; the rows the kernel flags (a search deeper than its stack, a
+    /// 256 MiB of device memory; the rows the kernel flags (a search deeper than its stack, a
     /// leaf of many equal magnitudes) are computed by the CPU reference.
     fn code_levels(&self, vectors: &[f32], caps: &[u32], out: &mut [u16]) -> Result<bool> {
         let rows = check_code_levels_args(vectors, caps, out)?;
@@ -2504,6 +2504,8 @@ impl Backend for CudaBackend {
         if rows == 0 {
             return Ok(true);
         }
+        // A codec calls this from a thread of its own, which may not have the context yet.
+        self.ctx.bind_to_thread().map_err(err)?;
         let levels_fn = self.levels_kernel()?;
         let capf: Vec<f32> = caps.iter().map(|&c| c as f32).collect();
         // A chunk's rows and levels; its threads (8 per row) fit the launch's u32 grid.

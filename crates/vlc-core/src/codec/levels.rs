@@ -1,5 +1,5 @@
-//! The magnitude levels of an extended RaBitQ code ([`choose_levels`]), shared by `rabitq2`-`4`
-//! and `pcaq`.
+//! The magnitude levels of an extended RaBitQ code (`choose_levels`, and [`code_levels`] for
+//! many rows), shared by `rabitq2`-`4` and `pcaq`.
 //!
 //! For a vector `v` and per-dimension caps `max_level(i)`, the code's magnitudes are
 //! `x_i(t) = min(⌊t |v_i|⌋, max_level(i))` at a common scale `t`, and the best scale maximises
@@ -15,7 +15,7 @@
 //! by branch and bound instead, which finds the same maximum:
 //! on an interval `(a, b]` of scales every state lies between the states at `a` and at `b`, and
 //! each event in it adds `|v_i|` to `N` and `2k > 2a|v_i|` to `S`, which bounds `value` on the
-//! whole interval ([`bound`]); an interval whose bound does not pass the best state seen so far
+//! whole interval (`bound`); an interval whose bound does not pass the best state seen so far
 //! is skipped. Intervals are halved (the state at the middle is itself a candidate) until they
 //! hold few events, which are then visited in order. Only the intervals near the best scale
 //! survive, so a vector costs about a hundred passes over its dimensions (explicit AVX2 where
@@ -519,7 +519,7 @@ pub(crate) fn choose_levels(
     }
 }
 
-/// The levels [`choose_levels`] gives each row of `vectors` (rows, `caps.len()`), row-major,
+/// The levels `choose_levels` gives each row of `vectors` (rows, `caps.len()`), row-major,
 /// with `max_level(i) = caps[i]`, into `out` (rows, dim), row-major: the CPU reference of
 /// [`Backend::code_levels`](crate::Backend::code_levels), in parallel over rows.
 pub fn code_levels(vectors: &[f32], caps: &[u32], out: &mut [u16]) {

@@ -385,7 +385,7 @@ pub trait ResidualCodec {
         out: &mut [u8],
     );
     /// [`encode_prepared`](Self::encode_prepared) with the encode primitive
-    /// ([`Backend::code_levels`]) on `backend` where this codec has one and the backend offers
+    /// ([`Backend::code_levels`](crate::Backend::code_levels)) on `backend` where this codec has one and the backend offers
     /// it; the codes are the same byte for byte. The default encodes on the CPU.
     fn encode_on(
         &self,

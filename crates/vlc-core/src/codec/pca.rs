@@ -1464,7 +1464,7 @@ impl ResidualCodec for PcaRaBitQ {
                 (&*done[p], choosing.first_mut().map(|l| &mut **l).unwrap())
             });
             let to_rotate = (step < parts).then(|| (todo.first_mut(), outside_todo.first_mut()));
-            let to_pack = (step >= 2).then(|| (step - 2, code_parts[step - 2].as_mut()));
+            let to_pack = (step >= 2).then(|| (step - 2, &mut *code_parts[step - 2]));
             std::thread::scope(|scope| -> Result<()> {
                 let chosen = choose.map(|(vectors, levels)| {
                     scope.spawn(move || {
