@@ -1,16 +1,16 @@
 # Session 48 device script: the encode primitive on CUDA (Backend::code_levels, kernels/code_levels.cu).
 # 1. The CUDA test executables of COMMIT: conformance (with check_code_levels and
-#    check_encode_matches_cpu: the GPU's levels equal the CPU reference's, and pcaq codes encoded
-#    through them are the CPU's byte for byte), unit tests, search tests.
+#    check_encode_matches_cpu: the GPU's levels equal the CPU reference's, and pcaq and rabitq
+#    codes encoded through them are the CPU's byte for byte), unit tests, search tests.
 # 2. 1,000,000 x 384 synthetic (bench/make_synthetic.py --seed 11, as in sessions 44-45), 4,096
 #    anchors trained on CUDA, built by COMMIT's vlc with the levels on the CPU (VLC_CUDA_ENCODE=0)
-#    and on the GPU (the default), pcaq5, pcaq2.5 and pcaq1, each pair twice; the two indexes
+#    and on the GPU (the default), pcaq5, pcaq2.5, pcaq1 and rabitq4, each pair twice; the two indexes
 #    compared section by section before META; the GPU-encoded pcaq5 evaluated on the CPU at
 #    nprobe 32. Then 400,000 x 768 (--seed 12), pcaq3, the same way.
-# Carry: .carry/s62.tar.xz (s62/: vlc, conformance, vlc_cuda, search of COMMIT, stripped).
+# Carry: .carry/s63.tar.xz (s63/: vlc, conformance, vlc_cuda, search of COMMIT, stripped).
 # Usage: bash bench/results/h100/session48_gpu_encode.sh COMMIT
 set -u
-tar -C .carry -xJf .carry/s62.tar.xz; B=$PWD/.carry/s62
+tar -C .carry -xJf .carry/s63.tar.xz; B=$PWD/.carry/s63
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export VLC_KERNEL_CACHE=/tmp/vlc-kernels
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -53,7 +53,7 @@ build_pair() { # DIR CODEC ANCHORS
   compare $1/e0.$2.vlc $1/e1.$2.vlc
 }
 python3 bench/make_synthetic.py /tmp/big --n 1000000 --dim 384 --seed 11 | tail -1
-for codec in pcaq5 pcaq2.5 pcaq1; do build_pair /tmp/big $codec 4096; done
+for codec in pcaq5 pcaq2.5 pcaq1 rabitq4; do build_pair /tmp/big $codec 4096; done
 echo "\$ vlc eval /tmp/big/e1.pcaq5.vlc --nprobe 32 --backend cpu"
 $B/vlc eval /tmp/big/e1.pcaq5.vlc --queries /tmp/big/query.npy --groundtruth /tmp/big/groundtruth.npy \
   --nprobe 32 --backend cpu 2>&1 | tail -3

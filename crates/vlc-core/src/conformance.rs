@@ -968,18 +968,21 @@ pub fn check_code_levels(backend: &dyn Backend) {
     }
 }
 
-/// A `pcaq` codec encodes the same bytes through [`ResidualCodec::encode_on`] with this
-/// backend as on the CPU: rates of 1, 2.5 and 5 bits per dimension, 13,000 rows of 96 and
-/// 5,000 of 384 dimensions against 40 anchors.
+/// The extended codes encode the same bytes through [`ResidualCodec::encode_on`] with this
+/// backend as on the CPU: `pcaq` at 1, 2.5 and 5 bits per dimension, `rabitq3` and
+/// `rabitq8`, 13,000 rows of 96 and 5,000 of 384 dimensions against 40 anchors.
 ///
 /// [`ResidualCodec::encode_on`]: crate::codec::ResidualCodec::encode_on
 pub fn check_encode_matches_cpu(backend: &dyn Backend) {
     use crate::codec::ResidualCodec;
+    use crate::CodecKind::{PcaRaBitQ, RaBitQ3, RaBitQ8};
     // 13,000 rows make four parts of the encode's pipeline (4,096 rows each, the last 712).
-    for (dim, bits, rows) in [
-        (96usize, 1.0f32, 13_000),
-        (384, 2.5, 5000),
-        (96, 5.0, 13_000),
+    for (dim, kind, bits, rows) in [
+        (96usize, PcaRaBitQ, 1.0f32, 13_000),
+        (384, PcaRaBitQ, 2.5, 5000),
+        (96, PcaRaBitQ, 5.0, 13_000),
+        (96, RaBitQ3, 0.0, 13_000),
+        (384, RaBitQ8, 0.0, 5000),
     ] {
         let mut points = random(rows * dim, dim as u64 + 5);
         for v in points.chunks_exact_mut(dim) {
@@ -997,7 +1000,7 @@ pub fn check_encode_matches_cpu(backend: &dyn Backend) {
             ..Default::default()
         };
         let codec = crate::Codec::train(
-            crate::CodecKind::PcaRaBitQ,
+            kind,
             &params,
             &points[..2000 * dim],
             &anchors,
@@ -1018,8 +1021,10 @@ pub fn check_encode_matches_cpu(backend: &dyn Backend) {
             .filter(|(g, w)| g != w)
             .count();
         assert_eq!(
-            differing, 0,
-            "dim {dim} bits {bits}: {differing} of {rows} codes differ"
+            differing,
+            0,
+            "{} at {bits} bits, dim {dim}: {differing} of {rows} codes differ",
+            kind.name()
         );
     }
 }

@@ -28,6 +28,9 @@
 //! sums (this computes a state's sums afresh, the sweep adds them up event by event): then
 //! either may be chosen, and the cosine is the same to about 1e-9 (the tests check both).
 
+use crate::backend::Backend;
+use crate::error::Result;
+
 /// Intervals with at most this many events are visited event by event. Splitting further costs
 /// a vectorised pass over the dimensions; a leaf costs two such passes (its ends' levels) and
 /// a sort of its events. On 384-d codes 16 encodes 1.2-1.6x faster than 64 (`pcaq1`, `pcaq5`,
@@ -521,7 +524,7 @@ pub(crate) fn choose_levels(
 
 /// The levels `choose_levels` gives each row of `vectors` (rows, `caps.len()`), row-major,
 /// with `max_level(i) = caps[i]`, into `out` (rows, dim), row-major: the CPU reference of
-/// [`Backend::code_levels`](crate::Backend::code_levels), in parallel over rows.
+/// [`Backend::code_levels`], in parallel over rows.
 pub fn code_levels(vectors: &[f32], caps: &[u32], out: &mut [u16]) {
     use rayon::prelude::*;
     let dim = caps.len();
@@ -540,6 +543,103 @@ pub fn code_levels(vectors: &[f32], caps: &[u32], out: &mut [u16]) {
                 o.copy_from_slice(&scratch.levels);
             }
         });
+}
+
+/// Fewer rows than this encode on the CPU even where the backend offers
+/// [`Backend::code_levels`]: a launch and the copies cost more than the levels of so few.
+pub(crate) const BACKEND_LEVELS_MIN_ROWS: usize = 4096;
+
+/// Parts a block's rows are cut into so that the CPU's rotation and packing overlap the
+/// backend's level search (each at least [`BACKEND_LEVELS_MIN_ROWS`] rows).
+const PIPELINE_PARTS: usize = 4;
+
+/// Encode the rows behind `out` ((rows, `code_size`), row-major) with their levels chosen by
+/// `backend` ([`Backend::code_levels`], which must offer it), in a pipeline over parts of the
+/// rows: while the backend chooses the levels of part `s − 1`, the CPU rotates part `s` and
+/// packs the codes of part `s − 2`. `rotate(first, rotated, aux)` writes the rows from `first`
+/// on, rotated, into `rotated` ((part rows, `caps.len()`), row-major) and one value per row into
+/// `aux` (part rows,) for `pack`; `pack(row, rotated, aux, levels, units, code)` writes row
+/// `row`'s code from its rotated vector and levels (`units` is scratch).
+#[allow(clippy::type_complexity)]
+pub(crate) fn encode_through_backend(
+    backend: &dyn Backend,
+    caps: &[u32],
+    code_size: usize,
+    out: &mut [u8],
+    rotate: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+    pack: impl Fn(usize, &[f32], f32, &[u16], &mut Vec<u32>, &mut [u8]) + Sync,
+) -> Result<()> {
+    use rayon::prelude::*;
+    const PACK_BLOCK: usize = 1024;
+    let (width, cs) = (caps.len(), code_size);
+    let rows = out.len() / cs;
+    let part = rows.div_ceil(PIPELINE_PARTS).max(BACKEND_LEVELS_MIN_ROWS);
+    let mut rotated = vec![0f32; rows * width];
+    let mut aux = vec![0f32; rows];
+    let mut levels = vec![0u16; rows * width];
+    let mut rotated_parts: Vec<&mut [f32]> = rotated.chunks_mut(part * width).collect();
+    let mut aux_parts: Vec<&mut [f32]> = aux.chunks_mut(part).collect();
+    let mut level_parts: Vec<&mut [u16]> = levels.chunks_mut(part * width).collect();
+    let mut code_parts: Vec<&mut [u8]> = out.chunks_mut(part * cs).collect();
+    let parts = code_parts.len();
+    for step in 0..parts + 2 {
+        let (done, todo) = rotated_parts.split_at_mut(step.min(parts));
+        let (aux_done, aux_todo) = aux_parts.split_at_mut(step.min(parts));
+        let (packable, choosing) = level_parts.split_at_mut(step.saturating_sub(1).min(parts));
+        let choose = (1..=parts).contains(&step).then(|| {
+            let p = step - 1;
+            (&*done[p], &mut *choosing[0])
+        });
+        let to_rotate = (step < parts).then(|| (&mut *todo[0], &mut *aux_todo[0]));
+        let to_pack = (step >= 2).then(|| (step - 2, &mut *code_parts[step - 2]));
+        let pack_part = |p: usize, codes: &mut [u8]| {
+            let (rotated, aux, levels) = (&*done[p], &*aux_done[p], &*packable[p]);
+            codes
+                .par_chunks_mut(PACK_BLOCK * cs)
+                .enumerate()
+                .for_each(|(b, codes)| {
+                    let mut units = Vec::new();
+                    for (r, code) in (b * PACK_BLOCK..).zip(codes.chunks_exact_mut(cs)) {
+                        pack(
+                            p * part + r,
+                            &rotated[r * width..(r + 1) * width],
+                            aux[r],
+                            &levels[r * width..(r + 1) * width],
+                            &mut units,
+                            code,
+                        );
+                    }
+                });
+        };
+        std::thread::scope(|scope| -> Result<()> {
+            let chosen = choose.map(|(vectors, levels)| {
+                scope.spawn(move || {
+                    if !backend.code_levels(vectors, caps, levels)? {
+                        code_levels(vectors, caps, levels);
+                    }
+                    Ok::<(), crate::VlcError>(())
+                })
+            });
+            rayon::join(
+                || {
+                    if let Some((rotated, aux)) = to_rotate {
+                        rotate(step * part, rotated, aux);
+                    }
+                },
+                || {
+                    if let Some((p, codes)) = to_pack {
+                        pack_part(p, codes);
+                    }
+                },
+            );
+            match chosen.map(|h| h.join()) {
+                Some(Ok(result)) => result,
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => Ok(()),
+            }
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

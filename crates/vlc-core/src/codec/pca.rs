@@ -62,7 +62,7 @@
 //! 30,000-vector index as int8, 70 as f16.
 
 use super::factors::{fit_formats, ResidualSpread};
-use super::levels::{choose_levels, LevelScratch};
+use super::levels::{choose_levels, encode_through_backend, LevelScratch, BACKEND_LEVELS_MIN_ROWS};
 use super::rabitq::grid_factors;
 use super::PreparedAnchors;
 use super::{
@@ -77,14 +77,6 @@ use rayon::prelude::*;
 
 /// Rows encoded per parallel task.
 const ENCODE_BLOCK: usize = 1024;
-
-/// Fewer rows than this encode on the CPU even where the backend offers
-/// [`Backend::code_levels`]: a launch and the copies cost more than the levels of so few.
-const BACKEND_LEVELS_MIN_ROWS: usize = 4096;
-
-/// Parts a block's rows are cut into so that the CPU's rotation and packing overlap the
-/// backend's level search (each at least [`BACKEND_LEVELS_MIN_ROWS`] rows).
-const PIPELINE_PARTS: usize = 4;
 /// Most training residuals used for the covariance.
 const COVARIANCE_ROWS: usize = 16_384;
 /// Widest dimension, in bits (format version 8 on; 8 before). Every axis of a code shares one
@@ -1405,25 +1397,13 @@ impl ResidualCodec for PcaRaBitQ {
             return Ok(());
         }
         let caps: Vec<u32> = (0..active).map(|i| self.level_cap(i)).collect();
-        let caps = &caps[..];
-        // A pipeline over parts of the rows: while the backend chooses the levels of part
-        // `s − 1`, the CPU rotates part `s` and packs the codes of part `s − 2`.
-        let part = rows.div_ceil(PIPELINE_PARTS).max(BACKEND_LEVELS_MIN_ROWS);
-        let mut rotated = vec![0f32; rows * active];
-        let mut outside = vec![0f32; rows];
-        let mut levels = vec![0u16; rows * active];
-        let mut rotated_parts: Vec<&mut [f32]> = rotated.chunks_mut(part * active).collect();
-        let mut outside_parts: Vec<&mut [f32]> = outside.chunks_mut(part).collect();
-        let mut level_parts: Vec<&mut [u16]> = levels.chunks_mut(part * active).collect();
-        let mut code_parts: Vec<&mut [u8]> = out.chunks_mut(part * cs).collect();
-        let parts = code_parts.len();
         let rotated_anchors = &prepared.rotated;
-        for step in 0..parts + 2 {
-            let (done, todo) = rotated_parts.split_at_mut(step.min(parts));
-            let (outside_done, outside_todo) = outside_parts.split_at_mut(step.min(parts));
-            let (packable, choosing) = level_parts.split_at_mut(step.saturating_sub(1).min(parts));
-            let rotate = |rotated: &mut [f32], outside: &mut [f32]| {
-                let first = step * part;
+        encode_through_backend(
+            backend,
+            &caps,
+            cs,
+            out,
+            |first, rotated, outside| {
                 rotated
                     .par_chunks_mut(ENCODE_BLOCK * active)
                     .zip(outside.par_chunks_mut(ENCODE_BLOCK))
@@ -1438,62 +1418,19 @@ impl ResidualCodec for PcaRaBitQ {
                             outside,
                         );
                     });
-            };
-            let pack = |p: usize, codes: &mut [u8]| {
-                let (rotated, outside, levels) = (&*done[p], &*outside_done[p], &*packable[p]);
-                codes
-                    .par_chunks_mut(ENCODE_BLOCK * cs)
-                    .enumerate()
-                    .for_each(|(b, codes)| {
-                        let mut units = Vec::new();
-                        for (r, code) in (b * ENCODE_BLOCK..).zip(codes.chunks_exact_mut(cs)) {
-                            let a = assignment[p * part + r] as usize;
-                            self.pack(
-                                &rotated[r * active..(r + 1) * active],
-                                &rotated_anchors[a * active..(a + 1) * active],
-                                outside[r],
-                                &levels[r * active..(r + 1) * active],
-                                &mut units,
-                                code,
-                            );
-                        }
-                    });
-            };
-            let choose = (1..=parts).contains(&step).then(|| {
-                let p = step - 1;
-                (&*done[p], choosing.first_mut().map(|l| &mut **l).unwrap())
-            });
-            let to_rotate = (step < parts).then(|| (todo.first_mut(), outside_todo.first_mut()));
-            let to_pack = (step >= 2).then(|| (step - 2, &mut *code_parts[step - 2]));
-            std::thread::scope(|scope| -> Result<()> {
-                let chosen = choose.map(|(vectors, levels)| {
-                    scope.spawn(move || {
-                        if !backend.code_levels(vectors, caps, levels)? {
-                            crate::codec::levels::code_levels(vectors, caps, levels);
-                        }
-                        Ok::<(), crate::VlcError>(())
-                    })
-                });
-                rayon::join(
-                    || {
-                        if let Some((Some(rotated), Some(outside))) = to_rotate {
-                            rotate(rotated, outside);
-                        }
-                    },
-                    || {
-                        if let Some((p, codes)) = to_pack {
-                            pack(p, codes);
-                        }
-                    },
+            },
+            |row, rr, outside, levels, units, code| {
+                let a = assignment[row] as usize;
+                self.pack(
+                    rr,
+                    &rotated_anchors[a * active..(a + 1) * active],
+                    outside,
+                    levels,
+                    units,
+                    code,
                 );
-                match chosen.map(|h| h.join()) {
-                    Some(Ok(result)) => result,
-                    Some(Err(panic)) => std::panic::resume_unwind(panic),
-                    None => Ok(()),
-                }
-            })?;
-        }
-        Ok(())
+            },
+        )
     }
 
     /// The reconstruction consistent with the estimator: `(−f2/√D) Pᵀ w`.

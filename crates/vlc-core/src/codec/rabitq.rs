@@ -30,13 +30,14 @@
 //!   stage's in versions 4 and 5; two `f32` before).
 
 use super::factors::{fit_formats, ResidualSpread};
-use super::levels::{choose_levels, LevelScratch};
+use super::levels::{choose_levels, encode_through_backend, LevelScratch, BACKEND_LEVELS_MIN_ROWS};
 use super::pca::GRID_ERROR;
 use super::PreparedAnchors;
 use super::{
     fill_remaining, planes_estimate, planes_full, term_bounds, CodecKind, FactorFormat,
     ParamReader, QueryState, ResidualCodec,
 };
+use crate::backend::Backend;
 use crate::error::Result;
 use crate::rotation::FastRotation;
 use crate::simd::BitTerm;
@@ -304,8 +305,29 @@ impl RaBitQ {
     }
 
     fn encode_one(&self, pc: &[f32], scratch: &mut EncodeScratch, code: &mut [u8]) {
+        self.encode_sign(&scratch.rotated, pc, code);
+        if self.bits == 1 {
+            return;
+        }
+        let max_level = self.max_level();
+        choose_levels(
+            &scratch.rotated,
+            |_| max_level,
+            max_level,
+            &mut scratch.levels,
+        );
+        self.encode_levels(&scratch.rotated, pc, &scratch.levels.levels, code);
+    }
+
+    /// The largest magnitude level of a dimension of the full code.
+    fn max_level(&self) -> u32 {
+        (1u32 << (self.bits - 1)) - 1
+    }
+
+    /// Clear `code` and write its 1-bit stage (signs and factors) for the rotated residual
+    /// `rr` (dim,) against the rotated anchor `pc` (dim,).
+    fn encode_sign(&self, rr: &[f32], pc: &[f32], code: &mut [u8]) {
         let (dim, nb) = (self.dim, self.bytes());
-        let rr = &scratch.rotated;
         code.fill(0);
         let (mut norm_sq, mut abs_sum, mut xbar_pc) = (0f32, 0f32, 0f32);
         for d in 0..dim {
@@ -329,18 +351,12 @@ impl RaBitQ {
         });
         let f1 = norm_sq - f2 * xbar_pc;
         self.factors.write(&mut code[nb..], f1, f2);
-        if self.bits == 1 {
-            return;
-        }
-        let max_level = (1u32 << (self.bits - 1)) - 1;
-        choose_levels(
-            &scratch.rotated,
-            |_| max_level,
-            max_level,
-            &mut scratch.levels,
-        );
-        let rr = &scratch.rotated;
-        let levels = &scratch.levels.levels;
+    }
+
+    /// Write the full code's low planes and factors (codes of more than 1 bit) from the
+    /// magnitude `levels` (dim,) that `choose_levels` gives `rr`.
+    fn encode_levels(&self, rr: &[f32], pc: &[f32], levels: &[u16], code: &mut [u8]) {
+        let (dim, nb) = (self.dim, self.bytes());
         let half = 1u32 << (self.bits - 1);
         let ex = self.ex_offset();
         for d in 0..dim {
@@ -420,6 +436,46 @@ impl ResidualCodec for RaBitQ {
                     self.encode_one(&rotated_anchors[a * dim..(a + 1) * dim], &mut scratch, code);
                 }
             });
+    }
+
+    fn encode_on(
+        &self,
+        backend: &dyn Backend,
+        prepared: &PreparedAnchors,
+        points: &[f32],
+        anchors: &[f32],
+        assignment: &[u32],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (dim, cs) = (self.dim, self.code_size());
+        let rows = out.len() / cs;
+        if self.bits == 1 || !backend.offers_code_levels() || rows < BACKEND_LEVELS_MIN_ROWS {
+            self.encode_prepared(prepared, points, anchors, assignment, out);
+            return Ok(());
+        }
+        let rotated_anchors = &prepared.rotated;
+        encode_through_backend(
+            backend,
+            &vec![self.max_level(); dim],
+            cs,
+            out,
+            |first, rotated, _| {
+                rotated.par_chunks_mut(dim).enumerate().for_each(|(r, rr)| {
+                    let a = assignment[first + r] as usize;
+                    let x = &points[(first + r) * dim..(first + r + 1) * dim];
+                    for ((o, x), c) in rr.iter_mut().zip(x).zip(&anchors[a * dim..]) {
+                        *o = x - c;
+                    }
+                    self.rotation.apply(rr);
+                });
+            },
+            |row, rr, _, levels, _, code| {
+                let a = assignment[row] as usize;
+                let pc = &rotated_anchors[a * dim..(a + 1) * dim];
+                self.encode_sign(rr, pc, code);
+                self.encode_levels(rr, pc, levels, code);
+            },
+        )
     }
 
     /// The reconstruction consistent with the estimator: `(−f2/√D) Pᵀ w` with the finest
