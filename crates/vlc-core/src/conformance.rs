@@ -892,7 +892,7 @@ pub fn check_search_clamps_k_and_nprobe(open: &OpenSearch<'_>) {
 /// The encode primitive [`Backend::code_levels`]: a backend that offers it returns the CPU
 /// reference's levels exactly, on odd dimensions and rows with awkward magnitudes (zeros,
 /// subnormals, ranges of 2^80, many equal magnitudes, one large among many tiny), under
-/// the caps of `pcaq` (falling widths) and `rabitq2`-`4` (one width), up to the widest; one
+/// the caps of `pcaq` (falling widths) and `rabitq2`-`8` (one width), up to the widest; one
 /// that does not returns `None`.
 pub fn check_code_levels(backend: &dyn Backend) {
     use crate::codec::levels::code_levels;

@@ -195,7 +195,7 @@ pub trait Backend: Send + Sync {
         ))
     }
 
-    /// The encode primitive of the extended codes (`pcaq`, `rabitq2`-`4`): for each row `v` of
+    /// The encode primitive of the extended codes (`pcaq`, `rabitq2`-`8`): for each row `v` of
     /// `vectors` (rows, `caps.len()`), row-major, the magnitude levels
     /// `x_i = min(⌊t |v_i|⌋, caps[i])` at the scale `t` that maximises the cosine between
     /// `x + ½` and `|v|` (see [`crate::codec::levels`]), into `out` (rows, dim), row-major.

@@ -1,5 +1,5 @@
 //! The magnitude levels of an extended RaBitQ code (`choose_levels`, and [`code_levels`] for
-//! many rows), shared by `rabitq2`-`4` and `pcaq`.
+//! many rows), shared by `rabitq2`-`8` and `pcaq`.
 //!
 //! For a vector `v` and per-dimension caps `max_level(i)`, the code's magnitudes are
 //! `x_i(t) = min(⌊t |v_i|⌋, max_level(i))` at a common scale `t`, and the best scale maximises
