@@ -26,7 +26,9 @@ pub struct Args {
     /// Write the result here instead of replacing the index.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    /// Compute backend for the assignment: auto (a GPU when one works), cpu, cuda.
+    /// Compute backend for the assignment (and, on CUDA, the level search of the `pcaq` and
+    /// `rabitq2`-`8` encode: the same codes as the CPU's): auto (a GPU when one works), cpu,
+    /// cuda, wgpu.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: crate::backend::BackendChoice,
     /// Print the summary as JSON.

@@ -96,7 +96,9 @@ pub struct Args {
     /// Merge/split maintenance every this many iterations (0 = never).
     #[arg(long, default_value_t = 5)]
     pub maintenance_interval: usize,
-    /// Compute backend for training and assignment: auto (a GPU when one works), cpu, cuda.
+    /// Compute backend for training and assignment (and, on CUDA, the level search of the
+    /// `pcaq` and `rabitq2`-`8` encode: the same codes as the CPU's): auto (a GPU when one
+    /// works), cpu, cuda, wgpu.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: crate::backend::BackendChoice,
     /// Print the summary as JSON.
