@@ -547,15 +547,16 @@ pub fn code_levels(vectors: &[f32], caps: &[u32], out: &mut [u16]) {
 
 /// Fewer rows than this encode on the CPU even where the backend offers
 /// [`Backend::code_levels`]: a launch and the copies cost more than the levels of so few.
-pub(crate) const BACKEND_LEVELS_MIN_ROWS: usize = 4096;
+const BACKEND_LEVELS_MIN_ROWS: usize = 4096;
 
 /// Parts a block's rows are cut into so that the CPU's rotation and packing overlap the
 /// backend's level search (each at least [`BACKEND_LEVELS_MIN_ROWS`] rows).
 const PIPELINE_PARTS: usize = 4;
 
 /// Encode the rows behind `out` ((rows, `code_size`), row-major) with their levels chosen by
-/// `backend` ([`Backend::code_levels`], which must offer it), in a pipeline over parts of the
-/// rows: while the backend chooses the levels of part `s − 1`, the CPU rotates part `s` and
+/// `backend` ([`Backend::code_levels`]) and return `true`; or return `false`, writing nothing,
+/// where the backend does not offer it or the rows are fewer than [`BACKEND_LEVELS_MIN_ROWS`]
+/// (the codec then encodes on the CPU). The rows go through a pipeline over parts: while the backend chooses the levels of part `s − 1`, the CPU rotates part `s` and
 /// packs the codes of part `s − 2`. `rotate(first, rotated, aux)` writes the rows from `first`
 /// on, rotated, into `rotated` ((part rows, `caps.len()`), row-major) and one value per row into
 /// `aux` (part rows,) for `pack`; `pack(row, rotated, aux, levels, units, code)` writes row
@@ -568,11 +569,14 @@ pub(crate) fn encode_through_backend(
     out: &mut [u8],
     rotate: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
     pack: impl Fn(usize, &[f32], f32, &[u16], &mut Vec<u32>, &mut [u8]) + Sync,
-) -> Result<()> {
+) -> Result<bool> {
     use rayon::prelude::*;
     const PACK_BLOCK: usize = 1024;
     let (width, cs) = (caps.len(), code_size);
     let rows = out.len() / cs;
+    if !backend.offers_code_levels() || rows < BACKEND_LEVELS_MIN_ROWS {
+        return Ok(false);
+    }
     let part = rows.div_ceil(PIPELINE_PARTS).max(BACKEND_LEVELS_MIN_ROWS);
     let mut rotated = vec![0f32; rows * width];
     let mut aux = vec![0f32; rows];
@@ -639,7 +643,7 @@ pub(crate) fn encode_through_backend(
             }
         })?;
     }
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@
 //! 30,000-vector index as int8, 70 as f16.
 
 use super::factors::{fit_formats, ResidualSpread};
-use super::levels::{choose_levels, encode_through_backend, LevelScratch, BACKEND_LEVELS_MIN_ROWS};
+use super::levels::{choose_levels, encode_through_backend, LevelScratch};
 use super::rabitq::grid_factors;
 use super::PreparedAnchors;
 use super::{
@@ -1391,14 +1391,9 @@ impl ResidualCodec for PcaRaBitQ {
         out: &mut [u8],
     ) -> Result<()> {
         let (active, cs) = (self.active, self.code_size());
-        let rows = out.len() / cs;
-        if !backend.offers_code_levels() || rows < BACKEND_LEVELS_MIN_ROWS {
-            self.encode_prepared(prepared, points, anchors, assignment, out);
-            return Ok(());
-        }
         let caps: Vec<u32> = (0..active).map(|i| self.level_cap(i)).collect();
         let rotated_anchors = &prepared.rotated;
-        encode_through_backend(
+        let encoded = encode_through_backend(
             backend,
             &caps,
             cs,
@@ -1430,7 +1425,11 @@ impl ResidualCodec for PcaRaBitQ {
                     code,
                 );
             },
-        )
+        )?;
+        if !encoded {
+            self.encode_prepared(prepared, points, anchors, assignment, out);
+        }
+        Ok(())
     }
 
     /// The reconstruction consistent with the estimator: `(−f2/√D) Pᵀ w`.

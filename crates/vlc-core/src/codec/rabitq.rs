@@ -30,7 +30,7 @@
 //!   stage's in versions 4 and 5; two `f32` before).
 
 use super::factors::{fit_formats, ResidualSpread};
-use super::levels::{choose_levels, encode_through_backend, LevelScratch, BACKEND_LEVELS_MIN_ROWS};
+use super::levels::{choose_levels, encode_through_backend, LevelScratch};
 use super::pca::GRID_ERROR;
 use super::PreparedAnchors;
 use super::{
@@ -319,6 +319,15 @@ impl RaBitQ {
         self.encode_levels(&scratch.rotated, pc, &scratch.levels.levels, code);
     }
 
+    /// The residual `x − c` of a point from its anchor (both (dim,)) in the rotated basis, into
+    /// `out` (dim,).
+    fn rotate_residual(&self, x: &[f32], c: &[f32], out: &mut [f32]) {
+        for ((o, x), c) in out.iter_mut().zip(x).zip(c) {
+            *o = x - c;
+        }
+        self.rotation.apply(out);
+    }
+
     /// The largest magnitude level of a dimension of the full code.
     fn max_level(&self) -> u32 {
         (1u32 << (self.bits - 1)) - 1
@@ -425,14 +434,12 @@ impl ResidualCodec for RaBitQ {
                 let mut scratch = EncodeScratch::default();
                 for (i, code) in out.chunks_exact_mut(cs).enumerate() {
                     let a = assignment[start + i] as usize;
-                    let x = &points[(start + i) * dim..(start + i + 1) * dim];
-                    scratch.rotated.clear();
-                    scratch.rotated.extend(
-                        x.iter()
-                            .zip(&anchors[a * dim..(a + 1) * dim])
-                            .map(|(x, c)| x - c),
+                    scratch.rotated.resize(dim, 0.0);
+                    self.rotate_residual(
+                        &points[(start + i) * dim..(start + i + 1) * dim],
+                        &anchors[a * dim..(a + 1) * dim],
+                        &mut scratch.rotated,
                     );
-                    self.rotation.apply(&mut scratch.rotated);
                     self.encode_one(&rotated_anchors[a * dim..(a + 1) * dim], &mut scratch, code);
                 }
             });
@@ -448,34 +455,35 @@ impl ResidualCodec for RaBitQ {
         out: &mut [u8],
     ) -> Result<()> {
         let (dim, cs) = (self.dim, self.code_size());
-        let rows = out.len() / cs;
-        if self.bits == 1 || !backend.offers_code_levels() || rows < BACKEND_LEVELS_MIN_ROWS {
-            self.encode_prepared(prepared, points, anchors, assignment, out);
-            return Ok(());
-        }
         let rotated_anchors = &prepared.rotated;
-        encode_through_backend(
-            backend,
-            &vec![self.max_level(); dim],
-            cs,
-            out,
-            |first, rotated, _| {
-                rotated.par_chunks_mut(dim).enumerate().for_each(|(r, rr)| {
-                    let a = assignment[first + r] as usize;
-                    let x = &points[(first + r) * dim..(first + r + 1) * dim];
-                    for ((o, x), c) in rr.iter_mut().zip(x).zip(&anchors[a * dim..]) {
-                        *o = x - c;
-                    }
-                    self.rotation.apply(rr);
-                });
-            },
-            |row, rr, _, levels, _, code| {
-                let a = assignment[row] as usize;
-                let pc = &rotated_anchors[a * dim..(a + 1) * dim];
-                self.encode_sign(rr, pc, code);
-                self.encode_levels(rr, pc, levels, code);
-            },
-        )
+        // 1-bit codes have no levels to choose.
+        let encoded = self.bits > 1
+            && encode_through_backend(
+                backend,
+                &vec![self.max_level(); dim],
+                cs,
+                out,
+                |first, rotated, _| {
+                    rotated.par_chunks_mut(dim).enumerate().for_each(|(r, rr)| {
+                        let (i, a) = (first + r, assignment[first + r] as usize);
+                        self.rotate_residual(
+                            &points[i * dim..(i + 1) * dim],
+                            &anchors[a * dim..(a + 1) * dim],
+                            rr,
+                        );
+                    });
+                },
+                |row, rr, _, levels, _, code| {
+                    let a = assignment[row] as usize;
+                    let pc = &rotated_anchors[a * dim..(a + 1) * dim];
+                    self.encode_sign(rr, pc, code);
+                    self.encode_levels(rr, pc, levels, code);
+                },
+            )?;
+        if !encoded {
+            self.encode_prepared(prepared, points, anchors, assignment, out);
+        }
+        Ok(())
     }
 
     /// The reconstruction consistent with the estimator: `(−f2/√D) Pᵀ w` with the finest
