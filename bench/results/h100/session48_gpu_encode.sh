@@ -7,10 +7,10 @@
 #    and on the GPU (the default), pcaq5, pcaq2.5, pcaq1 and rabitq4, each pair twice; the two indexes
 #    compared section by section before META; the GPU-encoded pcaq5 evaluated on the CPU at
 #    nprobe 32. Then 400,000 x 768 (--seed 12), pcaq3, the same way.
-# Carry: .carry/s63.tar.xz (s63/: vlc, conformance, vlc_cuda, search of COMMIT, stripped).
+# Carry: .carry/s64.tar.xz (s64/: vlc, conformance, vlc_cuda, search of COMMIT, stripped).
 # Usage: bash bench/results/h100/session48_gpu_encode.sh COMMIT
 set -u
-tar -C .carry -xJf .carry/s63.tar.xz; B=$PWD/.carry/s63
+tar -C .carry -xJf .carry/s64.tar.xz; B=$PWD/.carry/s64
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export VLC_KERNEL_CACHE=/tmp/vlc-kernels
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
