@@ -18,11 +18,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all}
 out=${2:-target/release-archives}
-case "$which" in
-  all) arches="x86_64 aarch64" ;;
-  x86_64 | aarch64) arches=$which ;;
-  *) echo "usage: bash tools/build_release.sh [x86_64|aarch64|all] [OUTDIR]" >&2; exit 2 ;;
-esac
+# shellcheck source=tools/cross_common.sh
+source tools/cross_common.sh
+pick_arches "$which" "bash tools/build_release.sh [x86_64|aarch64|all] [OUTDIR]"
 venv=$PWD/target/python-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade "cargo-zigbuild>=0.19,<0.25" "ziglang>=0.13,<0.18"
@@ -38,9 +36,7 @@ reference=$(recall target/release/vlc)
 
 for arch in $arches; do
   target=$arch-unknown-linux-gnu
-  if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx "$target"; then
-    rustup target add "$target" >/dev/null
-  fi
+  add_rust_target "$target"
   # The `.2.17` suffix asks cargo-zigbuild for glibc 2.17's symbols; the binary lands under
   # target/$target/release as usual, stripped (the release profile keeps line tables for
   # profiling: a third of the size).

@@ -16,20 +16,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all}
 out=${2:-target/wheels}
-case "$which" in
-  all) arches="x86_64 aarch64" ;;
-  x86_64 | aarch64) arches=$which ;;
-  *) echo "usage: bash tools/build_wheels.sh [x86_64|aarch64|all] [OUTDIR]" >&2; exit 2 ;;
-esac
+# shellcheck source=tools/cross_common.sh
+source tools/cross_common.sh
+pick_arches "$which" "bash tools/build_wheels.sh [x86_64|aarch64|all] [OUTDIR]"
 venv=$PWD/target/python-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade "maturin>=1.9,<2" "ziglang>=0.13,<0.18" auditwheel
 mkdir -p "$out"
 for arch in $arches; do
   target=$arch-unknown-linux-gnu
-  if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx "$target"; then
-    rustup target add "$target" >/dev/null
-  fi
+  add_rust_target "$target"
   rm -f "$out"/vlc_index-*_"$arch".whl
   # maturin runs zig as `python -m ziglang` from the environment it runs in.
   PATH=$venv/bin:$PATH "$venv/bin/maturin" build --release -q -m crates/vlc-python/Cargo.toml \
