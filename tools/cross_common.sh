@@ -11,9 +11,13 @@ pick_arches() {
   esac
 }
 
-# add_rust_target TARGET: installs the Rust target where rustup manages the toolchain.
+# add_rust_target TARGET: installs the Rust target where rustup manages the toolchain; without
+# rustup, exits 1 unless the toolchain already has the target's standard library.
 add_rust_target() {
-  if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx "$1"; then
-    rustup target add "$1" >/dev/null
+  if command -v rustup >/dev/null; then
+    rustup target list --installed | grep -qx "$1" || rustup target add "$1" >/dev/null
+  elif [ ! -d "$(rustc --print sysroot)/lib/rustlib/$1/lib" ]; then
+    echo "error: this Rust toolchain has no standard library for $1, and there is no rustup to add it" >&2
+    exit 1
   fi
 }
