@@ -8,8 +8,8 @@
 #
 # Each binary is checked before it is packed: it needs no glibc symbol newer than 2.17 (readelf),
 # and `vlc demo` (build, measure and query the committed sample) runs on it, natively or under
-# qemu-aarch64 (installed where apt-get can; without it the aarch64 demo says SKIPPED), and must
-# print the recall table of this host's own release build.
+# qemu-aarch64 with Debian's cross libc (tools/test_aarch64.sh installs both; without qemu the
+# aarch64 demo says SKIPPED), and must print the recall table of this host's own release build.
 #
 # Usage: bash tools/build_release.sh [x86_64|aarch64|all] [OUTDIR]
 #   (default: all, into target/release-archives). Prints the path of each archive:
