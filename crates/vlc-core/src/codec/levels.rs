@@ -556,11 +556,12 @@ const PIPELINE_PARTS: usize = 4;
 /// Encode the rows behind `out` ((rows, `code_size`), row-major) with their levels chosen by
 /// `backend` ([`Backend::code_levels`]) and return `true`; or return `false`, writing nothing,
 /// where the backend does not offer it or the rows are fewer than [`BACKEND_LEVELS_MIN_ROWS`]
-/// (the codec then encodes on the CPU). The rows go through a pipeline over parts: while the backend chooses the levels of part `s − 1`, the CPU rotates part `s` and
-/// packs the codes of part `s − 2`. `rotate(first, rotated, aux)` writes the rows from `first`
-/// on, rotated, into `rotated` ((part rows, `caps.len()`), row-major) and one value per row into
-/// `aux` (part rows,) for `pack`; `pack(row, rotated, aux, levels, units, code)` writes row
-/// `row`'s code from its rotated vector and levels (`units` is scratch).
+/// (the codec then encodes on the CPU). The rows go through a pipeline over parts: while the
+/// backend chooses the levels of part `s − 1`, the CPU rotates part `s` and packs the codes of
+/// part `s − 2`. `rotate(first, rotated, aux)` writes the rows from `first` on, rotated, into
+/// `rotated` ((part rows, `caps.len()`), row-major) and one value per row into `aux` (part
+/// rows,) for `pack`; `pack(row, rotated, aux, levels, units, code)` writes row `row`'s code
+/// from its rotated vector and levels (`units` is scratch).
 #[allow(clippy::type_complexity)]
 pub(crate) fn encode_through_backend(
     backend: &dyn Backend,
