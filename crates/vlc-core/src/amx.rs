@@ -350,8 +350,9 @@ pub fn packed_anchors(anchors: &[f32], n: usize, k: usize) -> Option<Arc<PackedA
 }
 
 /// `out = a · bᵀ` for `a` (m, k) row-major (finite values) and packed 8-bit anchors `b`;
-/// `out` is resized to (⌈m/16⌉·16, `b.stride()`), row-major, and entry (i, j) for i < m,
-/// j < `b.rows()` holds the product. Panics when no integer kernel is [`available`].
+/// `out` is resized to (m, `b.stride()`) on the VNNI kernels and (⌈m/16⌉·16, `b.stride()`) on
+/// AMX's tiles, row-major, and entry (i, j) for i < m, j < `b.rows()` holds the product.
+/// Panics when no integer kernel is [`available`].
 pub fn dots(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
     let kernel = kernel().expect("no integer kernel (AMX, AVX-512 VNNI, AVX-VNNI) runs here");
     assert!(a.len() >= m * b.dim);
@@ -474,73 +475,94 @@ const VNNI_QUERIES: usize = 4;
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn dots_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
-    use std::arch::x86_64::*;
     // SAFETY: AVX-512F/BW are enabled for this function; the rows hold k <= row_len values.
     let queries = SplitQueries::new(a, m, b, |x, h, l| unsafe { split_query(x, h, l) });
-    let SplitQueries {
-        high,
-        low,
-        scales: query_scales,
-        row_len,
-    } = queries.into_unsigned();
-    let steps = b.steps;
-    let padded_m = query_scales.len();
-    let stride = b.padded_rows;
+    let queries = queries.into_unsigned();
     out.clear();
-    out.resize(padded_m * stride, 0.0);
+    out.resize(m * b.padded_rows, 0.0);
+    // Only the m rows asked for, not the tiles' padding rows: a single query (a search one at
+    // a time) costs one pass over the anchors, not sixteen.
+    let mut i0 = 0;
+    while i0 < m {
+        if m - i0 >= VNNI_QUERIES {
+            // SAFETY: AVX-512F, BW and VNNI are enabled here; rows i0..i0 + 4 <= m.
+            unsafe { vnni_block::<VNNI_QUERIES>(&queries, i0, b, out) };
+            i0 += VNNI_QUERIES;
+        } else {
+            // SAFETY: as above, for the one row i0 < m.
+            unsafe { vnni_block::<1>(&queries, i0, b, out) };
+            i0 += 1;
+        }
+    }
+}
+
+/// Query rows `i0..i0 + Q` of [`dots_vnni`] against every anchor, written to `out`.
+///
+/// # Safety
+/// AVX-512F, BW and VNNI must be available; rows `i0..i0 + Q` exist in `q` (as unsigned
+/// bytes) and in `out`, which is (rows, `b.padded_rows`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn vnni_block<const Q: usize>(
+    q: &SplitQueries,
+    i0: usize,
+    b: &PackedAnchors,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let (steps, row_len, stride) = (b.steps, q.row_len, b.padded_rows);
     let tile_elems = TILE_ROWS * TILE_K;
     let groups = b.padded_rows / TILE_ROWS;
     let offset = _mm512_set1_epi32(128);
-    for i0 in (0..padded_m).step_by(VNNI_QUERIES) {
-        for g in (0..groups).step_by(2) {
-            // acc[q][2·piece + half]: query i0 + q, piece (high, low), anchors (g + half)·16..
-            let mut acc = [[_mm512_setzero_si512(); 4]; VNNI_QUERIES];
-            for s in 0..steps {
-                for r in 0..TILE_ROWS {
-                    // SAFETY: groups g and g + 1 < groups and s < steps address a tile inside
-                    // `b.tiles`, and row r < 16 a 64-byte row of it; query rows i0 + q <
-                    // padded_m and bytes s·64 + 4r + 4 <= row_len lie inside `high` and `low`.
-                    unsafe {
-                        let row = ((g * steps + s) * TILE_ROWS + r) * TILE_K;
-                        let b0 = _mm512_loadu_si512(b.tiles.as_ptr().add(row) as *const _);
-                        let b1 = _mm512_loadu_si512(
-                            b.tiles.as_ptr().add(row + steps * tile_elems) as *const _
+    for g in (0..groups).step_by(2) {
+        // acc[j][2·piece + half]: query i0 + j, piece (high, low), anchors (g + half)·16..
+        let mut acc = [[_mm512_setzero_si512(); 4]; Q];
+        for s in 0..steps {
+            for r in 0..TILE_ROWS {
+                // SAFETY: groups g and g + 1 < groups and s < steps address a tile inside
+                // `b.tiles`, and row r < 16 a 64-byte row of it; query rows i0 + j and bytes
+                // s·64 + 4r + 4 <= row_len lie inside the pieces.
+                unsafe {
+                    let row = ((g * steps + s) * TILE_ROWS + r) * TILE_K;
+                    let b0 = _mm512_loadu_si512(b.tiles.as_ptr().add(row) as *const _);
+                    let b1 = _mm512_loadu_si512(
+                        b.tiles.as_ptr().add(row + steps * tile_elems) as *const _
+                    );
+                    let at = s * TILE_K + 4 * r;
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let base = (i0 + j) * row_len + at;
+                        let h = _mm512_set1_epi32(
+                            (q.high.as_ptr().add(base) as *const i32).read_unaligned(),
                         );
-                        let at = s * TILE_K + 4 * r;
-                        for (q, acc) in acc.iter_mut().enumerate() {
-                            let base = (i0 + q) * row_len + at;
-                            let h = _mm512_set1_epi32(
-                                (high.as_ptr().add(base) as *const i32).read_unaligned(),
-                            );
-                            let l = _mm512_set1_epi32(
-                                (low.as_ptr().add(base) as *const i32).read_unaligned(),
-                            );
-                            acc[0] = _mm512_dpbusd_epi32(acc[0], h, b0);
-                            acc[1] = _mm512_dpbusd_epi32(acc[1], h, b1);
-                            acc[2] = _mm512_dpbusd_epi32(acc[2], l, b0);
-                            acc[3] = _mm512_dpbusd_epi32(acc[3], l, b1);
-                        }
+                        let l = _mm512_set1_epi32(
+                            (q.low.as_ptr().add(base) as *const i32).read_unaligned(),
+                        );
+                        acc[0] = _mm512_dpbusd_epi32(acc[0], h, b0);
+                        acc[1] = _mm512_dpbusd_epi32(acc[1], h, b1);
+                        acc[2] = _mm512_dpbusd_epi32(acc[2], l, b0);
+                        acc[3] = _mm512_dpbusd_epi32(acc[3], l, b1);
                     }
                 }
             }
-            for (q, acc) in acc.iter().enumerate() {
-                for half in 0..2 {
-                    let col = (g + half) * TILE_ROWS;
-                    // SAFETY: col + 16 <= padded_rows, the length of `scales` and
-                    // `level_sums` and the row stride of `out`, which has padded_m rows.
-                    unsafe {
-                        let sums = _mm512_mullo_epi32(
-                            _mm512_loadu_si512(b.level_sums.as_ptr().add(col) as *const _),
-                            offset,
-                        );
-                        combine(
-                            _mm512_sub_epi32(acc[half], sums),
-                            _mm512_sub_epi32(acc[2 + half], sums),
-                            query_scales[i0 + q],
-                            b.scales.as_ptr().add(col),
-                            out.as_mut_ptr().add((i0 + q) * stride + col),
-                        );
-                    }
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            for half in 0..2 {
+                let col = (g + half) * TILE_ROWS;
+                // SAFETY: col + 16 <= padded_rows, the length of `scales` and `level_sums` and
+                // the row stride of `out`, which holds row i0 + j.
+                unsafe {
+                    let sums = _mm512_mullo_epi32(
+                        _mm512_loadu_si512(b.level_sums.as_ptr().add(col) as *const _),
+                        offset,
+                    );
+                    combine(
+                        _mm512_sub_epi32(acc[half], sums),
+                        _mm512_sub_epi32(acc[2 + half], sums),
+                        q.scales[i0 + j],
+                        b.scales.as_ptr().add(col),
+                        out.as_mut_ptr().add((i0 + j) * stride + col),
+                    );
                 }
             }
         }
@@ -554,7 +576,7 @@ unsafe fn dots_vnni(_: &[f32], _: usize, _: &PackedAnchors, _: &mut Vec<f32>) {
 
 /// Queries per step of the AVX-VNNI kernel: 3 queries x 2 pieces x 2 halves of 16 anchors are
 /// 12 accumulators, which with the two anchor rows and two broadcasts fill the 16 registers.
-/// (Query rows come in multiples of 16, so the last step takes the one row left.)
+/// (The last steps take the rows left one at a time.)
 #[cfg(target_arch = "x86_64")]
 const AVX_VNNI_QUERIES: usize = 3;
 
@@ -568,17 +590,17 @@ const AVX_VNNI_QUERIES: usize = 3;
 #[target_feature(enable = "avx2,avxvnni")]
 unsafe fn dots_avx_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
     let pieces = SplitQueries::new(a, m, b, split_query_scalar).into_unsigned();
-    let padded_m = pieces.scales.len();
     out.clear();
-    out.resize(padded_m * b.padded_rows, 0.0);
+    out.resize(m * b.padded_rows, 0.0);
+    // Only the m rows asked for, as in `dots_vnni`.
     let mut i0 = 0;
-    while i0 < padded_m {
-        if padded_m - i0 >= AVX_VNNI_QUERIES {
-            // SAFETY: AVX2 and AVX-VNNI are enabled here; rows i0..i0 + 3 < padded_m.
+    while i0 < m {
+        if m - i0 >= AVX_VNNI_QUERIES {
+            // SAFETY: AVX2 and AVX-VNNI are enabled here; rows i0..i0 + 3 <= m.
             unsafe { avx_vnni_block::<AVX_VNNI_QUERIES>(&pieces, i0, b, out) };
             i0 += AVX_VNNI_QUERIES;
         } else {
-            // SAFETY: as above, for the one row i0 < padded_m.
+            // SAFETY: as above, for the one row i0 < m.
             unsafe { avx_vnni_block::<1>(&pieces, i0, b, out) };
             i0 += 1;
         }
@@ -989,6 +1011,37 @@ mod tests {
                         out[row..row + n],
                         "{:?} against {kernel:?}: ({m},{n},{k}) row {i}",
                         kernels[0]
+                    );
+                }
+            }
+        }
+    }
+
+    /// A query row's products do not depend on the rows beside it: alone (a search of one
+    /// query), in the kernels' last partial step or in a full one, they are the same bits. The
+    /// output holds at least m rows.
+    #[test]
+    fn a_row_gets_the_same_dots_alone_as_in_a_block() {
+        let mut r = Rng::new(12);
+        let (n, k) = (70, 100);
+        let b = int8_anchors(&mut r, n, k);
+        let packed = PackedAnchors::new(&b, n, k).expect("8-bit rows pack");
+        for kernel in kernels_here() {
+            for m in [1usize, 2, 3, 5, 7, 17] {
+                let a: Vec<f32> = (0..m * k).map(|_| r.normal() as f32).collect();
+                let mut block = Vec::new();
+                // SAFETY: `kernel` was detected on this machine (kernels_here).
+                unsafe { dots_with(kernel, &a, m, &packed, &mut block) };
+                assert!(block.len() >= m * packed.stride(), "{kernel:?} m {m}");
+                for i in 0..m {
+                    let mut alone = Vec::new();
+                    // SAFETY: as above.
+                    unsafe { dots_with(kernel, &a[i * k..(i + 1) * k], 1, &packed, &mut alone) };
+                    let row = i * packed.stride();
+                    assert_eq!(
+                        block[row..row + n],
+                        alone[..n],
+                        "{kernel:?}: row {i} of {m} against alone"
                     );
                 }
             }

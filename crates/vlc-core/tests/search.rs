@@ -147,6 +147,42 @@ fn batch_matches_single_query_search() {
     }
 }
 
+/// From 128 anchors in 8-bit form, one query's anchor ranking runs on the integer kernel
+/// where one is available, as a batch's does on the CPU backend, so a query gets the same
+/// lists, candidates and distances alone as in a batch large enough for that path (64 queries
+/// and more). Elsewhere both rank in f32, one by dot products and one by a GEMM, which round
+/// differently (`batch_matches_single_query_search` covers that).
+#[test]
+fn one_query_ranks_anchors_as_a_batch_does() {
+    if !vlc::amx::available() {
+        eprintln!("SKIPPED: no integer kernel (AMX, AVX-512 VNNI, AVX-VNNI) here, or VLC_NO_AMX / VLC_NO_VNNI is set");
+        return;
+    }
+    let dim = 40;
+    let data = clustered(4000, dim, 50, 0.5, 31);
+    let queries = queries_near(&data, dim, 80, 0.3, 32);
+    let params = BuildParams::default()
+        .with_codec(CodecKind::Sq8)
+        .with_num_anchors(160);
+    let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    assert_eq!(index.num_anchors(), 160);
+    let sp = SearchParams {
+        k: 10,
+        nprobe: 12,
+        rerank: 0,
+        probe_margin: None,
+    };
+    let batch = index.search_batch(&queries, &sp, &CpuBackend).unwrap();
+    for q in 0..80 {
+        let single = index.search(&queries[q * dim..(q + 1) * dim], &sp).unwrap();
+        let row = q * 10..q * 10 + single.len();
+        let ids: Vec<i64> = single.iter().map(|n| n.id as i64).collect();
+        let dists: Vec<f32> = single.iter().map(|n| n.distance).collect();
+        assert_eq!(&batch.ids[row.clone()], &ids[..], "query {q}");
+        assert_eq!(&batch.distances[row], &dists[..], "query {q}");
+    }
+}
+
 /// 200 clustered vectors of `dim` in an index of 8 anchors, and the vectors.
 fn two_hundred_in_eight_lists(dim: usize) -> (Index, Vec<f32>) {
     let data = clustered(200, dim, 4, 0.5, 1);

@@ -4,7 +4,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use vlc::eval::recall_at;
-use vlc::{Index, SearchParams};
+use vlc::{Index, SearchParams, SearchResults};
 
 /// Measure recall and speed of an index.
 ///
@@ -49,6 +49,11 @@ pub struct Args {
     /// slows a pass down).
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
+    /// Queries per search call (0 = all of them in one call). `--batch-size 1` times the
+    /// queries one at a time, as an application that answers its users one by one asks:
+    /// the latency of a single search, which a batch's throughput hides.
+    #[arg(long, default_value_t = 0)]
+    pub batch_size: usize,
     /// Open the index with a memory map instead of reading it.
     #[arg(long)]
     pub view: bool,
@@ -135,6 +140,32 @@ pub fn sweep(
         });
     }
     Ok(points)
+}
+
+/// `search` over `queries` (num_queries, dim) in calls of `batch_size` queries (all in one
+/// call for 0), the results put together in query order.
+fn in_batches(
+    search: &Search,
+    queries: &[f32],
+    params: &SearchParams,
+    batch_size: usize,
+    dim: usize,
+) -> vlc::Result<SearchResults> {
+    let nq = queries.len() / dim;
+    if batch_size == 0 || batch_size >= nq {
+        return search(queries, params);
+    }
+    let mut all = SearchResults {
+        k: params.k,
+        ids: Vec::with_capacity(nq * params.k),
+        distances: Vec::with_capacity(nq * params.k),
+    };
+    for chunk in queries.chunks(batch_size * dim) {
+        let r = search(chunk, params)?;
+        all.ids.extend(r.ids);
+        all.distances.extend(r.distances);
+    }
+    Ok(all)
 }
 
 /// The sweep's nprobe values with those above the anchor count measured as the anchor count
@@ -271,9 +302,11 @@ pub fn run(a: Args) -> Result<()> {
         a.probe_margin.iter().map(|&m| Some(m)).collect()
     };
     let points = with_search(a.backend, &index, |search| {
+        let dim = index.dim();
+        let batched = |q: &[f32], p: &SearchParams| in_batches(search, q, p, a.batch_size, dim);
         sweep(
             &index,
-            search,
+            &batched,
             &queries.data,
             &truth.data,
             truth.cols,
