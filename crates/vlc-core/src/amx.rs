@@ -65,6 +65,17 @@ static KERNEL: LazyLock<Option<Kernel>> = LazyLock::new(|| {
     }
 });
 
+/// The kernel of a few rows where AMX is the kernel: a tile step multiplies 16 query rows
+/// whether or not they are there, so fewer rows (a search of one query) go to a VNNI kernel
+/// when one passed its self-check too. The two give the same bits.
+static FEW_ROWS_KERNEL: LazyLock<Option<Kernel>> = LazyLock::new(|| match *KERNEL {
+    Some(Kernel::Amx) if *VNNI_SUPPORTED && self_check(Kernel::Vnni) => Some(Kernel::Vnni),
+    Some(Kernel::Amx) if *AVX_VNNI_SUPPORTED && self_check(Kernel::AvxVnni) => {
+        Some(Kernel::AvxVnni)
+    }
+    kernel => kernel,
+});
+
 /// Whether [`dots`] runs: AMX, AVX-512 VNNI or AVX-VNNI is supported and its self-check passed
 /// (detected once, in that order of preference; `VLC_NO_AMX=1` disables AMX, `VLC_NO_VNNI=1`
 /// both VNNI kernels, and `VLC_NO_AVX512=1`, which turns off every AVX-512 kernel, the AVX-512
@@ -349,12 +360,18 @@ pub fn packed_anchors(anchors: &[f32], n: usize, k: usize) -> Option<Arc<PackedA
     result
 }
 
-/// `out = a · bᵀ` for `a` (m, k) row-major (finite values) and packed 8-bit anchors `b`;
+/// `out = a · bᵀ` for `a` (m, k) row-major (finite values) and packed 8-bit anchors `b`, on
+/// [`kernel`] (fewer than 16 rows on a VNNI kernel where there is one beside AMX);
 /// `out` is resized to (m, `b.stride()`) on the VNNI kernels and (⌈m/16⌉·16, `b.stride()`) on
 /// AMX's tiles, row-major, and entry (i, j) for i < m, j < `b.rows()` holds the product.
 /// Panics when no integer kernel is [`available`].
 pub fn dots(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
-    let kernel = kernel().expect("no integer kernel (AMX, AVX-512 VNNI, AVX-VNNI) runs here");
+    let kernel = if m < TILE_ROWS {
+        *FEW_ROWS_KERNEL
+    } else {
+        kernel()
+    };
+    let kernel = kernel.expect("no integer kernel (AMX, AVX-512 VNNI, AVX-VNNI) runs here");
     assert!(a.len() >= m * b.dim);
     // SAFETY: the kernel was detected (for AMX, enabled by the OS and granted to this process).
     unsafe { dots_with(kernel, a, m, b, out) }
