@@ -2,7 +2,10 @@
 //! Extensions, Xeon "Sapphire Rapids" and later), or else on AVX-512 VNNI (Intel Ice Lake and
 //! later, AMD Zen 4 and later), which computes the same integer sums 16 anchors at a time, or
 //! else on AVX-VNNI (the same instruction on 256-bit registers: Intel's client CPUs from Alder
-//! Lake, which have no AVX-512), 8 anchors at a time.
+//! Lake, which have no AVX-512), 8 anchors at a time. A search of one query ranks on them
+//! too, and on CPUs with AVX2 but no VNNI on an AVX2 kernel of the same sums
+//! ([`few_rows_kernel`]): one query's ranking waits on reading the anchors, a quarter of f32's
+//! bytes here.
 //!
 //! An index stores its anchors as 8 bits by default: each anchor row is `scale · q` with
 //! integers `q` in −127..=127 (−7..=7 for 4-bit anchors; see [`crate::anchor_store`]). Such rows are exact in int8, so
@@ -17,8 +20,8 @@
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); for VNNI the CPU must report AVX-512F, BW and VNNI, for
 //! AVX-VNNI AVX2 and AVX-VNNI. A small product is then checked against the exact result.
 //! `VLC_NO_AMX=1` turns AMX off, `VLC_NO_VNNI=1` both VNNI kernels (`VLC_NO_AVX512=1` the
-//! AVX-512 one). All three give the same integer sums and combine them with the same f32
-//! operations, so their results are identical.
+//! AVX-512 one), `VLC_NO_AVX2_INT8=1` the AVX2 one. All four give the same integer sums and
+//! combine them with the same f32 operations, so their results are identical.
 //! Anchors that are not in 8-bit or 4-bit form (f16 or f32 storage, training) keep the f32
 //! GEMM.
 
@@ -48,6 +51,11 @@ pub enum Kernel {
     /// AVX-VNNI (the same instruction on 256-bit registers, VEX-encoded: Intel Alder Lake and
     /// later client CPUs, which have no AVX-512), 3 queries by 16 anchors per step.
     AvxVnni,
+    /// AVX2 without VNNI (AMD Zen 1 to 3, Intel Haswell to Comet Lake): the same sums in four
+    /// instructions where VNNI takes one, so it ranks only fewer than 16 rows at a time (one
+    /// query's search), where reading 8-bit anchors instead of f32 is what counts; batches
+    /// keep the f32 GEMM there. Never [`kernel`].
+    Avx2,
 }
 
 static SUPPORTED: LazyLock<bool> = LazyLock::new(supported_here);
@@ -65,16 +73,43 @@ static KERNEL: LazyLock<Option<Kernel>> = LazyLock::new(|| {
     }
 });
 
-/// The kernel of a few rows where AMX is the kernel: a tile step multiplies 16 query rows
-/// whether or not they are there, so fewer rows (a search of one query) go to a VNNI kernel
-/// when one passed its self-check too. The two give the same bits.
+static AVX2_SUPPORTED: LazyLock<bool> = LazyLock::new(avx2_supported_here);
+
+/// The kernel of fewer than 16 rows ([`few_rows_kernel`]). Where AMX is the kernel, a tile
+/// step multiplies 16 query rows whether or not they are there, so fewer rows (a search of one
+/// query) go to a VNNI kernel when one passed its self-check too (the same bits). Where no
+/// kernel is, the AVX2 one ranks them.
 static FEW_ROWS_KERNEL: LazyLock<Option<Kernel>> = LazyLock::new(|| match *KERNEL {
     Some(Kernel::Amx) if *VNNI_SUPPORTED && self_check(Kernel::Vnni) => Some(Kernel::Vnni),
     Some(Kernel::Amx) if *AVX_VNNI_SUPPORTED && self_check(Kernel::AvxVnni) => {
         Some(Kernel::AvxVnni)
     }
+    None if *AVX2_SUPPORTED && self_check(Kernel::Avx2) => Some(Kernel::Avx2),
     kernel => kernel,
 });
+
+/// The kernel [`dots`] runs fewer than 16 rows on, when one runs: [`kernel`], or a VNNI kernel
+/// beside AMX, or the AVX2 kernel on AVX2 CPUs without VNNI (`VLC_NO_AVX2_INT8=1` turns that
+/// one off).
+pub fn few_rows_kernel() -> Option<Kernel> {
+    *FEW_ROWS_KERNEL
+}
+
+/// Whether the CPU offers AVX2 (and `VLC_NO_AVX2_INT8` is not set), before the self-check.
+pub fn avx2_supported() -> bool {
+    *AVX2_SUPPORTED
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx2_supported_here() -> bool {
+    std::env::var_os("VLC_NO_AVX2_INT8").is_none()
+        && crate::simd::level() == crate::simd::SimdLevel::Avx2
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx2_supported_here() -> bool {
+    false
+}
 
 /// Whether [`dots`] runs: AMX, AVX-512 VNNI or AVX-VNNI is supported and its self-check passed
 /// (detected once, in that order of preference; `VLC_NO_AMX=1` disables AMX, `VLC_NO_VNNI=1`
@@ -361,17 +396,18 @@ pub fn packed_anchors(anchors: &[f32], n: usize, k: usize) -> Option<Arc<PackedA
 }
 
 /// `out = a · bᵀ` for `a` (m, k) row-major (finite values) and packed 8-bit anchors `b`, on
-/// [`kernel`] (fewer than 16 rows on a VNNI kernel where there is one beside AMX);
+/// [`kernel`] (fewer than 16 rows on [`few_rows_kernel`]);
 /// `out` is resized to (m, `b.stride()`) on the VNNI kernels and (⌈m/16⌉·16, `b.stride()`) on
 /// AMX's tiles, row-major, and entry (i, j) for i < m, j < `b.rows()` holds the product.
-/// Panics when no integer kernel is [`available`].
+/// Panics when no integer kernel runs for m rows ([`available`], or [`few_rows_kernel`] for
+/// fewer than 16).
 pub fn dots(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
     let kernel = if m < TILE_ROWS {
-        *FEW_ROWS_KERNEL
+        few_rows_kernel()
     } else {
         kernel()
     };
-    let kernel = kernel.expect("no integer kernel (AMX, AVX-512 VNNI, AVX-VNNI) runs here");
+    let kernel = kernel.expect("no integer kernel (AMX, AVX-512 VNNI, AVX-VNNI, AVX2) runs here");
     assert!(a.len() >= m * b.dim);
     // SAFETY: the kernel was detected (for AMX, enabled by the OS and granted to this process).
     unsafe { dots_with(kernel, a, m, b, out) }
@@ -389,6 +425,7 @@ unsafe fn dots_with(kernel: Kernel, a: &[f32], m: usize, b: &PackedAnchors, out:
             Kernel::Amx => dots_unchecked(a, m, b, out),
             Kernel::Vnni => dots_vnni(a, m, b, out),
             Kernel::AvxVnni => dots_avx_vnni(a, m, b, out),
+            Kernel::Avx2 => dots_avx2(a, m, b, out),
         }
     }
 }
@@ -680,15 +717,12 @@ unsafe fn avx_vnni_block<const Q: usize>(
                         _mm256_loadu_si256(b.level_sums.as_ptr().add(col) as *const _),
                         offset,
                     );
-                    let high = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[half], sums));
-                    let low = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[2 + half], sums));
-                    // combine's operations, in its order, on 8 lanes.
-                    let sum =
-                        _mm256_add_ps(high, _mm256_mul_ps(low, _mm256_set1_ps(1.0 / LOW_WEIGHT)));
-                    let scales = _mm256_loadu_ps(b.scales.as_ptr().add(col));
-                    _mm256_storeu_ps(
+                    combine8(
+                        _mm256_sub_epi32(acc[half], sums),
+                        _mm256_sub_epi32(acc[2 + half], sums),
+                        q.scales[i0 + j],
+                        b.scales.as_ptr().add(col),
                         out.as_mut_ptr().add((i0 + j) * stride + col),
-                        _mm256_mul_ps(sum, _mm256_mul_ps(_mm256_set1_ps(q.scales[i0 + j]), scales)),
                     );
                 }
             }
@@ -699,6 +733,149 @@ unsafe fn avx_vnni_block<const Q: usize>(
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn dots_avx_vnni(_: &[f32], _: usize, _: &PackedAnchors, _: &mut Vec<f32>) {
     unreachable!("AVX-VNNI exists only on x86-64")
+}
+
+/// [`combine`]'s operations, in its order, on 8 lanes: `(high + low / 254) · s · scale` from
+/// the int32 sums of the two query pieces, written to `out` (8 values).
+///
+/// # Safety
+/// AVX2 must be available; `scales` and `out` hold at least 8 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn combine8(
+    high: std::arch::x86_64::__m256i,
+    low: std::arch::x86_64::__m256i,
+    query_scale: f32,
+    scales: *const f32,
+    out: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    let sum = _mm256_add_ps(
+        _mm256_cvtepi32_ps(high),
+        _mm256_mul_ps(_mm256_cvtepi32_ps(low), _mm256_set1_ps(1.0 / LOW_WEIGHT)),
+    );
+    // SAFETY: the caller guarantees 8 values at `scales` and at `out`.
+    unsafe {
+        let scales = _mm256_loadu_ps(scales);
+        _mm256_storeu_ps(
+            out,
+            _mm256_mul_ps(sum, _mm256_mul_ps(_mm256_set1_ps(query_scale), scales)),
+        );
+    }
+}
+
+/// Queries per step of the AVX2 kernel, as [`AVX_VNNI_QUERIES`]: 3 queries x 2 pieces x 2
+/// halves of 16 anchors are 12 accumulators.
+#[cfg(target_arch = "x86_64")]
+const AVX2_QUERIES: usize = 3;
+
+/// The AVX2 kernel, for CPUs without VNNI: the same int32 sums with `VPMADDUBSW` and
+/// `VPMADDWD`. `VPMADDUBSW` multiplies unsigned by signed bytes and adds pairs into saturating
+/// int16, so the query pieces go in as their magnitudes (0..=127) and the anchors' levels take
+/// the pieces' signs (`VPSIGNB`): each product is exact, and a pair sums to at most
+/// 2 · 127 · 127 = 32,258, below int16's limit, so nothing saturates. Four instructions do what
+/// `VPDPBUSD` does in one, which leaves a batch's ranking faster on the f32 GEMM on such CPUs;
+/// [`dots`] gives this kernel fewer than 16 rows only (a search of one query, which waits on
+/// reading the anchors: a quarter of f32's bytes here).
+///
+/// # Safety
+/// AVX2 must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dots_avx2(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
+    let pieces = SplitQueries::new(a, m, b, split_query_scalar);
+    out.clear();
+    out.resize(m * b.padded_rows, 0.0);
+    let mut i0 = 0;
+    while i0 < m {
+        if m - i0 >= AVX2_QUERIES {
+            // SAFETY: AVX2 is enabled here; rows i0..i0 + 3 <= m.
+            unsafe { avx2_block::<AVX2_QUERIES>(&pieces, i0, b, out) };
+            i0 += AVX2_QUERIES;
+        } else {
+            // SAFETY: as above, for the one row i0 < m.
+            unsafe { avx2_block::<1>(&pieces, i0, b, out) };
+            i0 += 1;
+        }
+    }
+}
+
+/// Query rows `i0..i0 + Q` of [`dots_avx2`] against every anchor, written to `out`.
+///
+/// # Safety
+/// AVX2 must be available; rows `i0..i0 + Q` exist in `q` (signed pieces) and in `out`, which
+/// is (rows, `b.padded_rows`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn avx2_block<const Q: usize>(
+    q: &SplitQueries,
+    i0: usize,
+    b: &PackedAnchors,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let (steps, row_len, stride) = (b.steps, q.row_len, b.padded_rows);
+    let ones = _mm256_set1_epi16(1);
+    // Four level-times-piece products of each anchor, summed exactly into its int32 lane.
+    let dot4 = |acc: __m256i, piece: __m256i, magnitude: __m256i, levels: __m256i| {
+        let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(levels, piece));
+        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones))
+    };
+    for g in 0..b.padded_rows / TILE_ROWS {
+        // acc[j][2·piece + half]: query i0 + j, piece (high, low), anchors g·16 + 8·half..
+        let mut acc = [[_mm256_setzero_si256(); 4]; Q];
+        for s in 0..steps {
+            for r in 0..TILE_ROWS {
+                // SAFETY: as in `avx_vnni_block`: group g and s < steps address a tile inside
+                // `b.tiles`, row r < 16 a 64-byte row of it; query rows i0 + j and bytes
+                // s·64 + 4r + 4 <= row_len lie inside the pieces.
+                unsafe {
+                    let row = ((g * steps + s) * TILE_ROWS + r) * TILE_K;
+                    let b0 = _mm256_loadu_si256(b.tiles.as_ptr().add(row) as *const _);
+                    let b1 = _mm256_loadu_si256(b.tiles.as_ptr().add(row + 32) as *const _);
+                    let at = s * TILE_K + 4 * r;
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let base = (i0 + j) * row_len + at;
+                        let h = _mm256_set1_epi32(
+                            (q.high.as_ptr().add(base) as *const i32).read_unaligned(),
+                        );
+                        let hm = _mm256_abs_epi8(h);
+                        acc[0] = dot4(acc[0], h, hm, b0);
+                        acc[1] = dot4(acc[1], h, hm, b1);
+                        let l = _mm256_set1_epi32(
+                            (q.low.as_ptr().add(base) as *const i32).read_unaligned(),
+                        );
+                        let lm = _mm256_abs_epi8(l);
+                        acc[2] = dot4(acc[2], l, lm, b0);
+                        acc[3] = dot4(acc[3], l, lm, b1);
+                    }
+                }
+            }
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            for half in 0..2 {
+                let col = g * TILE_ROWS + 8 * half;
+                // SAFETY: col + 8 <= padded_rows, the length of `scales` and the row stride of
+                // `out`, which holds row i0 + j.
+                unsafe {
+                    combine8(
+                        acc[half],
+                        acc[2 + half],
+                        q.scales[i0 + j],
+                        b.scales.as_ptr().add(col),
+                        out.as_mut_ptr().add((i0 + j) * stride + col),
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn dots_avx2(_: &[f32], _: usize, _: &PackedAnchors, _: &mut Vec<f32>) {
+    unreachable!("AVX2 exists only on x86-64")
 }
 
 /// [`split_query`] in scalar code: the same f32 operations (the largest magnitude, its 127th,
@@ -968,8 +1145,15 @@ mod tests {
             );
             kernels.push(Kernel::AvxVnni);
         }
+        if avx2_supported() {
+            assert!(
+                self_check(Kernel::Avx2),
+                "AVX2 is supported here but the AVX2 kernel's self-check failed"
+            );
+            kernels.push(Kernel::Avx2);
+        }
         if kernels.is_empty() {
-            eprintln!("SKIPPED: no integer kernel (AMX, AVX-512 VNNI, AVX-VNNI) is available on this machine (or VLC_NO_AMX / VLC_NO_VNNI is set)");
+            eprintln!("SKIPPED: no integer kernel (AMX, AVX-512 VNNI, AVX-VNNI, AVX2) is available on this machine (or VLC_NO_AMX / VLC_NO_VNNI / VLC_NO_AVX2_INT8 is set)");
         }
         kernels
     }

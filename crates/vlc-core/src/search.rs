@@ -265,10 +265,11 @@ const SMALL_BATCH: usize = 16;
 
 /// Anchors from which one query's ranking reads them as 8-bit integers where it can
 /// ([`Index::rank_anchors_one`]). Below it the integer kernel's fixed cost (splitting the
-/// query into two 8-bit pieces) outweighs what it saves: one query at a time on this repo's
-/// 2-core AMD EPYC VM (AVX-512 VNNI), 384-d, it was 3 µs slower at 64 anchors and 3 µs
-/// faster at 128, 2x faster at 1,024 and 7x at 16,384 (history, session 50).
-pub(crate) const INTEGER_MIN_ANCHORS: usize = 128;
+/// query into two 8-bit pieces) outweighs what it saves. One query at a time on this repo's
+/// 2-core AMD EPYC VM, 384-d (history, session 50): on AVX-512 VNNI 3 µs slower at 64
+/// anchors, 3 µs faster at 128, 2x faster at 1,024 and 7x at 16,384; on the AVX2 kernel 5 µs
+/// slower at 128, 7 µs faster at 256, 1.9x faster at 1,024 and 3.9x at 16,384.
+pub(crate) const INTEGER_MIN_ANCHORS: usize = 256;
 
 /// Per-thread scratch reused across queries.
 #[derive(Default)]
@@ -492,10 +493,11 @@ impl Index {
     /// `scratch.anchor_dists` with every anchor's squared distance.
     ///
     /// From [`INTEGER_MIN_ANCHORS`] anchors in 8- or 4-bit form, where an integer kernel runs
-    /// (AMX, AVX-512 VNNI, AVX-VNNI), the dot products come from it, as a batch's ranking on
-    /// the CPU backend computes them: the anchors are read as bytes, a quarter of f32's
-    /// memory traffic, which is what one query's ranking waits on once the anchors outgrow
-    /// the caches. Fewer anchors stay in cache and keep the f32 dot products.
+    /// ([`crate::amx::few_rows_kernel`]: AVX-512 VNNI, AVX-VNNI, AMX, or AVX2), the dot
+    /// products come from it: the anchors are read as bytes, a quarter of f32's memory
+    /// traffic, which is what one query's ranking waits on once the anchors outgrow the
+    /// caches. Where a batch's ranking on the CPU backend runs on integers too (all but the
+    /// AVX2 kernel), the two give the same bits. Fewer anchors keep the f32 dot products.
     fn rank_anchors_one(&self, q: &[f32], nprobe: usize, scratch: &mut Scratch) {
         let dim = self.dim;
         let qn = crate::linalg::dot(q, q);
@@ -523,7 +525,7 @@ impl Index {
     /// The anchors packed for an integer kernel, when one runs here, the index has at least
     /// [`INTEGER_MIN_ANCHORS`] and they are in 8- or 4-bit form; packed at the first call.
     fn integer_anchors(&self) -> Option<&crate::amx::PackedAnchors> {
-        if self.num_anchors() < INTEGER_MIN_ANCHORS || !crate::amx::available() {
+        if self.num_anchors() < INTEGER_MIN_ANCHORS || crate::amx::few_rows_kernel().is_none() {
             return None;
         }
         self.packed_anchors

@@ -63,7 +63,8 @@ pub fn has_avx512() -> bool {
 
 /// The CPU kernels this process uses, for logs and benchmark records: `scalar`, `neon`, or
 /// `avx2` followed by `avx512` and `amx-int8`, `avx512-vnni` or `avx-vnni` (the anchor-ranking
-/// kernel) where those are detected and enabled.
+/// kernel) where those are detected and enabled, or `avx2-int8` where only one query's ranking
+/// runs on integers (AVX2 without VNNI).
 pub fn kernels() -> String {
     let mut parts = vec![match level() {
         SimdLevel::Scalar => "scalar",
@@ -77,7 +78,11 @@ pub fn kernels() -> String {
         Some(crate::amx::Kernel::Amx) => parts.push("amx-int8"),
         Some(crate::amx::Kernel::Vnni) => parts.push("avx512-vnni"),
         Some(crate::amx::Kernel::AvxVnni) => parts.push("avx-vnni"),
-        None => {}
+        Some(crate::amx::Kernel::Avx2) | None => {
+            if crate::amx::few_rows_kernel() == Some(crate::amx::Kernel::Avx2) {
+                parts.push("avx2-int8");
+            }
+        }
     }
     parts.join("+")
 }

@@ -147,7 +147,7 @@ fn batch_matches_single_query_search() {
     }
 }
 
-/// From 128 anchors in 8-bit form, one query's anchor ranking runs on the integer kernel
+/// From 256 anchors in 8-bit form, one query's anchor ranking runs on the integer kernel
 /// where one is available, as a batch's does on the CPU backend, so a query gets the same
 /// lists, candidates and distances alone as in a batch large enough for that path (64 queries
 /// and more). Elsewhere both rank in f32, one by dot products and one by a GEMM, which round
@@ -159,13 +159,17 @@ fn one_query_ranks_anchors_as_a_batch_does() {
         return;
     }
     let dim = 40;
-    let data = clustered(4000, dim, 50, 0.5, 31);
+    let data = clustered(6000, dim, 60, 0.5, 31);
     let queries = queries_near(&data, dim, 80, 0.3, 32);
     let params = BuildParams::default()
         .with_codec(CodecKind::Sq8)
-        .with_num_anchors(160);
+        .with_num_anchors(300);
     let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
-    assert_eq!(index.num_anchors(), 160);
+    assert!(
+        index.num_anchors() >= 256,
+        "{} anchors",
+        index.num_anchors()
+    );
     let sp = SearchParams {
         k: 10,
         nprobe: 12,
