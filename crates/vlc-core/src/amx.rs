@@ -532,21 +532,41 @@ unsafe fn dots_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) 
     // SAFETY: AVX-512F/BW are enabled for this function; the rows hold k <= row_len values.
     let queries = SplitQueries::new(a, m, b, |x, h, l| unsafe { split_query(x, h, l) });
     let queries = queries.into_unsigned();
-    out.clear();
-    out.resize(m * b.padded_rows, 0.0);
     // Only the m rows asked for, not the tiles' padding rows: a single query (a search one at
     // a time) costs one pass over the anchors, not sixteen.
+    in_row_steps(
+        m,
+        VNNI_QUERIES,
+        b,
+        out,
+        // SAFETY: the caller of this function guarantees AVX-512F, BW and VNNI; the rows
+        // i0..i0 + 4 passed are below m.
+        |i0, out| unsafe { vnni_block::<VNNI_QUERIES>(&queries, i0, b, out) },
+        // SAFETY: as above, for the one row i0 < m.
+        |i0, out| unsafe { vnni_block::<1>(&queries, i0, b, out) },
+    );
+}
+
+/// Resize `out` to (m, `b.padded_rows`) and fill its rows: `step(i0, out)` for rows
+/// `i0..i0 + rows_per_step` while that many are left, then `one(i0, out)` for each row left.
+#[cfg(target_arch = "x86_64")]
+fn in_row_steps(
+    m: usize,
+    rows_per_step: usize,
+    b: &PackedAnchors,
+    out: &mut Vec<f32>,
+    mut step: impl FnMut(usize, &mut [f32]),
+    mut one: impl FnMut(usize, &mut [f32]),
+) {
+    out.clear();
+    out.resize(m * b.padded_rows, 0.0);
     let mut i0 = 0;
-    while i0 < m {
-        if m - i0 >= VNNI_QUERIES {
-            // SAFETY: AVX-512F, BW and VNNI are enabled here; rows i0..i0 + 4 <= m.
-            unsafe { vnni_block::<VNNI_QUERIES>(&queries, i0, b, out) };
-            i0 += VNNI_QUERIES;
-        } else {
-            // SAFETY: as above, for the one row i0 < m.
-            unsafe { vnni_block::<1>(&queries, i0, b, out) };
-            i0 += 1;
-        }
+    while m - i0 >= rows_per_step {
+        step(i0, out);
+        i0 += rows_per_step;
+    }
+    for i in i0..m {
+        one(i, out);
     }
 }
 
@@ -644,21 +664,18 @@ const AVX_VNNI_QUERIES: usize = 3;
 #[target_feature(enable = "avx2,avxvnni")]
 unsafe fn dots_avx_vnni(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
     let pieces = SplitQueries::new(a, m, b, split_query_scalar).into_unsigned();
-    out.clear();
-    out.resize(m * b.padded_rows, 0.0);
     // Only the m rows asked for, as in `dots_vnni`.
-    let mut i0 = 0;
-    while i0 < m {
-        if m - i0 >= AVX_VNNI_QUERIES {
-            // SAFETY: AVX2 and AVX-VNNI are enabled here; rows i0..i0 + 3 <= m.
-            unsafe { avx_vnni_block::<AVX_VNNI_QUERIES>(&pieces, i0, b, out) };
-            i0 += AVX_VNNI_QUERIES;
-        } else {
-            // SAFETY: as above, for the one row i0 < m.
-            unsafe { avx_vnni_block::<1>(&pieces, i0, b, out) };
-            i0 += 1;
-        }
-    }
+    in_row_steps(
+        m,
+        AVX_VNNI_QUERIES,
+        b,
+        out,
+        // SAFETY: the caller of this function guarantees AVX2 and AVX-VNNI; the rows
+        // i0..i0 + 3 passed are below m.
+        |i0, out| unsafe { avx_vnni_block::<AVX_VNNI_QUERIES>(&pieces, i0, b, out) },
+        // SAFETY: as above, for the one row i0 < m.
+        |i0, out| unsafe { avx_vnni_block::<1>(&pieces, i0, b, out) },
+    );
 }
 
 /// Query rows `i0..i0 + Q` of [`dots_avx_vnni`] against every anchor, written to `out`.
@@ -785,20 +802,17 @@ const AVX2_QUERIES: usize = 3;
 #[target_feature(enable = "avx2")]
 unsafe fn dots_avx2(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
     let pieces = SplitQueries::new(a, m, b, split_query_scalar);
-    out.clear();
-    out.resize(m * b.padded_rows, 0.0);
-    let mut i0 = 0;
-    while i0 < m {
-        if m - i0 >= AVX2_QUERIES {
-            // SAFETY: AVX2 is enabled here; rows i0..i0 + 3 <= m.
-            unsafe { avx2_block::<AVX2_QUERIES>(&pieces, i0, b, out) };
-            i0 += AVX2_QUERIES;
-        } else {
-            // SAFETY: as above, for the one row i0 < m.
-            unsafe { avx2_block::<1>(&pieces, i0, b, out) };
-            i0 += 1;
-        }
-    }
+    in_row_steps(
+        m,
+        AVX2_QUERIES,
+        b,
+        out,
+        // SAFETY: the caller of this function guarantees AVX2; the rows i0..i0 + 3 passed are
+        // below m.
+        |i0, out| unsafe { avx2_block::<AVX2_QUERIES>(&pieces, i0, b, out) },
+        // SAFETY: as above, for the one row i0 < m.
+        |i0, out| unsafe { avx2_block::<1>(&pieces, i0, b, out) },
+    );
 }
 
 /// Query rows `i0..i0 + Q` of [`dots_avx2`] against every anchor, written to `out`.
