@@ -2,7 +2,8 @@
 # and CPU conformance suite of COMMIT on the GPU machine's host CPU, which has AMX, AVX-512
 # VNNI, AVX-VNNI and AVX2: the test that every integer kernel present gives the same products
 # compares all four there. Then the amx and search tests again with AMX off (VLC_NO_AMX=1) and
-# with the VNNI kernels off (VLC_NO_VNNI=1: AMX for batches, the AVX2 kernel for one query).
+# with the VNNI kernels off (VLC_NO_VNNI=1: AMX for batches and for one query; the AVX2 kernel
+# ranks one query only where no other integer kernel runs).
 # Carry: .carry/s68.tar.xz (the stripped test executables of COMMIT: core_unit, core_search,
 # core_conformance).
 # Usage: bash bench/results/h100/session50_kernels_check.sh COMMIT
