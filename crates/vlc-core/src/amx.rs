@@ -111,7 +111,8 @@ fn avx2_supported_here() -> bool {
     false
 }
 
-/// Whether [`dots`] runs: AMX, AVX-512 VNNI or AVX-VNNI is supported and its self-check passed
+/// Whether [`dots`] runs for any number of rows (a batch's ranking on the CPU backend): AMX,
+/// AVX-512 VNNI or AVX-VNNI is supported and its self-check passed
 /// (detected once, in that order of preference; `VLC_NO_AMX=1` disables AMX, `VLC_NO_VNNI=1`
 /// both VNNI kernels, and `VLC_NO_AVX512=1`, which turns off every AVX-512 kernel, the AVX-512
 /// VNNI one).
@@ -397,8 +398,8 @@ pub fn packed_anchors(anchors: &[f32], n: usize, k: usize) -> Option<Arc<PackedA
 
 /// `out = a · bᵀ` for `a` (m, k) row-major (finite values) and packed 8-bit anchors `b`, on
 /// [`kernel`] (fewer than 16 rows on [`few_rows_kernel`]);
-/// `out` is resized to (m, `b.stride()`) on the VNNI kernels and (⌈m/16⌉·16, `b.stride()`) on
-/// AMX's tiles, row-major, and entry (i, j) for i < m, j < `b.rows()` holds the product.
+/// `out` is resized to (m, `b.stride()`) on the VNNI and AVX2 kernels and (⌈m/16⌉·16,
+/// `b.stride()`) on AMX's tiles, row-major, and entry (i, j) for i < m, j < `b.rows()` holds the product.
 /// Panics when no integer kernel runs for m rows ([`available`], or [`few_rows_kernel`] for
 /// fewer than 16).
 pub fn dots(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f32>) {
