@@ -17,7 +17,7 @@ for a in 1024 4096 16384; do
   [ -f /tmp/s$a.vlc ] || run $V build /tmp/syn/base.npy -o /tmp/s$a.vlc --codec pcaq1 --anchors $a --backend cuda | tail -3
   e="$V eval /tmp/s$a.vlc --queries /tmp/syn/query.npy --groundtruth /tmp/syn/groundtruth.npy --nprobe 16,64 --threads 1 --repeat 2 --batch-size 1"
   for i in 1 2; do
-    echo "== $a anchors: one query per call; AVX2 integer kernel"; run $e | sed -n '1s/.*CPU kernels/CPU kernels/p;3,$p'
-    echo "== $a anchors: one query per call; f32 (VLC_NO_AVX2_INT8=1)"; VLC_NO_AVX2_INT8=1 run $e | sed -n '1s/.*CPU kernels/CPU kernels/p;3,$p'
+    echo "== $a anchors: one query per call; AVX2 integer kernel"; run $e | sed -n '1p;2s/.*CPU kernels/CPU kernels/p;4,$p'
+    echo "== $a anchors: one query per call; f32 (VLC_NO_AVX2_INT8=1)"; VLC_NO_AVX2_INT8=1 run $e | sed -n '1p;2s/.*CPU kernels/CPU kernels/p;4,$p'
   done
 done
