@@ -71,6 +71,49 @@ fn eval_json(s: &Set, index: &Path, nprobe: &str) -> serde_json::Value {
     serde_json::from_slice(&out).unwrap()
 }
 
+/// `vlc eval --batch-size N` searches the queries N per call and scores them in query order:
+/// 50 queries in calls of 7 (the last of 1) and one at a time find what one call finds.
+#[test]
+fn eval_in_batches_scores_every_query_in_order() {
+    let s = Set::new();
+    vlc()
+        .args(["build", "--codec", "sq8", "--anchors", "32", "-q"])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("b.vlc"))
+        .assert()
+        .success();
+    let recall = |batch: &str| -> (f64, serde_json::Value) {
+        let out = vlc()
+            .args(["eval", "--nprobe", "8", "--json", "--batch-size", batch])
+            .arg(s.p("b.vlc"))
+            .args(s.truth_args())
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        (
+            j["results"][0]["recall@10"].as_f64().unwrap(),
+            j["batch_size"].clone(),
+        )
+    };
+    let (whole, size) = recall("0");
+    assert_eq!(size, 0);
+    assert!(whole > 0.9, "recall@10 in one call {whole}");
+    for batch in ["7", "1"] {
+        let (r, size) = recall(batch);
+        assert_eq!(size.to_string(), batch);
+        // One call ranks the anchors by a GEMM, calls of fewer than 16 by dot products: their
+        // rounding may swap a near tie, nothing more.
+        assert!(
+            (r - whole).abs() <= 0.01,
+            "batch {batch}: {r} against {whole}"
+        );
+    }
+}
+
 #[test]
 fn build_eval_search_info_end_to_end() {
     let s = Set::new();

@@ -324,15 +324,21 @@ pub fn run(a: Args) -> Result<()> {
             "index": a.index, "vectors": index.len(), "dim": index.dim(), "anchors": index.num_anchors(),
             "codec": index.codec().name(), "refine": index.refine_codec().map(|c| c.name()),
             "bytes_per_vector": bpv, "queries": queries.rows, "threads": threads,
+            "batch_size": a.batch_size,
             "backend": format!("{:?}", a.backend).to_lowercase(),
             "cpu_kernels": vlc::simd::kernels(), "results": points,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         println!(
-            "{}: {} vectors, {} anchors, {}{}, {bpv:.1} bytes/vector; {} queries on {threads} thread(s); CPU kernels: {}",
+            "{}: {} vectors, {} anchors, {}{}, {bpv:.1} bytes/vector; {} queries{} on {threads} thread(s); CPU kernels: {}",
             a.index.display(), index.len(), index.num_anchors(), index.codec(),
             index.refine_codec().map(|r| format!(" + {r}")).unwrap_or_default(), queries.rows,
+            match a.batch_size {
+                0 => String::new(),
+                1 => ", one per call".to_string(),
+                n => format!(", {n} per call"),
+            },
             vlc::simd::kernels()
         );
         print_table(&points);
