@@ -529,10 +529,8 @@ impl Index {
             return None;
         }
         self.packed_anchors
-            .get_or_init(|| {
-                crate::amx::PackedAnchors::new(&self.anchors, self.num_anchors(), self.dim)
-            })
-            .as_ref()
+            .get_or_init(|| crate::amx::packed_anchors(&self.anchors, self.num_anchors(), self.dim))
+            .as_deref()
     }
 
     /// `rotated`: `q` already in the codec's basis, when the batch computed it.
