@@ -57,10 +57,12 @@ impl Set {
     }
 }
 
-/// `vlc eval --json` of `index` on the set's queries at the given nprobe list.
-fn eval_json(s: &Set, index: &Path, nprobe: &str) -> serde_json::Value {
+/// `vlc eval --json` of `index` on the set's queries at the given nprobe list, with `extra`
+/// options.
+fn eval_json(s: &Set, index: &Path, nprobe: &str, extra: &[&str]) -> serde_json::Value {
     let out = vlc()
         .args(["eval", "--nprobe", nprobe, "--json"])
+        .args(extra)
         .arg(index)
         .args(s.truth_args())
         .assert()
@@ -84,16 +86,7 @@ fn eval_in_batches_scores_every_query_in_order() {
         .assert()
         .success();
     let recall = |batch: &str| -> (f64, serde_json::Value) {
-        let out = vlc()
-            .args(["eval", "--nprobe", "8", "--json", "--batch-size", batch])
-            .arg(s.p("b.vlc"))
-            .args(s.truth_args())
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
-        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let j = eval_json(&s, &s.p("b.vlc"), "8", &["--batch-size", batch]);
         (
             j["results"][0]["recall@10"].as_f64().unwrap(),
             j["batch_size"].clone(),
@@ -134,7 +127,7 @@ fn build_eval_search_info_end_to_end() {
         .assert()
         .success()
         .stdout(predicate::str::contains("bytes/vector").and(predicate::str::contains("32 (")));
-    let j = eval_json(&s, &s.p("i.vlc"), "4,32");
+    let j = eval_json(&s, &s.p("i.vlc"), "4,32", &[]);
     let results = j["results"].as_array().unwrap();
     assert_eq!(results.len(), 2);
     let r10 = results[1]["recall@10"].as_f64().unwrap();
@@ -272,7 +265,7 @@ fn float_refine_tiers_are_near_exact_at_full_probe() {
             .arg(&index)
             .assert()
             .success();
-        eval_json(&s, &index, "16")["results"][0]["recall@10"]
+        eval_json(&s, &index, "16", &[])["results"][0]["recall@10"]
             .as_f64()
             .unwrap()
     };
@@ -347,6 +340,18 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("row 7, column 3"));
+    // A zero vector in row 9, where the cosine metric needs a direction (l2 takes it).
+    let mut data = clustered(100, DIM, 4, 0.5, 1);
+    data[9 * DIM..10 * DIM].fill(0.0);
+    write_f32(&s.p("zero.npy"), 100, DIM, &data);
+    vlc()
+        .args(["build", "--metric", "cosine"])
+        .arg(s.p("zero.npy"))
+        .arg("-o")
+        .arg(s.p("good.vlc"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("zero vector").and(predicate::str::contains("row 9")));
     // Empty input.
     write_f32(&s.p("empty.npy"), 0, DIM, &[]);
     vlc()
@@ -617,7 +622,7 @@ fn add_grows_an_index_in_place_or_into_another_file_and_keeps_it_on_errors() {
     );
     assert_eq!(std::fs::read(s.p("part.vlc")).unwrap(), before);
     // The grown index finds the whole set: ids are the rows of base.npy, as the ground truth's.
-    let r = eval_json(&s, &s.p("grown.vlc"), "16");
+    let r = eval_json(&s, &s.p("grown.vlc"), "16", &[]);
     let recall = r["results"][0]["recall@10"].as_f64().unwrap();
     assert!(recall > 0.9, "recall@10 {recall} after add");
     // Wrong dimension, NaN, a missing file: an error naming it, and the index unchanged.
@@ -647,7 +652,7 @@ fn add_grows_an_index_in_place_or_into_another_file_and_keeps_it_on_errors() {
         .assert()
         .success()
         .stdout(predicate::str::contains("ids            1500 to 1999"));
-    let r = eval_json(&s, &s.p("part.vlc"), "16");
+    let r = eval_json(&s, &s.p("part.vlc"), "16", &[]);
     assert_eq!(r["results"][0]["recall@10"].as_f64().unwrap(), recall);
 }
 
@@ -1116,7 +1121,7 @@ fn groundtruth_is_exact_and_feeds_eval_and_bench() {
         .arg(&index)
         .assert()
         .success();
-    let from_file = eval_json(&s, &index, "4,16");
+    let from_file = eval_json(&s, &index, "4,16", &[]);
     let out = vlc()
         .args(["eval", "--nprobe", "4,16", "--json", "--queries"])
         .arg(s.p("queries.npy"))

@@ -22,6 +22,9 @@ pub enum VlcError {
         column: usize,
         value: f32,
     },
+    /// A row of zero length where the cosine metric must scale every row to unit length.
+    #[error("zero vector in {what} at row {row}: the cosine metric needs a direction (remove the row, or use the l2 metric)")]
+    ZeroVector { what: String, row: usize },
     #[error("dimension mismatch in {what}: expected {expected}, got {actual}")]
     DimensionMismatch {
         what: String,

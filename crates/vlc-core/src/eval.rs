@@ -4,8 +4,8 @@ use crate::backend::{Backend, CpuBackend};
 use crate::error::{Result, VlcError};
 use crate::index::{BuildEvent, Metric};
 use crate::vectors::{
-    column_means, prepare_rows, prepare_rows_in_place, read_block_rows, validate_vectors,
-    PreparedRows, VectorSource,
+    column_means, prepare_rows, prepare_rows_in_place, read_block_rows,
+    validate_vectors_for_metric, PreparedRows, VectorSource,
 };
 use rayon::prelude::*;
 
@@ -108,8 +108,8 @@ pub(crate) fn ground_truth_in_blocks(
             format!("{n} rows: row numbers are 32-bit, at most 2^32 rows"),
         ));
     }
-    validate_vectors(queries, dim, "queries")?;
     let normalize = metric == Metric::Cosine;
+    validate_vectors_for_metric(queries, dim, "queries", normalize)?;
     let queries = prepare_rows(queries, dim, normalize, None).into_owned();
     let num_queries = queries.len() / dim;
     let k = k.min(n);

@@ -667,7 +667,8 @@ impl Index {
     /// mean over old and new vectors. The report gives the new rows' own energy: well above
     /// the index's, they sit farther from the anchors than what the anchors were trained on
     /// (the collection has drifted), and a rebuild would serve them better. `source` is read
-    /// a block at a time; a NaN or infinite value fails the call, naming its row.
+    /// a block at a time; a NaN or infinite value, or for the cosine metric a zero vector,
+    /// fails the call, naming its row.
     pub fn add_from(
         &self,
         source: &dyn VectorSource,

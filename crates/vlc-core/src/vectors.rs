@@ -16,6 +16,41 @@ pub fn validate_vectors(data: &[f32], dim: usize, what: &str) -> Result<()> {
     check_finite(data, dim, 0, what)
 }
 
+/// [`validate_vectors`], and for the cosine metric (`normalize`) also that no row has zero
+/// length: such a row has no direction, so its cosine with anything is undefined. Left as it
+/// is, a zero vector would lie at squared distance 1 from every unit vector, as if its cosine
+/// with each were 0.5, and come up among the neighbours of every query whose real neighbours
+/// are less similar than that. The error names the first such row.
+pub fn validate_vectors_for_metric(
+    data: &[f32],
+    dim: usize,
+    what: &str,
+    normalize: bool,
+) -> Result<()> {
+    validate_vectors(data, dim, what)?;
+    if normalize {
+        check_nonzero(data, dim, 0, what)?;
+    }
+    Ok(())
+}
+
+/// Check that no row of `data` (rows, dim), row-major, has zero length, as the cosine metric
+/// needs (see [`validate_vectors_for_metric`]); an error names the first such row, counted
+/// from `first_row`. A row so short that its squared length rounds to 0 in f32 (every value
+/// below about 1e-19 in size) counts as zero: normalising could not give it a direction.
+fn check_nonzero(data: &[f32], dim: usize, first_row: usize, what: &str) -> Result<()> {
+    let zero = data
+        .par_chunks(dim)
+        .position_first(|row| crate::linalg::dot(row, row) == 0.0);
+    match zero {
+        Some(row) => Err(VlcError::ZeroVector {
+            what: what.to_string(),
+            row: first_row + row,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Check that `dim` is at least 1 and `data` a whole number of rows of it.
 fn check_whole_rows(data: &[f32], dim: usize, what: &str) -> Result<()> {
     if dim == 0 {
@@ -171,6 +206,9 @@ impl VectorSource for PreparedRows<'_> {
     fn read_rows(&self, start: usize, out: &mut [f32]) -> Result<()> {
         self.inner.read_rows(start, out)?;
         check_finite(out, self.dim(), start, &self.inner.describe())?;
+        if self.normalize {
+            check_nonzero(out, self.dim(), start, &self.inner.describe())?;
+        }
         prepare_rows_in_place(out, self.dim(), self.normalize, self.centre);
         Ok(())
     }

@@ -1,8 +1,9 @@
 //! Search: recall on clustered data (fails if ids were random), parameter and query checks,
 //! batch = single, cosine metric.
 
-use vlc::eval::recall_at;
+use vlc::eval::{ground_truth, recall_at};
 use vlc::synthetic::{clustered, queries_near};
+use vlc::vectors::SliceSource;
 use vlc::{exact_knn, BuildParams, CodecKind, CpuBackend, Index, Metric, SearchParams, VlcError};
 
 fn truth(data: &[f32], queries: &[f32], dim: usize, k: usize) -> Vec<i64> {
@@ -407,6 +408,73 @@ fn cosine_metric_normalises_and_finds_scaled_copies() {
         .unwrap();
     assert_eq!(hits[0].id, 42);
     assert!(hits[0].distance < 0.01);
+}
+
+#[test]
+fn cosine_metric_refuses_zero_vectors_and_names_the_row() {
+    let dim = 16;
+    let mut data = clustered(1000, dim, 10, 0.5, 4);
+    let cosine = BuildParams::default()
+        .with_metric(Metric::Cosine)
+        .with_num_anchors(16);
+    let zero_at = |err: VlcError| match err {
+        VlcError::ZeroVector { row, .. } => row,
+        e => panic!("expected a ZeroVector error, got {e}"),
+    };
+    let kept = data[637 * dim..638 * dim].to_vec();
+    data[637 * dim..638 * dim].fill(0.0);
+    let err = Index::build(&data, dim, &cosine, &CpuBackend, &mut |_| {}).unwrap_err();
+    assert_eq!(zero_at(err), 637);
+    // The l2 metric has no direction to take: a zero vector is an ordinary point there.
+    let l2 = BuildParams::default().with_num_anchors(16);
+    Index::build(&data, dim, &l2, &CpuBackend, &mut |_| {}).unwrap();
+    // Ground truth of a cosine index also needs every base row's direction.
+    let queries = data[..3 * dim].to_vec();
+    let source = SliceSource::new(&data, dim).unwrap();
+    let gt = |source: &SliceSource, queries: &[f32]| {
+        ground_truth(source, queries, 5, Metric::Cosine, &CpuBackend, &mut |_| {})
+    };
+    assert_eq!(zero_at(gt(&source, &queries).unwrap_err()), 637);
+    data[637 * dim..638 * dim].copy_from_slice(&kept);
+
+    let (index, _) = Index::build(&data, dim, &cosine, &CpuBackend, &mut |_| {}).unwrap();
+    let params = SearchParams {
+        k: 5,
+        nprobe: 4,
+        rerank: 0,
+        probe_margin: None,
+    };
+    let mut queries = data[..4 * dim].to_vec();
+    queries[2 * dim..3 * dim].fill(0.0);
+    let err = index
+        .search_batch(&queries, &params, &CpuBackend)
+        .unwrap_err();
+    assert_eq!(zero_at(err), 2);
+    assert_eq!(
+        zero_at(
+            index
+                .search(&queries[2 * dim..3 * dim], &params)
+                .unwrap_err()
+        ),
+        0
+    );
+    let source = SliceSource::new(&data, dim).unwrap();
+    assert_eq!(zero_at(gt(&source, &queries).unwrap_err()), 2);
+    // A query far smaller than the vectors still has a direction.
+    let tiny: Vec<f32> = data[..dim].iter().map(|v| v * 1e-12).collect();
+    assert_eq!(index.search(&tiny, &params).unwrap()[0].id, 0);
+
+    // `add` refuses the rows.
+    let mut more = data[..10 * dim].to_vec();
+    more[7 * dim..8 * dim].fill(0.0);
+    let err = index
+        .add_from(
+            &SliceSource::new(&more, dim).unwrap(),
+            &CpuBackend,
+            &mut |_| {},
+        )
+        .unwrap_err();
+    assert_eq!(zero_at(err), 7);
 }
 
 #[test]

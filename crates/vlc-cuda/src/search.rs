@@ -317,7 +317,12 @@ impl<'b> CudaIndex<'b> {
 
     /// [`Self::search_batch`] with parameters already resolved against this index.
     fn search_resolved(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
-        vlc::vectors::validate_vectors(queries, self.dim, "queries")?;
+        vlc::vectors::validate_vectors_for_metric(
+            queries,
+            self.dim,
+            "queries",
+            self.metric == Metric::Cosine,
+        )?;
         let b = self.backend;
         let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);
         let pool_size = params.pool_size(self.has_second_stage);

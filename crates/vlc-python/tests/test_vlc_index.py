@@ -187,6 +187,22 @@ def test_non_finite_values_are_named(data):
         index.search(q)
 
 
+def test_zero_vectors_under_cosine_are_named(data):
+    base, queries = data
+    bad = base[:500].copy()
+    bad[31] = 0
+    with pytest.raises(vlc.VlcError, match="zero vector.*row 31"):
+        vlc.build(bad, metric="cosine", backend="cpu", anchors=8)
+    index = vlc.build(base[:500], codec="sq8", metric="cosine", backend="cpu", anchors=8)
+    q = queries[:3].copy()
+    q[2] = 0
+    with pytest.raises(vlc.VlcError, match="zero vector.*row 2"):
+        index.search(q)
+    with pytest.raises(vlc.VlcError, match="zero vector.*row 31"):
+        index.add(bad)
+    assert len(index) == 500
+
+
 def test_wrong_dimensions_and_parameters(data):
     base, queries = data
     index = vlc.build(base[:500], codec="sq8", backend="cpu", anchors=8)
