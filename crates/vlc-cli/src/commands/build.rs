@@ -60,7 +60,8 @@ pub struct Args {
     #[arg(long)]
     pub anchors: Option<usize>,
     /// Distance: l2, or cosine (vectors and queries normalised on the way in; search then
-    /// reports squared distances between unit vectors, 2 − 2·cos, so cos = 1 − d/2).
+    /// reports squared distances between unit vectors, 2 − 2·cos, so cos = 1 − d/2). A vector
+    /// or query of zero length has no direction: under cosine it is an error naming its row.
     #[arg(long, default_value = "l2")]
     pub metric: Metric,
     /// Dimension (required for raw f32 input; checked for the other formats).

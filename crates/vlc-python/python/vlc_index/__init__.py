@@ -177,7 +177,8 @@ def build(
     "pcaq" + bits per dimension (e.g. "pcaq1", "pcaq0.75"), "anchor-only", "f16", "f32".
     bytes_per_vector: fill this footprint of the whole index instead (pcaq at the largest
     rate that fits). refine: a finer tier to rerank with ("sq8", "sq4", "f16", "f32").
-    metric: "l2" or "cosine". anchors: inverted lists (default about 4 sqrt(n)).
+    metric: "l2" or "cosine" (vectors and queries normalised; a zero vector, which has no
+    direction, is then an error naming its row). anchors: inverted lists (default about 4 sqrt(n)).
     anchor_precision: "int8", "int4", "f16" or "f32". backend: where anchors are trained:
     "auto" (CUDA, then a hardware WGPU adapter, else the CPU), "cpu", "cuda" or "wgpu".
     verbose: print the stages and training iterations to stderr.
