@@ -807,7 +807,8 @@ fn small_index(n: usize, codec: crate::CodecKind, seed: u64) -> (Vec<f32>, crate
 }
 
 /// A device search refuses what the CPU search refuses: k = 0, nprobe = 0, a negative or
-/// non-finite probe margin, queries of the wrong dim, NaN.
+/// non-finite probe margin, queries of the wrong dim, NaN, and in a cosine index a zero query
+/// (named by its row, as the CPU names it).
 pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
     use crate::{CodecKind, SearchParams};
     let dim = 16;
@@ -844,6 +845,24 @@ pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
         ..SearchParams::default()
     };
     assert!(device(&nan, &p).is_err());
+
+    let cosine = crate::BuildParams::default()
+        .with_metric(crate::Metric::Cosine)
+        .with_num_anchors(16);
+    let (index, _) = crate::Index::build(&data, dim, &cosine, &CpuBackend, &mut |_| {}).unwrap();
+    let device = open(&index).unwrap();
+    let mut queries = data[..3 * dim].to_vec();
+    queries[dim..2 * dim].fill(0.0);
+    for e in [
+        device(&queries, &p).unwrap_err(),
+        index.search_batch(&queries, &p, &CpuBackend).unwrap_err(),
+    ] {
+        assert!(
+            matches!(e, crate::VlcError::ZeroVector { row: 1, .. }),
+            "{e}"
+        );
+    }
+    assert!(device(&data[..3 * dim], &p).is_ok());
 }
 
 /// A device search clamps what the CPU search clamps ([`crate::SearchParams::resolve`]):
