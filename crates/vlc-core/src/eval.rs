@@ -109,7 +109,7 @@ pub(crate) fn ground_truth_in_blocks(
         ));
     }
     let normalize = metric == Metric::Cosine;
-    validate_vectors_for_metric(queries, dim, "queries", normalize)?;
+    validate_vectors_for_metric(queries, dim, "queries", metric)?;
     let queries = prepare_rows(queries, dim, normalize, None).into_owned();
     let num_queries = queries.len() / dim;
     let k = k.min(n);

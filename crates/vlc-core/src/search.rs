@@ -5,7 +5,7 @@ use crate::backend::Backend;
 use crate::codec::{Codec, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::fastscan::QueryLut;
-use crate::index::{Index, Metric};
+use crate::index::Index;
 use crate::linalg::{key_dist, key_id, order_key, smallest_keys};
 use crate::simd::below_mask;
 use crate::vectors::validate_vectors_for_metric;
@@ -317,7 +317,7 @@ impl Index {
     /// the index) hold fewer vectors.
     pub fn search(&self, query: &[f32], params: &SearchParams) -> Result<Vec<Neighbor>> {
         let params = &self.resolve_search(params)?;
-        validate_vectors_for_metric(query, self.dim, "query", self.metric == Metric::Cosine)?;
+        validate_vectors_for_metric(query, self.dim, "query", self.metric)?;
         Ok(self.search_one(query, params, &mut Scratch::default()))
     }
 
@@ -363,7 +363,7 @@ impl Index {
         // Rows are as wide as the k asked for; a k above the vector count leaves padding.
         let k = params.k;
         let params = &self.resolve_search(params)?;
-        validate_vectors_for_metric(queries, self.dim, "queries", self.metric == Metric::Cosine)?;
+        validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
         // Before the queries go parallel: the layout is then built in parallel, once.
         self.prepare_search();
         let dim = self.dim;

@@ -1,6 +1,7 @@
 //! Validation, normalisation and centring of vector buffers.
 
 use crate::error::{Result, VlcError};
+use crate::index::Metric;
 use rayon::prelude::*;
 use std::borrow::Cow;
 
@@ -16,7 +17,7 @@ pub fn validate_vectors(data: &[f32], dim: usize, what: &str) -> Result<()> {
     check_finite(data, dim, 0, what)
 }
 
-/// [`validate_vectors`], and for the cosine metric (`normalize`) also that no row has zero
+/// [`validate_vectors`], and for the cosine metric also that no row has zero
 /// length: such a row has no direction, so its cosine with anything is undefined. Left as it
 /// is, a zero vector would lie at squared distance 1 from every unit vector, as if its cosine
 /// with each were 0.5, and come up among the neighbours of every query whose real neighbours
@@ -25,10 +26,10 @@ pub fn validate_vectors_for_metric(
     data: &[f32],
     dim: usize,
     what: &str,
-    normalize: bool,
+    metric: Metric,
 ) -> Result<()> {
     validate_vectors(data, dim, what)?;
-    if normalize {
+    if metric == Metric::Cosine {
         check_nonzero(data, dim, 0, what)?;
     }
     Ok(())

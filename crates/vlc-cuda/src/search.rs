@@ -317,12 +317,7 @@ impl<'b> CudaIndex<'b> {
 
     /// [`Self::search_batch`] with parameters already resolved against this index.
     fn search_resolved(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
-        vlc::vectors::validate_vectors_for_metric(
-            queries,
-            self.dim,
-            "queries",
-            self.metric == Metric::Cosine,
-        )?;
+        vlc::vectors::validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
         let b = self.backend;
         let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);
         let pool_size = params.pool_size(self.has_second_stage);
