@@ -5,7 +5,10 @@
 //! Lake, which have no AVX-512), 8 anchors at a time. A search of one query ranks on them
 //! too, and on CPUs with AVX2 but no VNNI on an AVX2 kernel of the same sums
 //! ([`few_rows_kernel`]): one query's ranking waits on reading the anchors, a quarter of f32's
-//! bytes here.
+//! bytes here. On those CPUs a batch ranks in two passes ([`two_pass_available`]): every
+//! anchor on a coarser one-piece query ([`coarse_dots`]), then the anchors that its error
+//! bound leaves near each query's cut-off on the same sums as the AVX2 kernel ([`dots_of`]),
+//! which picks what ranking every anchor on that kernel would.
 //!
 //! An index stores its anchors as 8 bits by default: each anchor row is `scale · q` with
 //! integers `q` in −127..=127 (−7..=7 for 4-bit anchors; see [`crate::anchor_store`]). Such rows are exact in int8, so
@@ -54,7 +57,7 @@ pub enum Kernel {
     /// AVX2 without VNNI (AMD Zen 1 to 3, Intel Haswell to Comet Lake): the same sums in four
     /// instructions where VNNI takes one, so it ranks only fewer than 16 rows at a time (one
     /// query's search), where reading 8-bit anchors instead of f32 is what counts; batches
-    /// keep the f32 GEMM there. Never [`kernel`].
+    /// rank in two passes there ([`two_pass_available`]). Never [`kernel`].
     Avx2,
 }
 
@@ -304,6 +307,12 @@ pub struct PackedAnchors {
     /// rows j of group g in turn, the 4 levels 64·s + 4r .. 64·s + 4r + 4 of row j
     /// (zero-padded): the 4-way interleaved B layout of `TDPBSSD`.
     tiles: Vec<i8>,
+    /// The levels again, one row after another, for measuring a few anchors of one query
+    /// ([`dots_of`]). Layout: (rows, steps · 64) int8, zero past each row's k values.
+    row_levels: Vec<i8>,
+    /// Per row, `scale · Σ |levels|`: how far its product can move per unit of error in each
+    /// query value ([`coarse_dots`]). Layout: (rows,).
+    level_norms1: Vec<f32>,
 }
 
 impl PackedAnchors {
@@ -320,9 +329,15 @@ impl PackedAnchors {
         let mut level_sums = vec![0i32; padded_rows];
         let mut levels = vec![0i8; steps * TILE_K];
         let mut tiles = vec![0i8; padded_rows * steps * TILE_K];
+        let row_len = steps * TILE_K;
+        let mut row_levels = vec![0i8; n * row_len];
+        let mut level_norms1 = vec![0f32; n];
         for j in 0..n {
             scales[j] = integer_levels(&b[j * k..(j + 1) * k], &mut levels[..k])?;
             level_sums[j] = levels[..k].iter().map(|&l| l as i32).sum();
+            row_levels[j * row_len..j * row_len + k].copy_from_slice(&levels[..k]);
+            let norm1: i64 = levels[..k].iter().map(|&l| (l as i64).abs()).sum();
+            level_norms1[j] = scales[j] * norm1 as f32;
             let (g, col) = (j / TILE_ROWS, j % TILE_ROWS);
             for s in 0..steps {
                 let tile = &mut tiles[(g * steps + s) * TILE_ROWS * TILE_K..][..TILE_ROWS * TILE_K];
@@ -340,6 +355,8 @@ impl PackedAnchors {
             scales,
             level_sums,
             tiles,
+            row_levels,
+            level_norms1,
         })
     }
 
@@ -351,6 +368,12 @@ impl PackedAnchors {
     /// Number of anchors.
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Per anchor, `scale · Σ |levels|` (its values' absolute sum, up to f32 rounding): the
+    /// factor of [`coarse_dots`]' error bound. Layout: (rows,).
+    pub fn level_norms1(&self) -> &[f32] {
+        &self.level_norms1
     }
 }
 
@@ -793,7 +816,8 @@ const AVX2_QUERIES: usize = 3;
 /// int16, so the query pieces go in as their magnitudes (0..=127) and the anchors' levels take
 /// the pieces' signs (`VPSIGNB`): each product is exact, and a pair sums to at most
 /// 2 · 127 · 127 = 32,258, below int16's limit, so nothing saturates. Four instructions do what
-/// `VPDPBUSD` does in one, which leaves a batch's ranking faster on the f32 GEMM on such CPUs;
+/// `VPDPBUSD` does in one, which leaves a batch's ranking on all anchors slower than the f32
+/// GEMM on such CPUs (batches rank in two passes instead: [`two_pass_available`]);
 /// [`dots`] gives this kernel fewer than 16 rows only (a search of one query, which waits on
 /// reading the anchors: a quarter of f32's bytes here).
 ///
@@ -893,6 +917,456 @@ unsafe fn dots_avx2(_: &[f32], _: usize, _: &PackedAnchors, _: &mut Vec<f32>) {
     unreachable!("AVX2 exists only on x86-64")
 }
 
+/// Whether a batch's ranking runs in two passes here ([`coarse_dots`], then [`dots_of`] for
+/// the anchors near each query's cut-off): the AVX2 kernel is the one that runs
+/// ([`few_rows_kernel`], on CPUs with AVX2 and no VNNI) and its self-check passed. Its result is
+/// what [`dots`] on all anchors would rank, at about 0.45 times the f32 GEMM's time, where
+/// `dots` itself on AVX2 takes about 1.75 times it (a 256 x 1,024 x 384 block on an AMD EPYC
+/// Zen 3).
+pub fn two_pass_available() -> bool {
+    few_rows_kernel() == Some(Kernel::Avx2)
+}
+
+/// Queries per step of [`coarse_dots`]: 4 queries x 2 halves of 16 anchors are 8
+/// accumulators.
+#[cfg(target_arch = "x86_64")]
+const COARSE_QUERIES: usize = 4;
+
+/// Offset of [`coarse_query`]'s bytes: a level `X` in −64..=64 is stored as `X + 64`.
+const COARSE_OFFSET: i32 = 64;
+
+/// Error per query value of [`coarse_query`], over its scale: half a step, plus the f32
+/// rounding of the quotient (at most 64 · 2⁻²³).
+const COARSE_ROUNDING: f32 = 0.5 + 1.0 / 65536.0;
+
+/// Error per query value of the split of [`dots`], over its scale `max |x| / 127`: half a step
+/// of the low piece (1/508), plus f32 rounding (at most 127 · 2⁻²³ before the split).
+const SPLIT_ROUNDING: f32 = 1.0 / 508.0 + 1.0 / 32768.0;
+
+/// One query row `x` in one piece of 129 levels: `x ≈ s X` with `s = max |x| / 64` and
+/// integers `X` in −64..=64, written to `bytes` as `X + 64` (0..=128; 64, a zero, past
+/// `x.len()`); returns `s` (0 for a zero row). Each value is off by at most
+/// `s · COARSE_ROUNDING`.
+fn coarse_query(x: &[f32], bytes: &mut [u8]) -> f32 {
+    bytes.fill(COARSE_OFFSET as u8);
+    let max = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    if max == 0.0 {
+        return 0.0;
+    }
+    let s = max / COARSE_OFFSET as f32;
+    let inverse = 1.0 / s;
+    let cap = COARSE_OFFSET as f32;
+    // The levels plus 64 are in 0..=128 and exact in f32: adding 64 before the conversion
+    // is the same as after.
+    let offset = cap;
+    for (&v, byte) in x.iter().zip(bytes.iter_mut()) {
+        *byte = (round_small((v * inverse).clamp(-cap, cap)) + offset) as u8;
+    }
+    s
+}
+
+/// Coarse products for the first pass of a batch's ranking where [`two_pass_available`]: each
+/// query row in one piece of 129 levels (`x ≈ s X` with `s = max |x| / 64` and integers `X` in
+/// −64..=64, where [`dots`] splits it into two pieces) multiplied exactly in int32, one
+/// `VPMADDUBSW` and one `VPMADDWD` per 32 products.
+/// `out` is resized to (m, `b.stride()`), row-major, as [`dots`]' output; `slack` to (m,),
+/// such that entry (i, j), for j < `b.rows()`, is within `slack[i] · b.level_norms1()[j]` of
+/// what [`dots`] gives for it, up to f32 rounding below 2⁻¹⁹ · ‖a_i‖ · ‖b_j‖.
+///
+/// Panics unless [`two_pass_available`].
+pub fn coarse_dots(
+    a: &[f32],
+    m: usize,
+    b: &PackedAnchors,
+    out: &mut Vec<f32>,
+    slack: &mut Vec<f32>,
+) {
+    assert!(
+        two_pass_available(),
+        "the two-pass ranking needs the AVX2 kernel"
+    );
+    assert!(a.len() >= m * b.dim);
+    let (k, row_len) = (b.dim, b.steps * TILE_K);
+    let mut bytes = vec![0u8; m * row_len];
+    let mut scales = vec![0f32; m];
+    slack.clear();
+    for i in 0..m {
+        let x = &a[i * k..(i + 1) * k];
+        scales[i] = coarse_query(x, &mut bytes[i * row_len..(i + 1) * row_len]);
+        // The split's scale is max / 127, the coarse one max / 64; the f32 products of the
+        // bound itself round by far less than its last factor's margin.
+        let max = scales[i] * COARSE_OFFSET as f32;
+        slack.push(max * (COARSE_ROUNDING / 64.0 + SPLIT_ROUNDING / 127.0) * 1.001);
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let step = |i0: usize, out: &mut [f32]| {
+            // SAFETY: two_pass_available() means AVX2 was detected; rows i0..i0 + 4 < m.
+            unsafe { coarse_block::<COARSE_QUERIES>(&bytes, row_len, &scales, i0, b, out) }
+        };
+        let one = |i0: usize, out: &mut [f32]| {
+            // SAFETY: as above, for the one row i0 < m.
+            unsafe { coarse_block::<1>(&bytes, row_len, &scales, i0, b, out) }
+        };
+        in_row_steps(m, COARSE_QUERIES, b, out, step, one);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (out, bytes, scales, row_len);
+        unreachable!("AVX2 exists only on x86-64");
+    }
+}
+
+/// Query rows `i0..i0 + Q` of [`coarse_dots`] against every anchor, written to `out`.
+///
+/// # Safety
+/// AVX2 must be available; rows `i0..i0 + Q` exist in `q` ((m, row_len) bytes), in `scales`
+/// and in `out`, which is (m, `b.padded_rows`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn coarse_block<const Q: usize>(
+    q: &[u8],
+    row_len: usize,
+    scales: &[f32],
+    i0: usize,
+    b: &PackedAnchors,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let (steps, stride) = (b.steps, b.padded_rows);
+    let ones = _mm256_set1_epi16(1);
+    debug_assert!(q.len() >= (i0 + Q) * row_len && scales.len() >= i0 + Q);
+    for g in 0..b.padded_rows / TILE_ROWS {
+        // acc[j][half]: query i0 + j against anchors g·16 + 8·half .. + 8.
+        let mut acc = [[_mm256_setzero_si256(); 2]; Q];
+        for s in 0..steps {
+            for r in 0..TILE_ROWS {
+                // SAFETY: group g and s < steps address a tile inside `b.tiles`, row r < 16 a
+                // 64-byte row of it; query rows i0 + j < m and bytes s·64 + 4r + 4 <=
+                // row_len lie inside `q`.
+                unsafe {
+                    let row = ((g * steps + s) * TILE_ROWS + r) * TILE_K;
+                    let b0 = _mm256_loadu_si256(b.tiles.as_ptr().add(row) as *const _);
+                    let b1 = _mm256_loadu_si256(b.tiles.as_ptr().add(row + 32) as *const _);
+                    let at = s * TILE_K + 4 * r;
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let x = _mm256_set1_epi32(
+                            (q.as_ptr().add((i0 + j) * row_len + at) as *const i32)
+                                .read_unaligned(),
+                        );
+                        // Unsigned bytes (at most 128) times levels (at most 127 in size): a
+                        // pair sums to at most 32,512, inside int16, so nothing saturates.
+                        acc[0] = _mm256_add_epi32(
+                            acc[0],
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(x, b0), ones),
+                        );
+                        acc[1] = _mm256_add_epi32(
+                            acc[1],
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(x, b1), ones),
+                        );
+                    }
+                }
+            }
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            for (half, &sum) in acc.iter().enumerate() {
+                let col = g * TILE_ROWS + 8 * half;
+                // SAFETY: col + 8 <= padded_rows, the length of `level_sums` and `scales` and
+                // the row stride of `out`, which holds row i0 + j.
+                unsafe {
+                    // Σ (X + 64) · level − 64 · Σ level = Σ X · level, exact in int32.
+                    let sums = _mm256_loadu_si256(b.level_sums.as_ptr().add(col) as *const _);
+                    let exact = _mm256_sub_epi32(sum, _mm256_slli_epi32::<6>(sums));
+                    let anchor_scales = _mm256_loadu_ps(b.scales.as_ptr().add(col));
+                    _mm256_storeu_ps(
+                        out.as_mut_ptr().add((i0 + j) * stride + col),
+                        _mm256_mul_ps(
+                            _mm256_cvtepi32_ps(exact),
+                            _mm256_mul_ps(_mm256_set1_ps(scales[i0 + j]), anchor_scales),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// What [`dots`] gives for the query row `x` (finite values) against the anchors `which`,
+/// bit for bit, measured one anchor at a time: the second pass of a batch's ranking where
+/// [`two_pass_available`], for the anchors near a query's cut-off. `out` is resized to
+/// `which.len()`.
+pub fn dots_of(x: &[f32], b: &PackedAnchors, which: &[u32], out: &mut Vec<f32>) {
+    assert_eq!(x.len(), b.dim);
+    let row_len = b.steps * TILE_K;
+    let (mut high, mut low) = (vec![0i8; row_len], vec![0i8; row_len]);
+    let s = split_query_scalar(x, &mut high, &mut low);
+    out.clear();
+    for &j in which {
+        let j = j as usize;
+        assert!(j < b.rows, "anchor {j} of {}", b.rows);
+        let levels = &b.row_levels[j * row_len..(j + 1) * row_len];
+        let (h, l) = piece_sums(&high, &low, levels);
+        // [`combine`]'s operations, in its order.
+        let sum = h as f32 + l as f32 * (1.0 / LOW_WEIGHT);
+        out.push(sum * (s * b.scales[j]));
+    }
+}
+
+/// One query row's first-pass selection in [`crate::CpuBackend`]'s two-pass ranking: from
+/// its [`coarse_dots`] row `coarse` (num_anchors values), the anchors that can be among its
+/// `per_point` nearest by the distances [`dots`] gives, written to `candidates` in id order.
+///
+/// With `xn = ‖x‖²`, `anchor_norms` (num_anchors,) the anchors' squared norms and `norms1`
+/// their [`PackedAnchors::level_norms1`], anchor j's coarse distance `d = max(xn − 2·coarse_j +
+/// cn_j, 0)` is within `e = twice_slack · norms1_j + rounding · (xn + cn_j)` of its exact one.
+/// `t`, the `per_point`-th smallest `d + e`, is at least the exact `per_point`-th distance, so
+/// the anchors with `d − e > t` are left out. `per_point` is at most ⌈num_anchors / 8⌉;
+/// `scratch` is reused across rows.
+#[allow(clippy::too_many_arguments)]
+pub fn two_pass_candidates(
+    coarse: &[f32],
+    xn: f32,
+    anchor_norms: &[f32],
+    norms1: &[f32],
+    (twice_slack, rounding): (f32, f32),
+    per_point: usize,
+    scratch: &mut CandidateScratch,
+    candidates: &mut Vec<u32>,
+) {
+    let n = anchor_norms.len();
+    let groups = n.div_ceil(8);
+    assert!(coarse.len() >= n && norms1.len() >= n && (1..=groups).contains(&per_point));
+    let CandidateScratch {
+        lower,
+        upper,
+        group_min,
+        near,
+    } = scratch;
+    for v in [&mut *lower, &mut *upper] {
+        v.clear();
+        v.resize(n, 0.0);
+    }
+    group_min.clear();
+    group_min.resize(groups, f32::INFINITY);
+    #[cfg(target_arch = "x86_64")]
+    let start = if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected; the slices hold at least n values (asserted above) and
+        // `group_min` one per group of 8.
+        unsafe {
+            bounds_avx2(
+                coarse,
+                xn,
+                anchor_norms,
+                norms1,
+                (twice_slack, rounding),
+                lower,
+                upper,
+                group_min,
+            )
+        }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let start = 0;
+    for j in start..n {
+        let d = (xn - 2.0 * coarse[j] + anchor_norms[j]).max(0.0);
+        let e = twice_slack * norms1[j] + rounding * (xn + anchor_norms[j]);
+        (lower[j], upper[j]) = (d - e, d + e);
+        group_min[j / 8] = group_min[j / 8].min(d + e);
+    }
+    // Each group's smallest upper bound is one of them, so at least per_point of them lie at
+    // or below the per_point-th smallest group minimum: the per_point-th smallest of those
+    // is the per_point-th smallest overall.
+    let kth = |v: &mut [f32]| -> f32 { *v.select_nth_unstable_by(per_point - 1, f32::total_cmp).1 };
+    let seed = kth(group_min);
+    at_most(upper, seed, candidates);
+    near.clear();
+    near.extend(candidates.iter().map(|&j| upper[j as usize]));
+    let cut = kth(near);
+    at_most(lower, cut, candidates);
+}
+
+/// The positions of `values` at most `limit`, in order, written to `out`: on AVX2 where the
+/// CPU has it (8 comparisons and a mask at a time), else one by one.
+fn at_most(values: &[f32], limit: f32, out: &mut Vec<u32>) {
+    out.clear();
+    #[cfg(target_arch = "x86_64")]
+    let start = if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected.
+        unsafe { at_most_avx2(values, limit, out) }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let start = 0;
+    out.extend(
+        (start..values.len())
+            .filter(|&j| values[j] <= limit)
+            .map(|j| j as u32),
+    );
+}
+
+/// [`at_most`] over the whole groups of 8 values; returns how many values it covered.
+///
+/// # Safety
+/// AVX2 must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn at_most_avx2(values: &[f32], limit: f32, out: &mut Vec<u32>) -> usize {
+    use std::arch::x86_64::*;
+    let n = values.len() / 8 * 8;
+    let limit = _mm256_set1_ps(limit);
+    for j in (0..n).step_by(8) {
+        // SAFETY: j + 8 <= n <= values.len().
+        let v = unsafe { _mm256_loadu_ps(values.as_ptr().add(j)) };
+        let mut mask = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(v, limit)) as u32;
+        while mask != 0 {
+            out.push(j as u32 + mask.trailing_zeros());
+            mask &= mask - 1;
+        }
+    }
+    n
+}
+
+/// Scratch of [`two_pass_candidates`], reused across query rows.
+#[derive(Default)]
+pub struct CandidateScratch {
+    /// Layout: (num_anchors,).
+    lower: Vec<f32>,
+    /// Layout: (num_anchors,).
+    upper: Vec<f32>,
+    /// The smallest upper bound of each group of 8 anchors. Layout: (⌈num_anchors / 8⌉,).
+    group_min: Vec<f32>,
+    /// The upper bounds at or below the per_point-th smallest group minimum.
+    near: Vec<f32>,
+}
+
+/// The whole groups of 8 anchors of [`two_pass_candidates`]' bounds on AVX2 (the same f32
+/// operations, lane by lane): writes their lower and upper bounds and each group's smallest
+/// upper bound, and returns how many anchors it covered.
+///
+/// # Safety
+/// AVX2 must be available; `coarse`, `norms1`, `lower` and `upper` hold at least
+/// `anchor_norms.len()` values, `group_min` one per group of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn bounds_avx2(
+    coarse: &[f32],
+    xn: f32,
+    anchor_norms: &[f32],
+    norms1: &[f32],
+    (twice_slack, rounding): (f32, f32),
+    lower: &mut [f32],
+    upper: &mut [f32],
+    group_min: &mut [f32],
+) -> usize {
+    use std::arch::x86_64::*;
+    let n = anchor_norms.len() / 8 * 8;
+    let (xn_v, two, slack_v, rounding_v) = (
+        _mm256_set1_ps(xn),
+        _mm256_set1_ps(2.0),
+        _mm256_set1_ps(twice_slack),
+        _mm256_set1_ps(rounding),
+    );
+    for j in (0..n).step_by(8) {
+        // SAFETY: j + 8 <= n, within every slice, and j / 8 within `group_min` (the caller's
+        // guarantee).
+        unsafe {
+            let cn = _mm256_loadu_ps(anchor_norms.as_ptr().add(j));
+            let dot = _mm256_loadu_ps(coarse.as_ptr().add(j));
+            // max(xn − 2·dot + cn, 0), in that order.
+            let d = _mm256_max_ps(
+                _mm256_add_ps(_mm256_sub_ps(xn_v, _mm256_mul_ps(two, dot)), cn),
+                _mm256_setzero_ps(),
+            );
+            let e = _mm256_add_ps(
+                _mm256_mul_ps(slack_v, _mm256_loadu_ps(norms1.as_ptr().add(j))),
+                _mm256_mul_ps(rounding_v, _mm256_add_ps(xn_v, cn)),
+            );
+            let u = _mm256_add_ps(d, e);
+            _mm256_storeu_ps(lower.as_mut_ptr().add(j), _mm256_sub_ps(d, e));
+            _mm256_storeu_ps(upper.as_mut_ptr().add(j), u);
+            // The smallest of the 8 lanes.
+            let m4 = _mm_min_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps::<1>(u));
+            let m2 = _mm_min_ps(m4, _mm_movehl_ps(m4, m4));
+            let m1 = _mm_min_ss(m2, _mm_shuffle_ps::<1>(m2, m2));
+            *group_min.get_unchecked_mut(j / 8) = _mm_cvtss_f32(m1);
+        }
+    }
+    n
+}
+
+/// `(Σ high · levels, Σ low · levels)`, exact in int32: on AVX2 where the CPU has it, else in
+/// scalar code (the same sums).
+fn piece_sums(high: &[i8], low: &[i8], levels: &[i8]) -> (i32, i32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && levels.len().is_multiple_of(32) {
+        // SAFETY: AVX2 was detected; the three rows have the same length, a multiple of 32.
+        return unsafe { piece_sums_avx2(high, low, levels) };
+    }
+    piece_sums_scalar(high, low, levels)
+}
+
+/// [`piece_sums`] in scalar code, the reference.
+fn piece_sums_scalar(high: &[i8], low: &[i8], levels: &[i8]) -> (i32, i32) {
+    let dot = |p: &[i8]| -> i32 {
+        p.iter()
+            .zip(levels)
+            .map(|(&a, &c)| a as i32 * c as i32)
+            .sum()
+    };
+    (dot(high), dot(low))
+}
+
+/// [`piece_sums`] with `VPMADDUBSW` as in the AVX2 kernel: the pieces' magnitudes times the
+/// levels given the pieces' signs, each pair at most 32,258, then `VPMADDWD`.
+///
+/// # Safety
+/// AVX2 must be available; `high`, `low` and `levels` have the same length, a multiple of 32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn piece_sums_avx2(high: &[i8], low: &[i8], levels: &[i8]) -> (i32, i32) {
+    use std::arch::x86_64::*;
+    assert!(
+        high.len() == levels.len() && low.len() == levels.len() && levels.len().is_multiple_of(32)
+    );
+    let ones = _mm256_set1_epi16(1);
+    let (mut h_acc, mut l_acc) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for c in (0..levels.len()).step_by(32) {
+        // SAFETY: c + 32 <= the length of each row (asserted above).
+        unsafe {
+            let v = _mm256_loadu_si256(levels.as_ptr().add(c) as *const _);
+            let h = _mm256_loadu_si256(high.as_ptr().add(c) as *const _);
+            let l = _mm256_loadu_si256(low.as_ptr().add(c) as *const _);
+            let hp = _mm256_maddubs_epi16(_mm256_abs_epi8(h), _mm256_sign_epi8(v, h));
+            let lp = _mm256_maddubs_epi16(_mm256_abs_epi8(l), _mm256_sign_epi8(v, l));
+            h_acc = _mm256_add_epi32(h_acc, _mm256_madd_epi16(hp, ones));
+            l_acc = _mm256_add_epi32(l_acc, _mm256_madd_epi16(lp, ones));
+        }
+    }
+    let total = |v: __m256i| -> i32 {
+        let mut lanes = [0i32; 8];
+        // SAFETY: `lanes` holds 8 int32 values, 32 bytes.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut _, v) };
+        lanes.iter().sum()
+    };
+    (total(h_acc), total(l_acc))
+}
+
+/// `v.round_ties_even()` for `|v| <= 2²²`, without a call: adding and taking back 1.5 · 2²³
+/// leaves no bits below the units, and f32 addition rounds to nearest, ties to even.
+/// (`round_ties_even` is a call to `rintf` where the build targets CPUs without SSE4.1,
+/// which took a fifth of a batch's two-pass ranking.)
+#[inline]
+fn round_small(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    debug_assert!(v.abs() <= 4_194_304.0);
+    (v + MAGIC) - MAGIC
+}
+
 /// [`split_query`] in scalar code: the same f32 operations (the largest magnitude, its 127th,
 /// the clamped quotient rounded to nearest even, the remainder times 254 rounded), so the
 /// same bytes and scale.
@@ -906,9 +1380,9 @@ fn split_query_scalar(x: &[f32], high: &mut [i8], low: &mut [i8]) -> f32 {
     let inverse = 1.0 / s;
     for ((&v, h), l) in x.iter().zip(high.iter_mut()).zip(low.iter_mut()) {
         let scaled = (v * inverse).clamp(-127.0, 127.0);
-        let rounded = scaled.round_ties_even();
+        let rounded = round_small(scaled);
         *h = rounded as i8;
-        *l = ((scaled - rounded) * LOW_WEIGHT).round_ties_even() as i8;
+        *l = round_small((scaled - rounded) * LOW_WEIGHT) as i8;
     }
     s
 }
@@ -1302,6 +1776,156 @@ mod tests {
         }
         #[cfg(not(target_arch = "x86_64"))]
         eprintln!("SKIPPED: the AVX-512 split exists only on x86-64");
+    }
+
+    #[test]
+    fn round_small_rounds_half_to_even() {
+        let mut r = Rng::new(31);
+        let mut values: Vec<f32> = (-600..=600).map(|t| t as f32 * 0.25).collect();
+        values.extend((0..20_000).map(|_| (r.normal() * 200.0) as f32));
+        values.extend([
+            -0.0,
+            0.49999997,
+            -0.49999997,
+            4_194_303.5,
+            -4_194_303.5,
+            4_194_304.0,
+            1e-30,
+        ]);
+        for v in values {
+            assert_eq!(round_small(v), v.round_ties_even(), "{v}");
+        }
+    }
+
+    /// `coarse_dots` stays within its stated bound of what `dots` gives, over odd shapes, 8-bit
+    /// and 4-bit anchors, a zero row and rows of one large value; and it is coarse (so the
+    /// check is not of two equal results).
+    #[test]
+    fn coarse_dots_stay_within_their_bound() {
+        if !two_pass_available() {
+            eprintln!("SKIPPED: the coarse pass runs only where AVX2 is the integer kernel (no VNNI or AMX here, or VLC_NO_AVX2_INT8 is set)");
+            return;
+        }
+        let mut r = Rng::new(32);
+        let mut coarser = 0usize;
+        for (m, n, k, precision) in [
+            (1, 1, 1, AnchorPrecision::Int8),
+            (3, 17, 31, AnchorPrecision::Int8),
+            (5, 33, 64, AnchorPrecision::Int8),
+            (9, 70, 65, AnchorPrecision::Int4),
+            (21, 300, 384, AnchorPrecision::Int8),
+            (6, 40, 1030, AnchorPrecision::Int8),
+        ] {
+            let mut a: Vec<f32> = (0..m * k).map(|_| r.normal() as f32).collect();
+            a[..k].fill(0.0);
+            if m > 1 {
+                a[k..2 * k].fill(1e-3);
+                a[k] = 50.0;
+            }
+            let b = stored_anchors(&mut r, n, k, precision);
+            let packed = PackedAnchors::new(&b, n, k).expect("8-bit and 4-bit rows pack");
+            let (mut coarse, mut slack, mut exact) = (Vec::new(), Vec::new(), Vec::new());
+            coarse_dots(&a, m, &packed, &mut coarse, &mut slack);
+            // SAFETY: two_pass_available() means the AVX2 kernel passed its self-check here.
+            unsafe { dots_with(Kernel::Avx2, &a, m, &packed, &mut exact) };
+            assert_eq!(slack.len(), m);
+            for i in 0..m {
+                let an = crate::linalg::dot(&a[i * k..(i + 1) * k], &a[i * k..(i + 1) * k]).sqrt();
+                for j in 0..n {
+                    let bn =
+                        crate::linalg::dot(&b[j * k..(j + 1) * k], &b[j * k..(j + 1) * k]).sqrt();
+                    let at = i * packed.stride() + j;
+                    let bound = slack[i] * packed.level_norms1()[j] + an * bn / 524_288.0;
+                    let gap = (coarse[at] - exact[at]).abs();
+                    assert!(
+                        gap <= bound,
+                        "({m},{n},{k}) [{i}][{j}]: {} vs {} (bound {bound})",
+                        coarse[at],
+                        exact[at]
+                    );
+                    coarser += (gap > 0.0) as usize;
+                }
+            }
+        }
+        assert!(
+            coarser > 1000,
+            "only {coarser} coarse products differ from the exact ones"
+        );
+    }
+
+    /// `dots_of` gives the bits `dots` gives, on every kernel here, for any list of anchors.
+    #[test]
+    fn dots_of_gives_the_bits_of_dots() {
+        let mut r = Rng::new(33);
+        for (m, n, k, precision) in [
+            (2, 5, 1, AnchorPrecision::Int8),
+            (3, 70, 65, AnchorPrecision::Int4),
+            (17, 130, 384, AnchorPrecision::Int8),
+            (2, 20, 1030, AnchorPrecision::Int8),
+        ] {
+            let mut a: Vec<f32> = (0..m * k).map(|_| r.normal() as f32).collect();
+            a[..k].fill(0.0);
+            let b = stored_anchors(&mut r, n, k, precision);
+            let packed = PackedAnchors::new(&b, n, k).expect("8-bit and 4-bit rows pack");
+            // Every anchor, backwards, with one twice.
+            let mut which: Vec<u32> = (0..n as u32).rev().collect();
+            which.push(0);
+            for kernel in kernels_here() {
+                let mut all = Vec::new();
+                // SAFETY: `kernel` was detected on this machine (kernels_here).
+                unsafe { dots_with(kernel, &a, m, &packed, &mut all) };
+                let mut some = Vec::new();
+                for i in 0..m {
+                    dots_of(&a[i * k..(i + 1) * k], &packed, &which, &mut some);
+                    for (&j, got) in which.iter().zip(&some) {
+                        let want = all[i * packed.stride() + j as usize];
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{kernel:?} ({m},{n},{k}) [{i}][{j}]"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn piece_sums_avx2_match_scalar() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !std::arch::is_x86_feature_detected!("avx2") {
+                eprintln!("SKIPPED: no AVX2 here");
+                return;
+            }
+            let mut r = Rng::new(34);
+            for len in [32, 64, 96, 416, 1056] {
+                let mut row = |extreme: bool| -> Vec<i8> {
+                    (0..len)
+                        .map(|_| {
+                            let v = if extreme {
+                                127
+                            } else {
+                                r.below(255) as i32 - 127
+                            };
+                            (if r.below(2) == 0 { v } else { -v }) as i8
+                        })
+                        .collect()
+                };
+                for extreme in [false, true] {
+                    let (high, low, levels) = (row(extreme), row(false), row(extreme));
+                    // SAFETY: AVX2 was detected; the rows have one length, a multiple of 32.
+                    let avx2 = unsafe { piece_sums_avx2(&high, &low, &levels) };
+                    assert_eq!(
+                        avx2,
+                        piece_sums_scalar(&high, &low, &levels),
+                        "{len} {extreme}"
+                    );
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        eprintln!("SKIPPED: the AVX2 sums exist only on x86-64");
     }
 
     fn check_against_f64(kernel: Kernel) {

@@ -496,8 +496,9 @@ impl Index {
     /// ([`crate::amx::few_rows_kernel`]: AVX-512 VNNI, AVX-VNNI, AMX, or AVX2), the dot
     /// products come from it: the anchors are read as bytes, a quarter of f32's memory
     /// traffic, which is what one query's ranking waits on once the anchors outgrow the
-    /// caches. Where a batch's ranking on the CPU backend runs on integers too (all but the
-    /// AVX2 kernel), the two give the same bits. Fewer anchors keep the f32 dot products.
+    /// caches. Where a batch's ranking on the CPU backend runs on integers too (on AVX2, where
+    /// each query picks at most 1/16 of the anchors), the two give the same bits. Fewer
+    /// anchors keep the f32 dot products.
     fn rank_anchors_one(&self, q: &[f32], nprobe: usize, scratch: &mut Scratch) {
         let dim = self.dim;
         let qn = crate::linalg::dot(q, q);

@@ -63,8 +63,8 @@ pub fn has_avx512() -> bool {
 
 /// The CPU kernels this process uses, for logs and benchmark records: `scalar`, `neon`, or
 /// `avx2` followed by `avx512` and `amx-int8`, `avx512-vnni` or `avx-vnni` (the anchor-ranking
-/// kernel) where those are detected and enabled, or `avx2-int8` where only one query's ranking
-/// runs on integers (AVX2 without VNNI).
+/// kernel) where those are detected and enabled, or `avx2-int8` where the AVX2 integer kernel
+/// ranks one query and a batch ranks in two passes (AVX2 without VNNI).
 pub fn kernels() -> String {
     let mut parts = vec![match level() {
         SimdLevel::Scalar => "scalar",

@@ -12,7 +12,7 @@ use crate::linalg::{
 use rayon::prelude::*;
 
 /// Calls with fewer points rank anchors with the f32 GEMM even where an integer kernel (AMX,
-/// AVX-512 VNNI, AVX-VNNI) is available.
+/// AVX-512 VNNI, AVX-VNNI, or AVX2's two passes) is available.
 const INTEGER_MIN_POINTS: usize = 64;
 
 /// CPU implementation of [`Backend`]; deterministic regardless of thread count.
@@ -144,6 +144,88 @@ fn gemm_nearest(
     })
 }
 
+/// Where [`amx::two_pass_available`] (AVX2 without VNNI), a batch ranks on integers when each
+/// point picks at most 1/16 of the anchors: beyond that the anchors near the cut-off are so
+/// many that measuring them one at a time costs more than the f32 GEMM saves. (A `pcaq0.5`
+/// index of 1,024 anchors on an AMD EPYC Zen 3, one thread: 5-10% more queries per second at
+/// nprobe 64 on the dev set and a synthetic 768-d set, 3-7% fewer at 128.)
+const TWO_PASS_MAX_SHARE: usize = 16;
+
+/// Rows whose coarse distances [`two_pass_nearest`] computes at a time: 32 rows of 1,024
+/// anchors are 128 KiB, which stay in a core's L2 cache until each row's candidates are
+/// picked.
+const TWO_PASS_ROWS: usize = 32;
+
+/// Rounding of the distances of [`two_pass_nearest`], over `‖x‖² + ‖c‖²`: a bound on what
+/// f32 arithmetic adds to the coarse and exact products' difference (2⁻¹⁸ by the count of
+/// roundings in each) with a margin of 4.
+const TWO_PASS_ROUNDING: f32 = 1.0 / 65536.0;
+
+/// The integer path of [`CpuBackend::nearest_anchors`] on AVX2 CPUs without VNNI: the
+/// `per_point` nearest anchors of every point by the distances the integer kernels give
+/// ([`amx::dots`]), ties to the smaller id, as the AMX and VNNI path ranks them. `points`:
+/// (num_points, dim), row-major; `anchor_norms`: (num_anchors,). Returns the ids and
+/// distances, each (num_points, per_point), row-major.
+///
+/// Two passes: [`amx::coarse_dots`] gives every distance to within a bound `e_j` of the
+/// exact one; `t`, the `per_point`-th smallest of `d_j + e_j`, is at least the exact
+/// `per_point`-th distance, so an anchor with `d_j − e_j > t` cannot be among the picks. The
+/// others (about twice `per_point` on the dev set at nprobe 8) are measured exactly
+/// ([`amx::dots_of`]) and the picks selected from them.
+fn two_pass_nearest(
+    points: &[f32],
+    packed: &amx::PackedAnchors,
+    anchor_norms: &[f32],
+    dim: usize,
+    per_point: usize,
+) -> (Vec<u32>, Vec<f32>) {
+    let num_anchors = packed.rows();
+    let rows = point_rows(points.len() / dim, num_anchors);
+    let norms1 = packed.level_norms1();
+    rank_in_blocks(points, dim, per_point, rows, |block, ids, dists| {
+        let stride = packed.stride();
+        let (mut tile, mut slack) = (Vec::new(), Vec::new());
+        let (mut scratch, mut keys) = (amx::CandidateScratch::default(), Vec::new());
+        let (mut candidates, mut exact) = (Vec::new(), Vec::new());
+        // A few rows at a time, so that their coarse distances are still in cache when each
+        // row's candidates are picked from them.
+        for (c, chunk) in block.chunks(TWO_PASS_ROWS * dim).enumerate() {
+            let m = chunk.len() / dim;
+            amx::coarse_dots(chunk, m, packed, &mut tile, &mut slack);
+            for i in 0..m {
+                let x = &chunk[i * dim..(i + 1) * dim];
+                let xn = dot(x, x);
+                amx::two_pass_candidates(
+                    &tile[i * stride..i * stride + num_anchors],
+                    xn,
+                    anchor_norms,
+                    norms1,
+                    (2.0 * slack[i], TWO_PASS_ROUNDING),
+                    per_point,
+                    &mut scratch,
+                    &mut candidates,
+                );
+                amx::dots_of(x, packed, &candidates, &mut exact);
+                keys.clear();
+                keys.extend(candidates.iter().zip(&exact).map(|(&j, &d)| {
+                    let dist = (xn - 2.0 * d + anchor_norms[j as usize]).max(0.0);
+                    crate::linalg::order_key(dist, j)
+                }));
+                if per_point < keys.len() {
+                    keys.select_nth_unstable(per_point - 1);
+                    keys.truncate(per_point);
+                }
+                keys.sort_unstable();
+                let row = (c * TWO_PASS_ROWS + i) * per_point;
+                for (slot, &key) in keys.iter().enumerate() {
+                    ids[row + slot] = key_id(key);
+                    dists[row + slot] = key_dist(key);
+                }
+            }
+        }
+    })
+}
+
 /// Runs `rank` on blocks of `rows` points (`points`: (num_points, dim), row-major) in
 /// parallel, each with its rows of the ids and distances, each (num_points, per_point),
 /// row-major, which it returns.
@@ -172,9 +254,9 @@ impl Backend for CpuBackend {
     }
 
     /// `f32::EPSILON`, or [`amx::RANKING_ROUNDING`] where 8-bit anchors may rank on the
-    /// integer kernels (AMX, AVX-512 VNNI or AVX-VNNI).
+    /// integer kernels (AMX, AVX-512 VNNI, AVX-VNNI, or AVX2's two passes).
     fn ranking_rounding(&self) -> f32 {
-        if amx::available() {
+        if amx::available() || amx::two_pass_available() {
             amx::RANKING_ROUNDING
         } else {
             f32::EPSILON
@@ -190,15 +272,22 @@ impl Backend for CpuBackend {
     ) -> Result<Nearest> {
         let (num_points, num_anchors) = check_nearest_args(points, anchors, dim, per_point)?;
         let anchor_norms = row_norms_sq(anchors, dim);
-        // 8-bit anchors (an index's, by default) rank on AMX or VNNI where the CPU has it; the packing
+        // 8-bit anchors (an index's, by default) rank on AMX or VNNI where the CPU has it, and
+        // in two passes where AVX2 is the integer kernel and the picks are few; the packing
         // is cached, but hashing the anchors to find it costs about as much as ranking a few
         // dozen points the f32 way, so small calls keep the GEMM.
-        let packed = if amx::available() && num_points >= INTEGER_MIN_POINTS {
+        let two_pass = !amx::available()
+            && amx::two_pass_available()
+            && per_point * TWO_PASS_MAX_SHARE <= num_anchors;
+        let packed = if (amx::available() || two_pass) && num_points >= INTEGER_MIN_POINTS {
             amx::packed_anchors(anchors, num_anchors, dim)
         } else {
             None
         };
         let (ids, dists) = match packed {
+            Some(packed) if two_pass => {
+                two_pass_nearest(points, &packed, &anchor_norms, dim, per_point)
+            }
             None => gemm_nearest(
                 points,
                 anchors,
@@ -333,6 +422,74 @@ mod tests {
                         whole,
                         "per_point {per_point}, blocks of {rows} x {columns}"
                     );
+                }
+            }
+        }
+    }
+
+    /// Where a batch ranks in two passes (AVX2 without VNNI), it picks the anchors and
+    /// distances that the integer kernel's products of every anchor give, ties to the smaller
+    /// id: over dimensions 1 to 1,030, 8-bit and 4-bit anchors, anchors repeated (exact ties),
+    /// a zero point and points far from every anchor, and shares of picks up to the largest
+    /// it takes.
+    #[test]
+    fn two_pass_ranking_picks_what_every_anchors_products_pick() {
+        if !amx::two_pass_available() {
+            eprintln!("SKIPPED: the two-pass ranking runs only where AVX2 is the integer kernel (no VNNI or AMX here, or VLC_NO_AVX2_INT8 is set)");
+            return;
+        }
+        let mut rng = Rng::new(23);
+        for (dim, distinct, precision) in [
+            (1, 64, crate::AnchorPrecision::Int8),
+            (7, 100, crate::AnchorPrecision::Int8),
+            (65, 150, crate::AnchorPrecision::Int4),
+            (384, 520, crate::AnchorPrecision::Int8),
+            (1030, 70, crate::AnchorPrecision::Int8),
+        ] {
+            let raw: Vec<f32> = (0..distinct * dim).map(|_| rng.normal() as f32).collect();
+            let mut anchors =
+                crate::anchor_store::StoredAnchors::encode(&raw, dim, precision).decode(dim);
+            // The first 30 anchors again at the end: exact ties, the smaller id first.
+            anchors.extend_from_within(..30 * dim);
+            let num_anchors = anchors.len() / dim;
+            let packed =
+                amx::packed_anchors(&anchors, num_anchors, dim).expect("8- and 4-bit rows pack");
+            let norms = row_norms_sq(&anchors, dim);
+            // Points near anchors, one zero point, and every tenth far from all of them.
+            let num_points = 90;
+            let mut points = Vec::with_capacity(num_points * dim);
+            for p in 0..num_points {
+                let a = rng.below(num_anchors);
+                let spread = if p % 10 == 9 { 30.0 } else { 0.3 };
+                for t in 0..dim {
+                    let v = anchors[a * dim + t] + spread * rng.normal() as f32;
+                    points.push(if p == 4 { 0.0 } else { v });
+                }
+            }
+            for per_point in [1, 2, 3, num_anchors / TWO_PASS_MAX_SHARE] {
+                if per_point == 0 {
+                    continue;
+                }
+                let near = CpuBackend
+                    .nearest_anchors(&points, &anchors, dim, per_point)
+                    .unwrap();
+                let (mut tile, mut order) = (Vec::new(), Vec::new());
+                let mut want_ids = vec![0u32; per_point];
+                let mut want_dists = vec![0f32; per_point];
+                for i in 0..num_points {
+                    let x = &points[i * dim..(i + 1) * dim];
+                    amx::dots(x, 1, &packed, &mut tile);
+                    let xn = dot(x, x);
+                    let row: Vec<f32> = (0..num_anchors)
+                        .map(|j| (xn - 2.0 * tile[j] + norms[j]).max(0.0))
+                        .collect();
+                    select_smallest(&row, per_point, &mut want_ids, &mut want_dists, &mut order);
+                    let got = i * per_point..(i + 1) * per_point;
+                    let at =
+                        format!("dim {dim}, {num_anchors} anchors, {per_point} picks, point {i}");
+                    assert_eq!(near.ids[got.clone()], want_ids[..], "{at}");
+                    let bits = |d: &[f32]| d.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&near.dists[got]), bits(&want_dists), "{at}");
                 }
             }
         }
