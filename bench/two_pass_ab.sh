@@ -22,7 +22,7 @@ for round in 1 2; do
     [ "$mode" = gemm ] && env_set=(VLC_NO_AVX2_INT8=1)
     env "${env_set[@]}" target/release/vlc bench "$data" --peers "$out/faiss.jsonl" \
       --out "$out/${mode}_$round" --search-threads 1 --configs pcaq0.5,rabitq1 \
-      --nprobe 8 16 32 64 128 --probe-margin 1
+      --nprobe 8,16,32,64,128 --probe-margin 1
     echo "== $mode, round $round"
     python3 bench/pareto_margins.py "$out/${mode}_$round/results.jsonl" 6
   done
