@@ -159,24 +159,52 @@ fn anchor_ranking(c: &mut Criterion) {
         })
     });
     // What an index holds by default: 8-bit anchors, which rank on AMX tiles, AVX-512 VNNI or
-    // AVX-VNNI where the CPU has them (VLC_NO_AMX=1 VLC_NO_VNNI=1 give the GEMM path for comparison).
+    // AVX-VNNI where the CPU has them, or in two passes on AVX2 (VLC_NO_AMX=1 VLC_NO_VNNI=1
+    // VLC_NO_AVX2_INT8=1 give the GEMM path for comparison).
     let int8 = vlc::anchor_store::StoredAnchors::encode(&anchors, dim, vlc::AnchorPrecision::Int8)
         .decode(dim);
-    let name = format!(
-        "256 queries, nprobe 64, 8-bit anchors ({})",
-        match vlc::amx::kernel() {
-            Some(vlc::amx::Kernel::Amx) => "AMX",
-            Some(vlc::amx::Kernel::Vnni) => "AVX-512 VNNI",
-            Some(vlc::amx::Kernel::AvxVnni) => "AVX-VNNI",
-            // The AVX2 kernel ranks fewer than 16 rows only, never a batch. (A wildcard, so
-            // that bench/kernels_ab.sh builds this file against libraries without it.)
-            _ => "GEMM form, no AMX or VNNI",
-        }
-    );
-    g.bench_function(name, |b| {
+    let kernel = match vlc::amx::kernel() {
+        Some(vlc::amx::Kernel::Amx) => "AMX",
+        Some(vlc::amx::Kernel::Vnni) => "AVX-512 VNNI",
+        Some(vlc::amx::Kernel::AvxVnni) => "AVX-VNNI",
+        // On AVX2 without VNNI a batch ranks in two passes when it picks at most 1/16 of
+        // the anchors (64 of 1,024 here). (A wildcard, so that bench/kernels_ab.sh builds
+        // this file against libraries without it.)
+        _ if vlc::amx::few_rows_kernel().is_some() => "AVX2 two passes, no AMX or VNNI",
+        _ => "GEMM form, no integer kernel",
+    };
+    let name = format!("256 queries, nprobe 64, 8-bit anchors ({kernel})");
+    g.bench_function(&name, |b| {
         b.iter(|| {
             CpuBackend
                 .nearest_anchors(black_box(&queries), &int8, dim, 64)
+                .unwrap()
+        })
+    });
+    // Queries near their anchors, as an index's are (random ones are about equally far from
+    // every anchor, which leaves the two-pass ranking the most anchors to measure twice), at
+    // nprobe 8: the share of a search at few probes that the anchor ranking takes.
+    let near: Vec<f32> = (0..256 * dim)
+        .map(|t| {
+            let a = (t / dim * 37) % 1024;
+            anchors[a * dim + t % dim] + 0.5 * rng.normal() as f32
+        })
+        .collect();
+    g.bench_function(
+        "256 queries near anchors, nprobe 8, f32 anchors (GEMM form)",
+        |b| {
+            b.iter(|| {
+                CpuBackend
+                    .nearest_anchors(black_box(&near), &anchors, dim, 8)
+                    .unwrap()
+            })
+        },
+    );
+    let name = format!("256 queries near anchors, nprobe 8, 8-bit anchors ({kernel})");
+    g.bench_function(&name, |b| {
+        b.iter(|| {
+            CpuBackend
+                .nearest_anchors(black_box(&near), &int8, dim, 8)
                 .unwrap()
         })
     });
