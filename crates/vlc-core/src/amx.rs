@@ -920,9 +920,11 @@ unsafe fn dots_avx2(_: &[f32], _: usize, _: &PackedAnchors, _: &mut Vec<f32>) {
 /// Whether a batch's ranking runs in two passes here ([`coarse_dots`], then [`dots_of`] for
 /// the anchors near each query's cut-off): the AVX2 kernel is the one that runs
 /// ([`few_rows_kernel`], on CPUs with AVX2 and no VNNI) and its self-check passed. Its result is
-/// what [`dots`] on all anchors would rank, at about 0.45 times the f32 GEMM's time, where
-/// `dots` itself on AVX2 takes about 1.75 times it (a 256 x 1,024 x 384 block on an AMD EPYC
-/// Zen 3).
+/// what [`dots`] on all anchors would rank. On an AMD EPYC Zen 3 the first pass of a 256 x
+/// 1,024 x 384 block takes about 0.45 times the f32 GEMM's time, and `dots` itself on AVX2
+/// about 1.75 times it; with the second pass, 200 real queries at nprobe 8 rank in 0.65-0.8
+/// times the GEMM's time there, and in about the GEMM's time on a Sapphire Rapids Xeon run as
+/// an AVX2-only CPU (docs/benchmarks.md, "Two passes on AVX2").
 pub fn two_pass_available() -> bool {
     few_rows_kernel() == Some(Kernel::Avx2)
 }
