@@ -308,8 +308,10 @@ pub struct PackedAnchors {
     /// (zero-padded): the 4-way interleaved B layout of `TDPBSSD`.
     tiles: Vec<i8>,
     /// The levels again, one row after another, for measuring a few anchors of one query
-    /// ([`dots_of`]). Layout: (rows, steps · 64) int8, zero past each row's k values.
-    row_levels: Vec<i8>,
+    /// ([`dots_of`]); unpacked from `tiles` at the first such call, so machines that never
+    /// rank in two passes do not hold them twice. Layout: (rows, steps · 64) int8, zero past
+    /// each row's k values.
+    row_levels: std::sync::OnceLock<Vec<i8>>,
     /// Per row, `scale · Σ |levels|`: how far its product can move per unit of error in each
     /// query value ([`coarse_dots`]). Layout: (rows,).
     level_norms1: Vec<f32>,
@@ -329,13 +331,10 @@ impl PackedAnchors {
         let mut level_sums = vec![0i32; padded_rows];
         let mut levels = vec![0i8; steps * TILE_K];
         let mut tiles = vec![0i8; padded_rows * steps * TILE_K];
-        let row_len = steps * TILE_K;
-        let mut row_levels = vec![0i8; n * row_len];
         let mut level_norms1 = vec![0f32; n];
         for j in 0..n {
             scales[j] = integer_levels(&b[j * k..(j + 1) * k], &mut levels[..k])?;
             level_sums[j] = levels[..k].iter().map(|&l| l as i32).sum();
-            row_levels[j * row_len..j * row_len + k].copy_from_slice(&levels[..k]);
             let norm1: i64 = levels[..k].iter().map(|&l| (l as i64).abs()).sum();
             level_norms1[j] = scales[j] * norm1 as f32;
             let (g, col) = (j / TILE_ROWS, j % TILE_ROWS);
@@ -355,7 +354,7 @@ impl PackedAnchors {
             scales,
             level_sums,
             tiles,
-            row_levels,
+            row_levels: std::sync::OnceLock::new(),
             level_norms1,
         })
     }
@@ -368,6 +367,27 @@ impl PackedAnchors {
     /// Number of anchors.
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// The `row_levels` field: the levels row by row, unpacked from the tiles at the first call.
+    fn row_levels(&self) -> &[i8] {
+        self.row_levels.get_or_init(|| {
+            let row_len = self.steps * TILE_K;
+            let mut rows = vec![0i8; self.rows * row_len];
+            for (j, row) in rows.chunks_exact_mut(row_len).enumerate() {
+                let (g, col) = (j / TILE_ROWS, j % TILE_ROWS);
+                for s in 0..self.steps {
+                    for r in 0..TILE_ROWS {
+                        let tile_row = ((g * self.steps + s) * TILE_ROWS + r) * TILE_K;
+                        let at = s * TILE_K + 4 * r;
+                        row[at..at + 4].copy_from_slice(
+                            &self.tiles[tile_row + 4 * col..tile_row + 4 * col + 4],
+                        );
+                    }
+                }
+            }
+            rows
+        })
     }
 
     /// Per anchor, `scale · Σ |levels|` (its values' absolute sum, up to f32 rounding): the
@@ -960,9 +980,8 @@ fn coarse_query(x: &[f32], bytes: &mut [u8]) -> f32 {
     let cap = COARSE_OFFSET as f32;
     // The levels plus 64 are in 0..=128 and exact in f32: adding 64 before the conversion
     // is the same as after.
-    let offset = cap;
     for (&v, byte) in x.iter().zip(bytes.iter_mut()) {
-        *byte = (round_small((v * inverse).clamp(-cap, cap)) + offset) as u8;
+        *byte = (round_small((v * inverse).clamp(-cap, cap)) + cap) as u8;
     }
     s
 }
@@ -1103,11 +1122,12 @@ pub fn dots_of(x: &[f32], b: &PackedAnchors, which: &[u32], out: &mut Vec<f32>) 
     let row_len = b.steps * TILE_K;
     let (mut high, mut low) = (vec![0i8; row_len], vec![0i8; row_len]);
     let s = split_query_scalar(x, &mut high, &mut low);
+    let row_levels = b.row_levels();
     out.clear();
     for &j in which {
         let j = j as usize;
         assert!(j < b.rows, "anchor {j} of {}", b.rows);
-        let levels = &b.row_levels[j * row_len..(j + 1) * row_len];
+        let levels = &row_levels[j * row_len..(j + 1) * row_len];
         let (h, l) = piece_sums(&high, &low, levels);
         // [`combine`]'s operations, in its order.
         let sum = h as f32 + l as f32 * (1.0 / LOW_WEIGHT);

@@ -275,11 +275,7 @@ pub fn smallest_keys(values: &[f32], m: usize, keys: &mut Vec<u64>) {
                 .enumerate()
                 .map(|(j, &v)| order_key(v, j as u32)),
         );
-        if m < keys.len() {
-            keys.select_nth_unstable(m - 1);
-            keys.truncate(m);
-        }
-        keys.sort_unstable();
+        keep_smallest_keys(keys, m);
         return;
     }
     let mut running = SmallestKeys {
@@ -290,6 +286,15 @@ pub fn smallest_keys(values: &[f32], m: usize, keys: &mut Vec<u64>) {
     running.push(values, 0);
     running.finish();
     *keys = running.keys;
+}
+
+/// Keep the `m` smallest of `keys` ([`order_key`]s), smallest first.
+pub fn keep_smallest_keys(keys: &mut Vec<u64>, m: usize) {
+    if m < keys.len() {
+        keys.select_nth_unstable(m - 1);
+        keys.truncate(m);
+    }
+    keys.sort_unstable();
 }
 
 /// A running selection of the `m` smallest values of a row that arrives in segments (a

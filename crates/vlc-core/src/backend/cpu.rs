@@ -211,11 +211,7 @@ fn two_pass_nearest(
                     let dist = (xn - 2.0 * d + anchor_norms[j as usize]).max(0.0);
                     crate::linalg::order_key(dist, j)
                 }));
-                if per_point < keys.len() {
-                    keys.select_nth_unstable(per_point - 1);
-                    keys.truncate(per_point);
-                }
-                keys.sort_unstable();
+                crate::linalg::keep_smallest_keys(&mut keys, per_point);
                 let row = (c * TWO_PASS_ROWS + i) * per_point;
                 for (slot, &key) in keys.iter().enumerate() {
                     ids[row + slot] = key_id(key);
