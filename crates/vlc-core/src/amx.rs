@@ -474,6 +474,19 @@ unsafe fn dots_with(kernel: Kernel, a: &[f32], m: usize, b: &PackedAnchors, out:
     }
 }
 
+/// The buffers of a [`SplitQueries`]: `high`, `low` and `scales`.
+#[cfg(target_arch = "x86_64")]
+type SplitBuffers = (Vec<i8>, Vec<i8>, Vec<f32>);
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// The buffers of this thread's last [`SplitQueries`] of one tile of rows (at most
+    /// [`TILE_ROWS`] queries), kept for its next: a search of one query at a time then splits
+    /// each query without allocating.
+    static SPLIT_BUFFERS: std::cell::Cell<Option<SplitBuffers>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// The query rows of [`dots`] split for the integer kernels, `x ≈ s (high + low / 254)`.
 #[cfg(target_arch = "x86_64")]
 struct SplitQueries {
@@ -499,9 +512,24 @@ impl SplitQueries {
     ) -> SplitQueries {
         let (k, row_len) = (b.dim, b.steps * TILE_K);
         let padded_m = m.div_ceil(TILE_ROWS) * TILE_ROWS;
-        let mut high = vec![0i8; padded_m * row_len];
-        let mut low = vec![0i8; padded_m * row_len];
-        let mut scales = vec![0f32; padded_m];
+        let (mut high, mut low, mut scales) = if padded_m == TILE_ROWS {
+            SPLIT_BUFFERS
+                .try_with(|kept| kept.take())
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        } else {
+            Default::default()
+        };
+        for (buffer, len) in [
+            (&mut high, padded_m * row_len),
+            (&mut low, padded_m * row_len),
+        ] {
+            buffer.clear();
+            buffer.resize(len, 0);
+        }
+        scales.clear();
+        scales.resize(padded_m, 0.0);
         for i in 0..m {
             scales[i] = split(
                 &a[i * k..(i + 1) * k],
@@ -524,6 +552,22 @@ impl SplitQueries {
             *v ^= i8::MIN;
         }
         self
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Drop for SplitQueries {
+    /// Keeps one tile's buffers for the thread's next split ([`SPLIT_BUFFERS`]).
+    fn drop(&mut self) {
+        if self.scales.len() == TILE_ROWS {
+            let buffers = (
+                std::mem::take(&mut self.high),
+                std::mem::take(&mut self.low),
+                std::mem::take(&mut self.scales),
+            );
+            // Dropped while the thread is being torn down, the buffers are just freed.
+            let _ = SPLIT_BUFFERS.try_with(|kept| kept.set(Some(buffers)));
+        }
     }
 }
 
@@ -1116,19 +1160,29 @@ unsafe fn coarse_block<const Q: usize>(
 /// What [`dots`] gives for the query row `x` (finite values) against the anchors `which`,
 /// bit for bit, measured one anchor at a time: the second pass of a batch's ranking where
 /// [`two_pass_available`], for the anchors near a query's cut-off. `out` is resized to
-/// `which.len()`.
-pub fn dots_of(x: &[f32], b: &PackedAnchors, which: &[u32], out: &mut Vec<f32>) {
+/// `which.len()`; `pieces` is scratch, reused across rows.
+pub fn dots_of(
+    x: &[f32],
+    b: &PackedAnchors,
+    which: &[u32],
+    pieces: &mut QueryPieces,
+    out: &mut Vec<f32>,
+) {
     assert_eq!(x.len(), b.dim);
     let row_len = b.steps * TILE_K;
-    let (mut high, mut low) = (vec![0i8; row_len], vec![0i8; row_len]);
-    let s = split_query_scalar(x, &mut high, &mut low);
+    let QueryPieces { high, low } = pieces;
+    for piece in [&mut *high, &mut *low] {
+        piece.clear();
+        piece.resize(row_len, 0);
+    }
+    let s = split_query_scalar(x, high, low);
     let row_levels = b.row_levels();
     out.clear();
     for &j in which {
         let j = j as usize;
         assert!(j < b.rows, "anchor {j} of {}", b.rows);
         let levels = &row_levels[j * row_len..(j + 1) * row_len];
-        let (h, l) = piece_sums(&high, &low, levels);
+        let (h, l) = piece_sums(high, low, levels);
         // [`combine`]'s operations, in its order.
         let sum = h as f32 + l as f32 * (1.0 / LOW_WEIGHT);
         out.push(sum * (s * b.scales[j]));
@@ -1250,6 +1304,16 @@ unsafe fn at_most_avx2(values: &[f32], limit: f32, out: &mut Vec<u32>) -> usize 
         }
     }
     n
+}
+
+/// A query row's two 8-bit pieces in [`dots_of`], kept between rows so that their buffers
+/// are allocated once.
+#[derive(Default)]
+pub struct QueryPieces {
+    /// Layout: (the anchors' tile steps times 64,), zero past the row's values.
+    high: Vec<i8>,
+    /// Layout: as `high`.
+    low: Vec<i8>,
 }
 
 /// Scratch of [`two_pass_candidates`], reused across query rows.
@@ -1479,12 +1543,8 @@ unsafe fn dots_unchecked(a: &[f32], m: usize, b: &PackedAnchors, out: &mut Vec<f
     let row_len = steps * TILE_K;
     // The query pieces X₁ (high) and X₂ (low), (padded_m, row_len) int8 each, and s per row.
     // SAFETY: AVX-512F/BW are enabled for this function; the rows hold k <= row_len values.
-    let SplitQueries {
-        high,
-        low,
-        scales: query_scales,
-        ..
-    } = SplitQueries::new(a, m, b, |x, h, l| unsafe { split_query(x, h, l) });
+    let queries = SplitQueries::new(a, m, b, |x, h, l| unsafe { split_query(x, h, l) });
+    let (high, low, query_scales) = (&queries.high, &queries.low, &queries.scales);
     let padded_m = query_scales.len();
     let stride = b.padded_rows;
     out.clear();
@@ -1879,6 +1939,7 @@ mod tests {
     #[test]
     fn dots_of_gives_the_bits_of_dots() {
         let mut r = Rng::new(33);
+        let mut pieces = QueryPieces::default();
         for (m, n, k, precision) in [
             (2, 5, 1, AnchorPrecision::Int8),
             (3, 70, 65, AnchorPrecision::Int4),
@@ -1886,7 +1947,12 @@ mod tests {
             (2, 20, 1030, AnchorPrecision::Int8),
         ] {
             let mut a: Vec<f32> = (0..m * k).map(|_| r.normal() as f32).collect();
+            // A zero row first, and last where there are three: `pieces` then still holds
+            // the row before it (and, across cases, rows of other widths).
             a[..k].fill(0.0);
+            if m >= 3 {
+                a[(m - 1) * k..].fill(0.0);
+            }
             let b = stored_anchors(&mut r, n, k, precision);
             let packed = PackedAnchors::new(&b, n, k).expect("8-bit and 4-bit rows pack");
             // Every anchor, backwards, with one twice.
@@ -1898,7 +1964,13 @@ mod tests {
                 unsafe { dots_with(kernel, &a, m, &packed, &mut all) };
                 let mut some = Vec::new();
                 for i in 0..m {
-                    dots_of(&a[i * k..(i + 1) * k], &packed, &which, &mut some);
+                    dots_of(
+                        &a[i * k..(i + 1) * k],
+                        &packed,
+                        &which,
+                        &mut pieces,
+                        &mut some,
+                    );
                     for (&j, got) in which.iter().zip(&some) {
                         let want = all[i * packed.stride() + j as usize];
                         assert_eq!(

@@ -271,9 +271,17 @@ const SMALL_BATCH: usize = 16;
 /// slower at 128, 7 µs faster at 256, 1.9x faster at 1,024 and 3.9x at 16,384.
 pub(crate) const INTEGER_MIN_ANCHORS: usize = 256;
 
-/// Per-thread scratch reused across queries.
+/// Per-thread scratch reused across queries, calls and indexes (every buffer is cleared or
+/// resized where it is used): each thread keeps one ([`with_scratch`]), so that a search
+/// allocates nothing per query once its thread has searched before, but the neighbours it
+/// returns (`Index::search`; `Index::search_batch` writes into its result rows).
 #[derive(Default)]
 struct Scratch {
+    /// The query in the index's coordinates, where that differs from the query given
+    /// (cosine metric, or a centre). Layout: (dim,).
+    prepared: Vec<f32>,
+    /// The lists a query scans: (anchor, squared distance), nearest first.
+    probes: Vec<(u32, f32)>,
     primary: QueryState,
     refine: QueryState,
     dists: Vec<f32>,
@@ -297,6 +305,44 @@ struct Scratch {
     lut: QueryLut,
 }
 
+/// The lists each query of a block scans ([`Index::block_probes`]), all queries' in one
+/// buffer.
+struct BlockProbes {
+    /// (anchor, squared distance) per scanned list, nearest first within a query. Layout:
+    /// the rows of queries 0, 1, ... one after another.
+    lists: Vec<(u32, f32)>,
+    /// Query `i`'s row is `lists[offsets[i]..offsets[i + 1]]`. Layout: (num_queries + 1,).
+    offsets: Vec<usize>,
+}
+
+impl BlockProbes {
+    fn row(&self, i: usize) -> &[(u32, f32)] {
+        &self.lists[self.offsets[i]..self.offsets[i + 1]]
+    }
+}
+
+thread_local! {
+    /// This thread's [`Scratch`]: kept while the thread lives, so that its buffers, grown to
+    /// the largest query the thread has searched, are not allocated again for every query.
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's [`Scratch`], or with a fresh one where the thread's is in use
+/// (a rayon worker that waits inside `f` may run another search on the same thread) or gone
+/// (a search from a thread-local destructor).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    let mut f = Some(f);
+    let kept = SCRATCH.try_with(|cell| {
+        cell.try_borrow_mut()
+            .ok()
+            .map(|mut scratch| (f.take().expect("called once"))(&mut scratch))
+    });
+    match kept {
+        Ok(Some(result)) => result,
+        _ => (f.take().expect("not called yet"))(&mut Scratch::default()),
+    }
+}
+
 impl Index {
     /// The parameters a search of this index runs with ([`SearchParams::resolve`]).
     fn resolve_search(&self, params: &SearchParams) -> Result<SearchParams> {
@@ -318,33 +364,66 @@ impl Index {
     pub fn search(&self, query: &[f32], params: &SearchParams) -> Result<Vec<Neighbor>> {
         let params = &self.resolve_search(params)?;
         validate_vectors_for_metric(query, self.dim, "query", self.metric)?;
-        Ok(self.search_one(query, params, &mut Scratch::default()))
+        Ok(with_scratch(|scratch| {
+            self.search_one(query, params, scratch);
+            self.neighbors(scratch).collect()
+        }))
     }
 
     /// [`Index::search`] of a query already checked, with parameters already resolved:
-    /// the anchors ranked and the query rotated by dot products.
-    fn search_one(
-        &self,
-        query: &[f32],
-        params: &SearchParams,
-        scratch: &mut Scratch,
-    ) -> Vec<Neighbor> {
-        let q = self.prepare(query);
+    /// the anchors ranked and the query rotated by dot products. The neighbours are left in
+    /// `scratch` ([`Index::neighbors`]).
+    fn search_one(&self, query: &[f32], params: &SearchParams, scratch: &mut Scratch) {
+        let mut prepared = std::mem::take(&mut scratch.prepared);
+        let q = self.prepare_one(query, &mut prepared);
         let first = first_probes(params);
-        self.rank_anchors_one(&q, first, scratch);
-        let keys_to_probes = |order: &[u64]| -> Vec<(u32, f32)> {
-            order.iter().map(|&k| (key_id(k), key_dist(k))).collect()
+        self.rank_anchors_one(q, first, scratch);
+        let mut probes = std::mem::take(&mut scratch.probes);
+        let keys_to_probes = |order: &[u64], probes: &mut Vec<(u32, f32)>| {
+            probes.clear();
+            probes.extend(order.iter().map(|&k| (key_id(k), key_dist(k))));
         };
-        let mut probes = keys_to_probes(&scratch.order);
+        keys_to_probes(&scratch.order, &mut probes);
         let mut n = self.lists_to_scan(&probes, params);
         if n == first && first < params.nprobe {
             // The margin reaches past the first lists: select all nprobe.
             smallest_keys(&scratch.anchor_dists, params.nprobe, &mut scratch.order);
-            probes = keys_to_probes(&scratch.order);
+            keys_to_probes(&scratch.order, &mut probes);
             n = self.lists_to_scan(&probes, params);
         }
-        probes.truncate(n);
-        self.search_prepared(&q, None, &probes, params, scratch)
+        self.search_prepared(q, None, &probes[..n], params, scratch);
+        scratch.probes = probes;
+        scratch.prepared = prepared;
+    }
+
+    /// The neighbours the last search with `scratch` found, nearest first.
+    fn neighbors<'a>(&'a self, scratch: &'a Scratch) -> impl Iterator<Item = Neighbor> + 'a {
+        scratch.pool.iter().map(|c| Neighbor {
+            id: self.ids.get_in_list(c.anchor as usize, c.position()),
+            distance: c.dist().max(0.0),
+        })
+    }
+
+    /// Writes the neighbours the last search with `scratch` found into a result row (`ids`
+    /// and `dists`, each (k,), padded beyond what it found).
+    fn write_neighbors(&self, scratch: &Scratch, ids: &mut [i64], dists: &mut [f32]) {
+        for ((n, id), dist) in self.neighbors(scratch).zip(ids).zip(dists) {
+            *id = n.id as i64;
+            *dist = n.distance;
+        }
+    }
+
+    /// `query` (dim,) in the index's coordinates ([`Index::prepare_queries`]): `query` itself,
+    /// or its prepared copy in `buffer`.
+    fn prepare_one<'a>(&self, query: &'a [f32], buffer: &'a mut Vec<f32>) -> &'a [f32] {
+        let normalize = self.metric == crate::index::Metric::Cosine;
+        if !normalize && self.centre.is_none() {
+            return query;
+        }
+        buffer.clear();
+        buffer.extend_from_slice(query);
+        crate::vectors::prepare_row_in_place(buffer, normalize, self.centre.as_deref());
+        buffer
     }
 
     /// Search a batch (num_queries, dim) on all threads of the current rayon pool; anchor
@@ -378,18 +457,22 @@ impl Index {
             // the anchors and rotating the query by dot products. The GEMM paths pack every
             // anchor and the rotation on each call, which for one query took about 0.15 ms
             // of its 0.2 ms.
-            let write =
-                |scratch: &mut Scratch, (q, (ids, dists)): (&[f32], (&mut [i64], &mut [f32]))| {
-                    let hits = self.search_one(q, params, scratch);
-                    for (slot, n) in hits.into_iter().enumerate() {
-                        ids[slot] = n.id as i64;
-                        dists[slot] = n.distance;
-                    }
-                };
-            queries
-                .par_chunks(dim)
-                .zip(ids.par_chunks_mut(k).zip(distances.par_chunks_mut(k)))
-                .for_each_init(Scratch::default, write);
+            let write = |(q, (ids, dists)): (&[f32], (&mut [i64], &mut [f32]))| {
+                with_scratch(|scratch| {
+                    self.search_one(q, params, scratch);
+                    self.write_neighbors(scratch, ids, dists);
+                })
+            };
+            if nq == 1 {
+                // On the calling thread: the pool has nothing to share out, and handing the
+                // query to one of its threads only adds a wait for that thread.
+                write((queries, (&mut ids[..], &mut distances[..])));
+            } else {
+                queries
+                    .par_chunks(dim)
+                    .zip(ids.par_chunks_mut(k).zip(distances.par_chunks_mut(k)))
+                    .for_each(write);
+            }
             return Ok(SearchResults { k, ids, distances });
         }
         const BLOCK: usize = 4096;
@@ -402,24 +485,19 @@ impl Index {
             let start = b * BLOCK;
             let ids = &mut ids[start * k..(start + m) * k];
             let distances = &mut distances[start * k..(start + m) * k];
-            let search_one =
-                |scratch: &mut Scratch, (i, (ids, dists)): (usize, (&mut [i64], &mut [f32]))| {
-                    let q = &prepared[i * dim..(i + 1) * dim];
-                    let probes = &probes[i];
-                    let rq = rotated.as_ref().map(|(r, w)| &r[i * w..(i + 1) * w]);
-                    for (slot, n) in self
-                        .search_prepared(q, rq, probes, params, scratch)
-                        .into_iter()
-                        .enumerate()
-                    {
-                        ids[slot] = n.id as i64;
-                        dists[slot] = n.distance;
-                    }
-                };
+            let search_one = |(i, (ids, dists)): (usize, (&mut [i64], &mut [f32]))| {
+                let q = &prepared[i * dim..(i + 1) * dim];
+                let probes = probes.row(i);
+                let rq = rotated.as_ref().map(|(r, w)| &r[i * w..(i + 1) * w]);
+                with_scratch(|scratch| {
+                    self.search_prepared(q, rq, probes, params, scratch);
+                    self.write_neighbors(scratch, ids, dists);
+                })
+            };
             ids.par_chunks_mut(k)
                 .zip(distances.par_chunks_mut(k))
                 .enumerate()
-                .for_each_init(Scratch::default, search_one);
+                .for_each(search_one);
         }
         Ok(SearchResults { k, ids, distances })
     }
@@ -434,41 +512,60 @@ impl Index {
         prepared: &[f32],
         params: &SearchParams,
         backend: &dyn Backend,
-    ) -> Result<Vec<Vec<(u32, f32)>>> {
+    ) -> Result<BlockProbes> {
         let dim = self.dim;
-        let rows = |near: &crate::backend::Nearest, i: usize| -> Vec<(u32, f32)> {
+        let row = |near: &crate::backend::Nearest, i: usize, out: &mut Vec<(u32, f32)>| {
             let m = near.per_point;
-            (0..m)
-                .map(|j| (near.ids[i * m + j], near.dists[i * m + j]))
-                .collect()
+            out.extend((0..m).map(|j| (near.ids[i * m + j], near.dists[i * m + j])));
         };
         let first = first_probes(params);
         let near = backend.nearest_anchors(prepared, &self.anchors, dim, first)?;
+        let num_queries = prepared.len() / dim;
+        let mut probes = BlockProbes {
+            lists: Vec::with_capacity(num_queries * first),
+            offsets: Vec::with_capacity(num_queries + 1),
+        };
+        probes.offsets.push(0);
+        // Queries whose margin reaches past the first lists.
         let mut again = Vec::new();
-        let mut probes: Vec<Vec<(u32, f32)>> = (0..prepared.len() / dim)
-            .map(|i| {
-                let mut row = rows(&near, i);
-                let n = self.lists_to_scan(&row, params);
-                if n == first && first < params.nprobe {
-                    again.push(i);
-                }
-                row.truncate(n);
-                row
-            })
-            .collect();
-        if !again.is_empty() {
-            let points: Vec<f32> = again
-                .iter()
-                .flat_map(|&i| prepared[i * dim..(i + 1) * dim].iter().copied())
-                .collect();
-            let near = backend.nearest_anchors(&points, &self.anchors, dim, params.nprobe)?;
-            for (r, &i) in again.iter().enumerate() {
-                let mut row = rows(&near, r);
-                row.truncate(self.lists_to_scan(&row, params));
-                probes[i] = row;
+        for i in 0..num_queries {
+            let start = probes.lists.len();
+            row(&near, i, &mut probes.lists);
+            let n = self.lists_to_scan(&probes.lists[start..], params);
+            if n == first && first < params.nprobe {
+                again.push(i);
             }
+            probes.lists.truncate(start + n);
+            probes.offsets.push(probes.lists.len());
         }
-        Ok(probes)
+        if again.is_empty() {
+            return Ok(probes);
+        }
+        let points: Vec<f32> = again
+            .iter()
+            .flat_map(|&i| prepared[i * dim..(i + 1) * dim].iter().copied())
+            .collect();
+        let near = backend.nearest_anchors(&points, &self.anchors, dim, params.nprobe)?;
+        // Rebuilt with the rows ranked again in place of the first ones.
+        let mut rebuilt = BlockProbes {
+            lists: Vec::with_capacity(probes.lists.len() + again.len() * params.nprobe),
+            offsets: Vec::with_capacity(num_queries + 1),
+        };
+        rebuilt.offsets.push(0);
+        let mut ranked_again = again.iter().enumerate().peekable();
+        for i in 0..num_queries {
+            match ranked_again.next_if(|&(_, &q)| q == i) {
+                Some((r, _)) => {
+                    let start = rebuilt.lists.len();
+                    row(&near, r, &mut rebuilt.lists);
+                    let n = self.lists_to_scan(&rebuilt.lists[start..], params);
+                    rebuilt.lists.truncate(start + n);
+                }
+                None => rebuilt.lists.extend_from_slice(probes.row(i)),
+            }
+            rebuilt.offsets.push(rebuilt.lists.len());
+        }
+        Ok(rebuilt)
     }
 
     /// The prefix of `probes` (anchor, squared distance), nearest first, that a query scans:
@@ -483,10 +580,6 @@ impl Index {
                 (self.list_offsets[a + 1] - self.list_offsets[a]) as usize
             },
         )
-    }
-
-    fn prepare(&self, query: &[f32]) -> Vec<f32> {
-        self.prepare_queries(query).into_owned()
     }
 
     /// Fill `scratch.order` with the keys of the `nprobe` nearest anchors and
@@ -534,7 +627,8 @@ impl Index {
             .as_deref()
     }
 
-    /// `rotated`: `q` already in the codec's basis, when the batch computed it.
+    /// `rotated`: `q` already in the codec's basis, when the batch computed it. The neighbours
+    /// are left in `scratch` ([`Index::neighbors`]).
     fn search_prepared(
         &self,
         q: &[f32],
@@ -542,7 +636,7 @@ impl Index {
         probes: &[(u32, f32)],
         params: &SearchParams,
         scratch: &mut Scratch,
-    ) -> Vec<Neighbor> {
+    ) {
         let pool_size = self.pool_size(params);
         self.begin_query(q, rotated, scratch);
         for &(anchor, anchor_dist) in probes {
@@ -626,14 +720,9 @@ impl Index {
         }
     }
 
-    /// Rescore the pool with the second stage (when there is one) and return the top k.
-    fn finish_query(
-        &self,
-        q: &[f32],
-        pool_size: usize,
-        k: usize,
-        scratch: &mut Scratch,
-    ) -> Vec<Neighbor> {
+    /// Rescore the pool with the second stage (when there is one) and leave the top k in it,
+    /// nearest first.
+    fn finish_query(&self, q: &[f32], pool_size: usize, k: usize, scratch: &mut Scratch) {
         if scratch.pool.len() > pool_size {
             shrink_pool(&mut scratch.pool, pool_size);
         }
@@ -706,13 +795,6 @@ impl Index {
             found.truncate(k);
         }
         found.sort_unstable();
-        found
-            .iter()
-            .map(|c| Neighbor {
-                id: self.ids.get_in_list(c.anchor as usize, c.position()),
-                distance: c.dist().max(0.0),
-            })
-            .collect()
     }
 }
 

@@ -5,6 +5,11 @@ use crate::index::Metric;
 use rayon::prelude::*;
 use std::borrow::Cow;
 
+/// Values from which the row checks run on rayon's threads: below it (a query, a few
+/// queries) a check takes a few microseconds on the calling thread, less than handing it to
+/// the pool and waiting for a worker to wake and take it.
+const PARALLEL_CHECK_MIN: usize = 1 << 16;
+
 /// Check that `data` is a non-empty (n, dim) row-major buffer of finite values. Errors name
 /// the first offending row and column.
 pub fn validate_vectors(data: &[f32], dim: usize, what: &str) -> Result<()> {
@@ -40,9 +45,12 @@ pub fn validate_vectors_for_metric(
 /// from `first_row`. A row so short that its squared length rounds to 0 in f32 (every value
 /// below about 1e-19 in size) counts as zero: normalising could not give it a direction.
 fn check_nonzero(data: &[f32], dim: usize, first_row: usize, what: &str) -> Result<()> {
-    let zero = data
-        .par_chunks(dim)
-        .position_first(|row| crate::linalg::dot(row, row) == 0.0);
+    let is_zero = |row: &[f32]| crate::linalg::dot(row, row) == 0.0;
+    let zero = if data.len() < PARALLEL_CHECK_MIN {
+        data.chunks(dim).position(is_zero)
+    } else {
+        data.par_chunks(dim).position_first(is_zero)
+    };
     match zero {
         Some(row) => Err(VlcError::ZeroVector {
             what: what.to_string(),
@@ -73,9 +81,12 @@ fn check_whole_rows(data: &[f32], dim: usize, what: &str) -> Result<()> {
 /// Check that every value of `data` (rows, dim), row-major, is finite; an error names the first
 /// offending row (counted from `first_row`, the row number of `data`'s first row) and column.
 fn check_finite(data: &[f32], dim: usize, first_row: usize, what: &str) -> Result<()> {
-    let bad = data
-        .par_chunks(dim)
-        .position_first(|row| row.iter().any(|v| !v.is_finite()));
+    let non_finite = |row: &[f32]| row.iter().any(|v| !v.is_finite());
+    let bad = if data.len() < PARALLEL_CHECK_MIN {
+        data.chunks(dim).position(non_finite)
+    } else {
+        data.par_chunks(dim).position_first(non_finite)
+    };
     if let Some(row) = bad {
         let column = data[row * dim..(row + 1) * dim]
             .iter()
@@ -123,6 +134,19 @@ pub fn prepare_rows<'a>(
     let mut out = rows.to_vec();
     prepare_rows_in_place(&mut out, dim, normalize, centre);
     Cow::Owned(out)
+}
+
+/// [`prepare_rows`] of one row (dim,), in place and on the calling thread.
+pub(crate) fn prepare_row_in_place(row: &mut [f32], normalize: bool, centre: Option<&[f32]>) {
+    if normalize {
+        let norm = crate::linalg::dot(row, row).sqrt();
+        if norm > 0.0 {
+            row.iter_mut().for_each(|v| *v /= norm);
+        }
+    }
+    if let Some(centre) = centre {
+        row.iter_mut().zip(centre).for_each(|(v, c)| *v -= c);
+    }
 }
 
 /// [`prepare_rows`] in place.

@@ -148,6 +148,82 @@ fn batch_matches_single_query_search() {
     }
 }
 
+/// Each thread keeps its search buffers from one query to the next, whatever the index: a
+/// search right after searches of other indexes (other dims, codecs, metrics, pool sizes)
+/// gives the bits a thread that never searched before gives.
+#[test]
+fn a_search_carries_nothing_over_from_other_indexes() {
+    let build = |dim: usize, codec, refine, metric, seed| {
+        let data = clustered(3000, dim, 12, 0.5, seed);
+        let params = BuildParams::default()
+            .with_codec(codec)
+            .with_refine(refine)
+            .with_metric(metric)
+            .with_num_anchors(24);
+        let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+        let queries = queries_near(&data, dim, 40, 0.3, seed + 1);
+        (index, queries)
+    };
+    let indexes = [
+        build(48, CodecKind::PcaRaBitQ, None, Metric::L2, 31),
+        build(
+            20,
+            CodecKind::RaBitQ1,
+            Some(CodecKind::Sq8),
+            Metric::Cosine,
+            33,
+        ),
+        build(33, CodecKind::Sq4, None, Metric::L2, 35),
+        build(48, CodecKind::RaBitQ3, None, Metric::L2, 37),
+    ];
+    let params = |i: usize| SearchParams {
+        k: 5 + 3 * i,
+        nprobe: 3 + 2 * i,
+        rerank: [0, 200, 7, 60][i],
+        probe_margin: (i % 2 == 1).then_some(1.5),
+    };
+    // Each index on a thread of its own that has searched nothing else: one query at a time,
+    // a small batch and a large one.
+    let search_all = |index: &Index, queries: &[f32], p: &SearchParams| {
+        let dim = index.dim();
+        let singles: Vec<Vec<(u32, u32)>> = queries
+            .chunks(dim)
+            .map(|q| {
+                let hits = index.search(q, p).unwrap();
+                hits.iter().map(|n| (n.id, n.distance.to_bits())).collect()
+            })
+            .collect();
+        let few = index
+            .search_batch(&queries[..5 * dim], p, &CpuBackend)
+            .unwrap();
+        let all = index.search_batch(queries, p, &CpuBackend).unwrap();
+        (singles, few.ids, few.distances, all.ids, all.distances)
+    };
+    let fresh: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = indexes
+            .iter()
+            .enumerate()
+            .map(|(i, (index, queries))| s.spawn(move || search_all(index, queries, &params(i))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Then all of them on this thread, in turns, forwards and backwards.
+    for round in 0..2 {
+        let order: Vec<usize> = match round {
+            0 => (0..indexes.len()).collect(),
+            _ => (0..indexes.len()).rev().collect(),
+        };
+        for i in order {
+            let (index, queries) = &indexes[i];
+            let got = search_all(index, queries, &params(i));
+            assert!(
+                got == fresh[i],
+                "round {round}, index {i}: results differ from a fresh thread's"
+            );
+        }
+    }
+}
+
 /// From 256 anchors in 8-bit form, one query's anchor ranking runs on the integer kernel
 /// where one is available, as a batch's does on the CPU backend, so a query gets the same
 /// lists, candidates and distances alone as in a batch large enough for that path (64 queries

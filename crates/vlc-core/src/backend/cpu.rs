@@ -187,6 +187,7 @@ fn two_pass_nearest(
         let (mut tile, mut slack) = (Vec::new(), Vec::new());
         let (mut scratch, mut keys) = (amx::CandidateScratch::default(), Vec::new());
         let (mut candidates, mut exact) = (Vec::new(), Vec::new());
+        let mut pieces = amx::QueryPieces::default();
         // A few rows at a time, so that their coarse distances are still in cache when each
         // row's candidates are picked from them.
         for (c, chunk) in block.chunks(TWO_PASS_ROWS * dim).enumerate() {
@@ -205,7 +206,7 @@ fn two_pass_nearest(
                     &mut scratch,
                     &mut candidates,
                 );
-                amx::dots_of(x, packed, &candidates, &mut exact);
+                amx::dots_of(x, packed, &candidates, &mut pieces, &mut exact);
                 keys.clear();
                 keys.extend(candidates.iter().zip(&exact).map(|(&j, &d)| {
                     let dist = (xn - 2.0 * d + anchor_norms[j as usize]).max(0.0);
