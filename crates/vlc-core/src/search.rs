@@ -361,6 +361,12 @@ impl Index {
 
     /// Search one query (dim,). Results nearest first; fewer than k when the probed lists (or
     /// the index) hold fewer vectors.
+    ///
+    /// Runs on the calling thread and allocates only the returned neighbours: each thread
+    /// keeps its search buffers (the candidate pool, the query's tables, every anchor's
+    /// distance) from one search to the next, whatever the index, sized by the largest
+    /// search it has run. [`Index::search_batch`] keeps them the same way on each of its
+    /// threads.
     pub fn search(&self, query: &[f32], params: &SearchParams) -> Result<Vec<Neighbor>> {
         let params = &self.resolve_search(params)?;
         validate_vectors_for_metric(query, self.dim, "query", self.metric)?;

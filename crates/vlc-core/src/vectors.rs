@@ -5,9 +5,9 @@ use crate::index::Metric;
 use rayon::prelude::*;
 use std::borrow::Cow;
 
-/// Values from which the row checks run on rayon's threads: below it (a query, a few
-/// queries) a check takes a few microseconds on the calling thread, less than handing it to
-/// the pool and waiting for a worker to wake and take it.
+/// Values from which the row checks run on rayon's threads. Below it (a query, a few
+/// queries) a check takes microseconds on the calling thread, and handing it to the pool
+/// would only add a wait for one of the pool's threads.
 const PARALLEL_CHECK_MIN: usize = 1 << 16;
 
 /// Check that `data` is a non-empty (n, dim) row-major buffer of finite values. Errors name
