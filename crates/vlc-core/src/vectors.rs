@@ -111,12 +111,8 @@ pub fn normalize_rows(data: &[f32], dim: usize) -> Vec<f32> {
 
 /// Scale every row of `data` (n, dim), row-major, to unit length in place (zero rows stay zero).
 pub fn normalize_rows_in_place(data: &mut [f32], dim: usize) {
-    data.par_chunks_mut(dim).for_each(|row| {
-        let norm = crate::linalg::dot(row, row).sqrt();
-        if norm > 0.0 {
-            row.iter_mut().for_each(|v| *v /= norm);
-        }
-    });
+    data.par_chunks_mut(dim)
+        .for_each(|row| prepare_row_in_place(row, true, None));
 }
 
 /// Rows (n, dim), row-major, in an index's coordinates: scaled to unit length when
@@ -156,13 +152,9 @@ pub(crate) fn prepare_rows_in_place(
     normalize: bool,
     centre: Option<&[f32]>,
 ) {
-    if normalize {
-        normalize_rows_in_place(rows, dim);
-    }
-    if let Some(centre) = centre {
-        rows.par_chunks_mut(dim).for_each(|row| {
-            row.iter_mut().zip(centre).for_each(|(v, c)| *v -= c);
-        });
+    if normalize || centre.is_some() {
+        rows.par_chunks_mut(dim)
+            .for_each(|row| prepare_row_in_place(row, normalize, centre));
     }
 }
 
