@@ -254,6 +254,26 @@ fn query_rotation(c: &mut Criterion) {
     g.finish();
 }
 
+/// `pcaq`'s rotation of one query (a search call of one query): the (dim, dim) basis times
+/// one vector, by [`vlc::simd::matrix_vector`]'s scalar reference (one dot product per row,
+/// as `rotate_query` did before session 54) and by this CPU's kernel (rows side by side).
+fn one_query_rotation(c: &mut Criterion) {
+    let mut rng = Rng::new(3);
+    let mut g = c.benchmark_group("query rotation, 1 query");
+    for dim in [384usize, 768, 1536] {
+        let basis: Vec<f32> = (0..dim * dim).map(|_| rng.normal() as f32).collect();
+        let query: Vec<f32> = (0..dim).map(|_| rng.normal() as f32).collect();
+        let mut out = vec![0f32; dim];
+        g.bench_function(BenchmarkId::new("matrix_vector scalar", dim), |b| {
+            b.iter(|| vlc::simd::matrix_vector_scalar(&basis, dim, black_box(&query), &mut out))
+        });
+        g.bench_function(BenchmarkId::new("matrix_vector", dim), |b| {
+            b.iter(|| vlc::simd::matrix_vector(&basis, dim, black_box(&query), &mut out))
+        });
+    }
+    g.finish();
+}
+
 /// Looking up the ids of a search's results: 1,000 random list positions of 60,000 ids in
 /// 1,024 lists (the dev set's shape) and of 1,000,000 in 4,096, packed at the largest id's
 /// width against Elias-Fano per list.
@@ -415,6 +435,7 @@ criterion_group!(
     scan_kernels,
     anchor_ranking,
     query_rotation,
+    one_query_rotation,
     id_lookup,
     encoding,
     small_batches

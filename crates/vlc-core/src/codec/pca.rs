@@ -982,15 +982,12 @@ impl PcaRaBitQ {
         self.dim_bits[i] as u32 - 1 - stage1_covered(&self.stage1_planes, i) as u32
     }
 
-    /// `P q`, zero-padded to ⌈D/8⌉·8 entries.
+    /// `P q`, zero-padded to ⌈D/8⌉·8 entries, for one query (rows side by side, see
+    /// [`crate::simd::matrix_vector`]).
     pub fn rotate_query(&self, query: &[f32], out: &mut Vec<f32>) {
         out.clear();
-        out.extend(
-            self.rotation
-                .chunks_exact(self.dim)
-                .map(|row| dot(row, query)),
-        );
         out.resize(self.nb() * 8, 0.0);
+        crate::simd::matrix_vector(&self.rotation, self.dim, query, &mut out[..self.active]);
     }
 
     /// `P q` for a block of queries (m, dim) with one GEMM. Layout: (m, active), row-major.

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One search call per query (`vlc eval --batch-size 1 --threads 1`, as an application that
+# answers its users one at a time asks) and all queries in one call, with the `vlc` of
+# BASE_REV and of this checkout, on one index (built by this checkout's `vlc` with
+# BUILD_ARGS; both versions read it). Rounds alternate A, B, A, B, since a shared machine's
+# speed drifts within minutes; recall must agree, QPS is what is compared. BASE_REV is checked
+# out once in a git worktree under ${TMPDIR:-/tmp} (kept, with its build, for reruns).
+# Usage: bash bench/eval_ab.sh BASE_REV DATASET_DIR "NPROBES" [BUILD_ARGS...]
+# e.g.   bash bench/eval_ab.sh 41f662f ../shared/data/debian-minilm 16,64 --codec pcaq1
+set -euo pipefail
+base=${1:?usage: bench/eval_ab.sh BASE_REV DATASET_DIR NPROBES [BUILD_ARGS...]}
+data=${2:?give the dataset directory (base.npy, query.npy or queries.npy, groundtruth.npy)}
+nprobe=${3:?give the nprobe values, e.g. 16,64}
+shift 3
+args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--codec pcaq1)
+cd "$(dirname "$0")/.."
+tree="${TMPDIR:-/tmp}/vlc-eval-$(git rev-parse --short "$base")"
+[ -d "$tree" ] || git worktree add -q --detach "$tree" "$base"
+(cd "$tree" && cargo build --release -q -p vlc-cli)
+cargo build --release -q -p vlc-cli
+A="$tree/target/release/vlc"; B=target/release/vlc
+q=$data/query.npy; [ -f "$q" ] || q=$data/queries.npy
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+echo "$(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "A = $base, B = $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')"
+$B build "$data/base.npy" -o "$T/i.vlc" "${args[@]}" --backend cpu -q | grep -E "anchors|codec|file"
+for round in 1 2 3; do
+  for side in A B; do
+    v=$A; [ $side = B ] && v=$B
+    for batch in 1 all; do
+      size=(); [ $batch = 1 ] && size=(--batch-size 1)
+      echo "== $side, round $round, queries per call: $batch"
+      $v eval "$T/i.vlc" --queries "$q" --groundtruth "$data/groundtruth.npy" \
+        --nprobe "$nprobe" --threads 1 --repeat 3 "${size[@]}" | sed -n '3,$p'
+    done
+  done
+done
