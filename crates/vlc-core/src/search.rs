@@ -291,8 +291,10 @@ struct Scratch {
     /// Distance a candidate must beat to enter `pool`.
     worst: f32,
     anchor_dists: Vec<f32>,
-    /// The integer kernel's dot products with every anchor. Layout: (rows, anchors rounded
-    /// up to 32), row-major, of which row 0 is the query's (see [`crate::amx::dots`]).
+    /// The query's dot products with every anchor: the integer kernel's, layout (rows,
+    /// anchors rounded up to 32), row-major, of which row 0 is the query's (see
+    /// [`crate::amx::dots`]); or [`crate::simd::matrix_vector`]'s on the f32 anchors,
+    /// layout (num_anchors,).
     anchor_dots: Vec<f32>,
     /// The probed anchors as [`order_key`]s of (distance, anchor), nearest first.
     order: Vec<u64>,
@@ -612,12 +614,20 @@ impl Index {
                         .map(|(&d, cn)| (qn - 2.0 * d + cn).max(0.0)),
                 );
             }
-            None => scratch.anchor_dists.extend(
-                self.anchors
-                    .chunks_exact(dim)
-                    .zip(&self.anchor_norms)
-                    .map(|(c, cn)| (qn - 2.0 * crate::linalg::dot(q, c) + cn).max(0.0)),
-            ),
+            None => {
+                // The anchors' dot products side by side (f32 anchors, or no integer kernel
+                // here: NEON, or fewer than INTEGER_MIN_ANCHORS anchors).
+                scratch.anchor_dots.clear();
+                scratch.anchor_dots.resize(self.num_anchors(), 0.0);
+                crate::simd::matrix_vector(&self.anchors, dim, q, &mut scratch.anchor_dots);
+                scratch.anchor_dists.extend(
+                    scratch
+                        .anchor_dots
+                        .iter()
+                        .zip(&self.anchor_norms)
+                        .map(|(&d, cn)| (qn - 2.0 * d + cn).max(0.0)),
+                );
+            }
         }
         smallest_keys(&scratch.anchor_dists, nprobe, &mut scratch.order);
     }
