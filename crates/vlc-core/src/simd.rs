@@ -244,12 +244,7 @@ unsafe fn dot16_avx2(
 /// query is rotated. The SIMD kernels take eight rows at a time, so that their sums run side
 /// by side instead of each waiting on its own chain of additions.
 pub fn matrix_vector(matrix: &[f32], cols: usize, x: &[f32], out: &mut [f32]) {
-    assert_eq!(x.len(), cols, "x holds one value per column");
-    assert_eq!(
-        matrix.len(),
-        out.len() * cols,
-        "the matrix holds out.len() rows of cols values"
-    );
+    check_matrix_vector(matrix, cols, x, out);
     #[cfg(target_arch = "x86_64")]
     if level() == SimdLevel::Avx2 {
         // SAFETY: AVX2 and FMA were detected at run time; the shapes were checked above.
@@ -265,15 +260,20 @@ pub fn matrix_vector(matrix: &[f32], cols: usize, x: &[f32], out: &mut [f32]) {
 
 /// Scalar reference of [`matrix_vector`]: one dot product per row.
 pub fn matrix_vector_scalar(matrix: &[f32], cols: usize, x: &[f32], out: &mut [f32]) {
+    check_matrix_vector(matrix, cols, x, out);
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = crate::linalg::dot(&matrix[r * cols..(r + 1) * cols], x);
+    }
+}
+
+/// [`matrix_vector`]'s shapes: `x` (cols,), `matrix` (out.len(), cols).
+fn check_matrix_vector(matrix: &[f32], cols: usize, x: &[f32], out: &[f32]) {
     assert_eq!(x.len(), cols, "x holds one value per column");
     assert_eq!(
         matrix.len(),
         out.len() * cols,
         "the matrix holds out.len() rows of cols values"
     );
-    for (r, o) in out.iter_mut().enumerate() {
-        *o = crate::linalg::dot(&matrix[r * cols..(r + 1) * cols], x);
-    }
 }
 
 /// Rows side by side in [`matrix_vector`]'s SIMD kernels.
@@ -300,7 +300,7 @@ unsafe fn matrix_vector_avx2(matrix: &[f32], cols: usize, x: &[f32], out: &mut [
 }
 
 /// [`matrix_vector`] of `rows` (N, x.len()) into `out` (N,), one 8-lane accumulator per row;
-/// the columns past the last multiple of 8 are added one at a time, in order.
+/// the columns past the last multiple of 8 are added by [`crate::linalg::dot`].
 ///
 /// # Safety
 /// AVX2 and FMA must be available; `rows` holds N rows of `x.len()` values.
@@ -324,14 +324,11 @@ unsafe fn rows_avx2<const N: usize>(rows: &[f32], x: &[f32], out: &mut [f32]) {
         acc.map(|a| sum_lanes_avx2(a))
     };
     for (r, (o, s)) in out.iter_mut().zip(sums).enumerate() {
-        *o = s + tail_dot(&rows[r * cols..(r + 1) * cols], x, chunks * 8);
+        *o = s + crate::linalg::dot(
+            &rows[r * cols + chunks * 8..(r + 1) * cols],
+            &x[chunks * 8..],
+        );
     }
-}
-
-/// Σ row[j] · x[j] for the columns from `from` on, in order: the tail a SIMD kernel leaves.
-#[inline(always)]
-fn tail_dot(row: &[f32], x: &[f32], from: usize) -> f32 {
-    row[from..].iter().zip(&x[from..]).map(|(m, v)| m * v).sum()
 }
 
 /// Σ `weights[i] · v[i]`, `v` being f32 values stored little-endian in `bytes` (four bytes
@@ -780,7 +777,7 @@ unsafe fn matrix_vector_neon(matrix: &[f32], cols: usize, x: &[f32], out: &mut [
 }
 
 /// [`matrix_vector`] of `rows` (N, x.len()) into `out` (N,), one 4-lane accumulator per row;
-/// the columns past the last multiple of 4 are added one at a time, in order.
+/// the columns past the last multiple of 4 are added by [`crate::linalg::dot`].
 ///
 /// # Safety
 /// `rows` holds N rows of `x.len()` values.
@@ -803,7 +800,10 @@ unsafe fn rows_neon<const N: usize>(rows: &[f32], x: &[f32], out: &mut [f32]) {
         acc.map(|a| vaddvq_f32(a))
     };
     for (r, (o, s)) in out.iter_mut().zip(sums).enumerate() {
-        *o = s + tail_dot(&rows[r * cols..(r + 1) * cols], x, chunks * 4);
+        *o = s + crate::linalg::dot(
+            &rows[r * cols + chunks * 4..(r + 1) * cols],
+            &x[chunks * 4..],
+        );
     }
 }
 
