@@ -135,15 +135,19 @@ fn project_out_rows(rows: &mut [f64], basis: &[f64], dim: usize, scratch: &mut V
 /// Orthonormalise the rows of `rows` (count, dim), row-major, in order (Gram–Schmidt in f64:
 /// row `i` keeps its component orthogonal to rows `0..i`, normalised), so rows that are close to
 /// orthonormal come back orthonormal to f32 rounding and barely moved. Deterministic: the
-/// arithmetic of each row is fixed whatever the thread count. `Err(i)` if row `i` has less
+/// arithmetic of each row is fixed whatever the thread count (`matrixmultiply` picks its
+/// kernels by the CPU's features, so a CPU with FMA and one without may round the f64 sums
+/// differently, which can move an f32 entry by a unit in the last place). `Err(i)` if row `i` has less
 /// than half of its length outside the rows before it (the rows are not close to orthonormal).
 ///
 /// Rows are finished in blocks of 128: a block is first projected against every finished row
 /// ([`project_out_rows`]: two f64 GEMMs per task of 64 rows, the tasks in parallel), then in
 /// pieces of 16 rows, each projected against the block's rows before it (two GEMMs) and its
-/// rows then one after another against the piece's earlier rows. Reading a `pcaq` index runs
-/// this on its stored rotation (up to dim x dim): 1,536 x 1,536 took 0.8-0.9 s on a 2-core AMD
-/// EPYC with one dot product per pair of rows (`bench/results/orthonormalize_session55.log`).
+/// rows then one after another against the piece's earlier rows. Opening a `pcaq` index runs
+/// this on its stored rotation (up to dim x dim): on a 2-core AMD EPYC, 1,536 x 1,536 took
+/// 2.7-2.9 s on one thread and 1.1-1.7 s on two with one dot product per pair of rows, and
+/// takes 0.42-0.49 and 0.27-0.37 s this way (`bash bench/open_ab.sh`, session 55's logs
+/// `bench/results/open_ab_*_session55.log`).
 pub fn orthonormalize_rows(rows: &mut [f32], dim: usize) -> std::result::Result<(), usize> {
     const BLOCK: usize = 128;
     /// Rows per parallel task: fixed, so that each row's GEMMs do not depend on the threads.
