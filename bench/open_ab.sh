@@ -22,15 +22,16 @@ cargo build --release -q -p vlc-cli
 A="$tree/target/release/vlc"; B=target/release/vlc
 q=$data/query.npy; [ -f "$q" ] || q=$data/queries.npy
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 echo "$(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "A = $base, B = $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')"
 python3 -c "import numpy as np, sys; np.save(sys.argv[2], np.load(sys.argv[1])[:200].astype(np.float32))" "$q" "$T/q.npy"
 for round in 1 2 3; do
   for side in A B; do
     v=$A; [ $side = B ] && v=$B
-    s=$(date +%s.%N)
+    s=$(now_ms)
     $v build "$data/base.npy" -o "$T/$side.vlc" "${args[@]}" --backend cpu -q > /dev/null
-    echo "== $side, round $round: build $(echo "$(date +%s.%N) - $s" | bc | xargs printf '%.2f') s"
+    echo "== $side, round $round: build $(( $(now_ms) - s )) ms"
   done
 done
 $B info "$T/B.vlc" | grep -E "vectors|codec|bits|file"
@@ -38,9 +39,9 @@ for round in 1 2 3; do
   for side in A B; do
     v=$A; [ $side = B ] && v=$B
     for threads in 1 "$(nproc)"; do
-      s=$(date +%s.%N)
+      s=$(now_ms)
       $v --threads "$threads" info "$T/B.vlc" > /dev/null
-      echo "== $side, round $round, $threads thread(s): open $(echo "$(date +%s.%N) - $s" | bc | xargs printf '%.3f') s"
+      echo "== $side, round $round, $threads thread(s): open $(( $(now_ms) - s )) ms"
     done
   done
 done

@@ -10,6 +10,7 @@
 # and the release `vlc` of 4bcf63e and of COMMIT, all stripped).
 # Usage: bash bench/results/h100/session55_xeon.sh COMMIT
 set -u
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 echo "$(nproc) CPU cores; built from $1"
 grep -m1 'model name' /proc/cpuinfo
 rm -rf /tmp/b && mkdir /tmp/b && tar -C /tmp/b -xJf .carry/s77.tar.xz
@@ -21,15 +22,15 @@ done
 python3 bench/make_synthetic.py /tmp/s1536 --n 30000 --dim 1536 --queries 1000 --seed 31 --latent 128 --clusters 300 >/dev/null
 python3 bench/make_synthetic.py /tmp/s3072 --n 10000 --dim 3072 --queries 200 --seed 32 --latent 128 --clusters 100 >/dev/null
 for set in s1536 s3072; do
-  start=$(date +%s.%N)
+  start=$(now_ms)
   /tmp/b/vlc_new build /tmp/$set/base.npy -o /tmp/$set.vlc --codec pcaq3 --backend cpu -q | grep -E "codec|file"
-  echo "build (COMMIT's vlc): $(echo "$(date +%s.%N) - $start" | bc) s"
+  echo "build (COMMIT's vlc): $(( $(now_ms) - start )) ms"
   for round in 1 2 3; do
     for v in old new; do
       for threads in 1 4 "$(nproc)"; do
-        start=$(date +%s.%N)
+        start=$(now_ms)
         /tmp/b/vlc_$v --threads "$threads" info /tmp/$set.vlc > /dev/null
-        echo "== $set, round $round, vlc_$v, $threads threads: open $(echo "$(date +%s.%N) - $start" | bc) s"
+        echo "== $set, round $round, vlc_$v, $threads threads: open $(( $(now_ms) - start )) ms"
       done
     done
   done
