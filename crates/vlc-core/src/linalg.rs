@@ -75,62 +75,144 @@ fn project_out(row: &mut [f64], basis: &[f64], scratch: &mut Vec<f64>) {
     }
 }
 
+/// `c = alpha · a b + beta · c` in f64 on `matrixmultiply`'s kernels, `a` (m, k), `b` (k, n)
+/// and `c` (m, n) addressed by (row stride, column stride) pairs.
+#[allow(clippy::too_many_arguments)]
+fn gemm64(
+    (m, k, n): (usize, usize, usize),
+    alpha: f64,
+    (a, a_strides): (&[f64], (usize, usize)),
+    (b, b_strides): (&[f64], (usize, usize)),
+    beta: f64,
+    (c, c_strides): (&mut [f64], (usize, usize)),
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    // The last element each operand's shape and strides address.
+    let last = |rows: usize, cols: usize, (row, col): (usize, usize)| {
+        (rows.max(1) - 1) * row + (cols.max(1) - 1) * col
+    };
+    assert!(k == 0 || (last(m, k, a_strides) < a.len() && last(k, n, b_strides) < b.len()));
+    assert!(last(m, n, c_strides) < c.len());
+    // SAFETY: the asserts above put every element the shapes and strides address inside `a`,
+    // `b` and `c` (k = 0 reads neither input); `c` is exclusively borrowed, so it overlaps
+    // neither input.
+    unsafe {
+        matrixmultiply::dgemm(
+            m,
+            k,
+            n,
+            alpha,
+            a.as_ptr(),
+            a_strides.0 as isize,
+            a_strides.1 as isize,
+            b.as_ptr(),
+            b_strides.0 as isize,
+            b_strides.1 as isize,
+            beta,
+            c.as_mut_ptr(),
+            c_strides.0 as isize,
+            c_strides.1 as isize,
+        );
+    }
+}
+
 /// [`project_out`] for several rows at once (`rows`: (r, dim), `basis`: (n, dim), both
 /// row-major) as two f64 GEMMs, the inner products `rows · basisᵀ` (into `scratch`, (r, n))
 /// first, then `rows −= products · basis`: the same classical Gram–Schmidt step, on
 /// `matrixmultiply`'s blocked kernels instead of one dot product after another.
 fn project_out_rows(rows: &mut [f64], basis: &[f64], dim: usize, scratch: &mut Vec<f64>) {
     let (r, n) = (rows.len() / dim, basis.len() / dim);
-    assert!(rows.len() == r * dim && basis.len() == n * dim);
-    if r == 0 || n == 0 || dim == 0 {
-        return;
-    }
     scratch.clear();
     scratch.resize(r * n, 0.0);
-    // SAFETY: `rows` is (r, dim) with strides (dim, 1), `basis` read as its transpose (dim, n)
-    // with strides (1, dim), `scratch` (r, n) with strides (n, 1): every element the shapes
-    // and strides address lies inside its slice (asserted and resized above); `scratch` is
-    // exclusively borrowed and does not overlap the inputs.
-    unsafe {
-        matrixmultiply::dgemm(
-            r,
-            dim,
-            n,
-            1.0,
-            rows.as_ptr(),
-            dim as isize,
-            1,
-            basis.as_ptr(),
-            1,
-            dim as isize,
-            0.0,
-            scratch.as_mut_ptr(),
-            n as isize,
-            1,
-        );
+    gemm64(
+        (r, dim, n),
+        1.0,
+        (rows, (dim, 1)),
+        (basis, (1, dim)),
+        0.0,
+        (scratch, (n, 1)),
+    );
+    gemm64(
+        (r, n, dim),
+        -1.0,
+        (scratch, (n, 1)),
+        (basis, (dim, 1)),
+        1.0,
+        (rows, (dim, 1)),
+    );
+}
+
+/// [`project_out_rows`] in tasks across the threads: the inner products a block of
+/// [`PROJECTION_CHUNK`] basis rows at a time, then the update a block of as many columns at a
+/// time. The blocks are fixed, not set by the thread count, so every entry's arithmetic is
+/// the same on any number of threads.
+fn project_out_rows_parallel(rows: &mut [f64], basis: &[f64], dim: usize) {
+    const CHUNK: usize = PROJECTION_CHUNK;
+    let (r, n) = (rows.len() / dim, basis.len() / dim);
+    if r == 0 || n == 0 {
+        return;
     }
-    // SAFETY: `scratch` is (r, n) with strides (n, 1), `basis` (n, dim) with strides (dim, 1),
-    // `rows` (r, dim) with strides (dim, 1), all inside their slices; `rows` is exclusively
-    // borrowed and overlaps neither input.
-    unsafe {
-        matrixmultiply::dgemm(
-            r,
-            n,
-            dim,
-            -1.0,
-            scratch.as_ptr(),
-            n as isize,
-            1,
-            basis.as_ptr(),
-            dim as isize,
-            1,
-            1.0,
-            rows.as_mut_ptr(),
-            dim as isize,
-            1,
-        );
+    let starts = |len: usize| (0..len).step_by(CHUNK).collect::<Vec<_>>();
+    let read: &[f64] = rows;
+    // Inner products, layout (r, n): columns j0..j0 + w from basis rows j0..j0 + w.
+    let parts: Vec<(usize, Vec<f64>)> = starts(n)
+        .into_par_iter()
+        .map(|j0| {
+            let w = CHUNK.min(n - j0);
+            let mut part = vec![0.0; r * w];
+            let b = &basis[j0 * dim..(j0 + w) * dim];
+            gemm64(
+                (r, dim, w),
+                1.0,
+                (read, (dim, 1)),
+                (b, (1, dim)),
+                0.0,
+                (&mut part, (w, 1)),
+            );
+            (j0, part)
+        })
+        .collect();
+    let mut products = vec![0.0; r * n];
+    for (j0, part) in &parts {
+        let w = part.len() / r;
+        for (i, chunk) in part.chunks_exact(w).enumerate() {
+            products[i * n + j0..i * n + j0 + w].copy_from_slice(chunk);
+        }
+    }
+    // Updates `products · basis`, columns c0..c0 + w at a time, then subtracted.
+    let updates: Vec<(usize, Vec<f64>)> = starts(dim)
+        .into_par_iter()
+        .map(|c0| {
+            let w = CHUNK.min(dim - c0);
+            let mut update = vec![0.0; r * w];
+            let b = &basis[c0..];
+            let p: &[f64] = &products;
+            gemm64(
+                (r, n, w),
+                1.0,
+                (p, (n, 1)),
+                (b, (dim, 1)),
+                0.0,
+                (&mut update, (w, 1)),
+            );
+            (c0, update)
+        })
+        .collect();
+    for (c0, update) in &updates {
+        let w = update.len() / r;
+        for (row, u) in rows.chunks_exact_mut(dim).zip(update.chunks_exact(w)) {
+            row[*c0..c0 + w]
+                .iter_mut()
+                .zip(u)
+                .for_each(|(x, d)| *x -= d);
+        }
     }
 }
+
+/// Basis rows, and columns, per task of [`project_out_rows_parallel`].
+const PROJECTION_CHUNK: usize = 128;
 
 /// Orthonormalise the rows of `rows` (count, dim), row-major, in order (Gram–Schmidt in f64:
 /// row `i` keeps its component orthogonal to rows `0..i`, normalised), so rows that are close to
@@ -141,7 +223,7 @@ fn project_out_rows(rows: &mut [f64], basis: &[f64], dim: usize, scratch: &mut V
 /// than half of its length outside the rows before it (the rows are not close to orthonormal).
 ///
 /// Rows are finished in blocks of 128: a block is first projected against every finished row
-/// ([`project_out_rows`]: two f64 GEMMs per task of 64 rows, the tasks in parallel), then in
+/// ([`project_out_rows_parallel`]: f64 GEMMs in parallel tasks of 128 rows or columns), then in
 /// pieces of 16 rows, each projected against the block's rows before it (two GEMMs) and its
 /// rows then one after another against the piece's earlier rows. Opening a `pcaq` index runs
 /// this on its stored rotation (up to dim x dim): on a 2-core AMD EPYC, 1,536 x 1,536 took
@@ -150,8 +232,6 @@ fn project_out_rows(rows: &mut [f64], basis: &[f64], dim: usize, scratch: &mut V
 /// `bench/results/open_ab_*_session55.log`).
 pub fn orthonormalize_rows(rows: &mut [f32], dim: usize) -> std::result::Result<(), usize> {
     const BLOCK: usize = 128;
-    /// Rows per parallel task: fixed, so that each row's GEMMs do not depend on the threads.
-    const TASK: usize = 64;
     const PIECE: usize = 16;
     if dim == 0 {
         return Ok(());
@@ -165,12 +245,8 @@ pub fn orthonormalize_rows(rows: &mut [f32], dim: usize) -> std::result::Result<
         let end = (start + BLOCK).min(count);
         let (done, rest) = q.split_at_mut(start * dim);
         let block = &mut rest[..(end - start) * dim];
-        // Against the finished rows: independent per row, so in parallel.
-        block
-            .par_chunks_mut(TASK * dim)
-            .for_each_init(Vec::new, |scratch, task| {
-                project_out_rows(task, done, dim, scratch)
-            });
+        // Against the finished rows, in parallel tasks.
+        project_out_rows_parallel(block, done, dim);
         // Within the block, a piece at a time, and within a piece one row after another.
         for piece_start in (0..end - start).step_by(PIECE) {
             let piece_end = (piece_start + PIECE).min(end - start);
