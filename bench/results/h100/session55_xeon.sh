@@ -6,14 +6,14 @@
 # the `vlc` of 4bcf63e (before) and of COMMIT, three alternating rounds, on 1, 4 and all
 # threads, at 1,536 and 3,072 dims (synthetic sets made here); and the neighbours and distances
 # both give for 200 queries.
-# Carry: .carry/s77.tar.xz (COMMIT's vlc-core lib, golden, codecs and search test executables,
+# Carry: .carry/s78.tar.xz (COMMIT's vlc-core lib, golden, codecs and search test executables,
 # and the release `vlc` of 4bcf63e and of COMMIT, all stripped).
 # Usage: bash bench/results/h100/session55_xeon.sh COMMIT
 set -u
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 echo "$(nproc) CPU cores; built from $1"
 grep -m1 'model name' /proc/cpuinfo
-rm -rf /tmp/b && mkdir /tmp/b && tar -C /tmp/b -xJf .carry/s77.tar.xz
+rm -rf /tmp/b && mkdir /tmp/b && tar -C /tmp/b -xJf .carry/s78.tar.xz
 # The golden test reads its files where it was built (/work/main/crates/vlc-core/tests/golden).
 [ -e /work/main/crates/vlc-core/tests/golden ] || { mkdir -p /work && ln -sfn "$(pwd)" /work/main; }
 for t in vlc-lib golden codecs search; do
