@@ -77,7 +77,6 @@ fn project_out(row: &mut [f64], basis: &[f64], scratch: &mut Vec<f64>) {
 
 /// `c = alpha · a b + beta · c` in f64 on `matrixmultiply`'s kernels, `a` (m, k), `b` (k, n)
 /// and `c` (m, n) addressed by (row stride, column stride) pairs.
-#[allow(clippy::too_many_arguments)]
 fn gemm64(
     (m, k, n): (usize, usize, usize),
     alpha: f64,
@@ -216,19 +215,19 @@ const PROJECTION_CHUNK: usize = 128;
 
 /// Orthonormalise the rows of `rows` (count, dim), row-major, in order (Gram–Schmidt in f64:
 /// row `i` keeps its component orthogonal to rows `0..i`, normalised), so rows that are close to
-/// orthonormal come back orthonormal to f32 rounding and barely moved. Deterministic: the
-/// arithmetic of each row is fixed whatever the thread count (`matrixmultiply` picks its
-/// kernels by the CPU's features, so a CPU with FMA and one without may round the f64 sums
-/// differently, which can move an f32 entry by a unit in the last place). `Err(i)` if row `i` has less
-/// than half of its length outside the rows before it (the rows are not close to orthonormal).
+/// orthonormal come back orthonormal to f32 rounding and barely moved. `Err(i)` if row `i` has
+/// less than half of its length outside the rows before it (the rows are not close to
+/// orthonormal). Deterministic: the arithmetic of each row is fixed whatever the thread count
+/// (`matrixmultiply` picks its kernels by the CPU's features, so a CPU with FMA and one without
+/// may round the f64 sums differently, which can move an f32 entry by a unit in the last place).
 ///
 /// Rows are finished in blocks of 128: a block is first projected against every finished row
-/// ([`project_out_rows_parallel`]: f64 GEMMs in parallel tasks of 128 rows or columns), then in
-/// pieces of 16 rows, each projected against the block's rows before it (two GEMMs) and its
-/// rows then one after another against the piece's earlier rows. Opening a `pcaq` index runs
-/// this on its stored rotation (up to dim x dim): on a 2-core AMD EPYC, 1,536 x 1,536 took
-/// 2.7-2.9 s on one thread and 1.1-1.7 s on two with one dot product per pair of rows, and
-/// takes 0.42-0.49 and 0.27-0.37 s this way (`bash bench/open_ab.sh`, session 55's logs
+/// ([`project_out_rows_parallel`]: f64 GEMMs in parallel tasks of 128 basis rows or columns),
+/// then in pieces of 16 rows, each projected against the block's rows before it (two GEMMs),
+/// and the piece's rows then one after another against its earlier rows. Opening a `pcaq`
+/// index runs this on its stored rotation (up to dim x dim): on a 2-core AMD EPYC, 1,536 x
+/// 1,536 took 1.9-2.2 s on one thread and 1.1-1.2 s on two with one dot product per pair of
+/// rows, and takes 0.36-0.39 and 0.26-0.32 s this way (`bash bench/open_ab.sh`, logs
 /// `bench/results/open_ab_*_session55.log`).
 pub fn orthonormalize_rows(rows: &mut [f32], dim: usize) -> std::result::Result<(), usize> {
     const BLOCK: usize = 128;
@@ -653,8 +652,9 @@ mod tests {
 
     /// The blocked, GEMM-based [`orthonormalize_rows`] against one dot product per pair of
     /// rows (the version before session 55, kept here as the reference): the same f32 rows to
-    /// a few units in the last place, across its blocks (128), tasks (64) and pieces (16). And
-    /// its rows are bit for bit the same on one thread as on several.
+    /// a few units in the last place, across its blocks (128 rows), tasks (128 basis rows or
+    /// columns) and pieces (16 rows). And its rows are bit for bit the same on one thread as on
+    /// several.
     #[test]
     fn orthonormalize_rows_matches_the_row_by_row_reference_on_any_thread_count() {
         fn reference(rows: &mut [f32], dim: usize) {
