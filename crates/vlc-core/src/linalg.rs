@@ -222,7 +222,7 @@ const PROJECTION_CHUNK: usize = 128;
 /// may round the f64 sums differently, which can move an f32 entry by a unit in the last place).
 ///
 /// Rows are finished in blocks of 128: a block is first projected against every finished row
-/// ([`project_out_rows_parallel`]: f64 GEMMs in parallel tasks of 128 basis rows or columns),
+/// (`project_out_rows_parallel`: f64 GEMMs in parallel tasks of 128 basis rows or columns),
 /// then in pieces of 16 rows, each projected against the block's rows before it (two GEMMs),
 /// and the piece's rows then one after another against its earlier rows. Opening a `pcaq`
 /// index runs this on its stored rotation (up to dim x dim): on a 2-core AMD EPYC, 1,536 x
