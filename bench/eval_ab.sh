@@ -14,15 +14,7 @@ nprobe=${3:?give the nprobe values, e.g. 16,64}
 shift 3
 args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--codec pcaq1)
 cd "$(dirname "$0")/.."
-tree="${TMPDIR:-/tmp}/vlc-eval-$(git rev-parse --short "$base")"
-[ -d "$tree" ] || git worktree add -q --detach "$tree" "$base"
-(cd "$tree" && cargo build --release -q -p vlc-cli)
-cargo build --release -q -p vlc-cli
-A="$tree/target/release/vlc"; B=target/release/vlc
-q=$data/query.npy; [ -f "$q" ] || q=$data/queries.npy
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-echo "$(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "A = $base, B = $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')"
+source bench/ab_common.sh
 $B build "$data/base.npy" -o "$T/i.vlc" "${args[@]}" --backend cpu -q | grep -E "anchors|codec|file"
 for round in 1 2 3; do
   for side in A B; do

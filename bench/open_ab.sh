@@ -15,16 +15,8 @@ data=${2:?give the dataset directory (base.npy, query.npy or queries.npy)}
 shift 2
 args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--codec pcaq3)
 cd "$(dirname "$0")/.."
-tree="${TMPDIR:-/tmp}/vlc-eval-$(git rev-parse --short "$base")"
-[ -d "$tree" ] || git worktree add -q --detach "$tree" "$base"
-(cd "$tree" && cargo build --release -q -p vlc-cli)
-cargo build --release -q -p vlc-cli
-A="$tree/target/release/vlc"; B=target/release/vlc
-q=$data/query.npy; [ -f "$q" ] || q=$data/queries.npy
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+source bench/ab_common.sh
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-echo "$(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "A = $base, B = $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')"
 python3 -c "import numpy as np, sys; np.save(sys.argv[2], np.load(sys.argv[1])[:200].astype(np.float32))" "$q" "$T/q.npy"
 for round in 1 2 3; do
   for side in A B; do
