@@ -20,10 +20,9 @@ Usage: python3 bench/goal1_levers.py DATASET_DIR [--bits 438] [--power 0.5]
 (438 bits: 64 B less rd_bound.py's 9.3 B of overhead at 1,024 anchors.)
 """
 import argparse
-import os
 
 import numpy as np
-from ideal_code import anchors_and_axes, water_fill
+from ideal_code import anchors_and_axes, load_top10, water_fill
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("dataset")
@@ -33,10 +32,7 @@ ap.add_argument("--anchors", type=int, default=1024)
 ap.add_argument("--seed", type=int, default=0)
 a = ap.parse_args()
 
-base = np.load(os.path.join(a.dataset, "base.npy")).astype(np.float32)
-qname = "query.npy" if os.path.exists(os.path.join(a.dataset, "query.npy")) else "queries.npy"
-queries = np.load(os.path.join(a.dataset, qname)).astype(np.float32)
-gt = np.load(os.path.join(a.dataset, "groundtruth.npy"))[: len(queries), :10]
+base, queries, gt = load_top10(a.dataset)
 n, dim = base.shape
 assign, centroids, residual, basis = anchors_and_axes(base, a.anchors, a.seed)
 rotated = residual @ basis

@@ -23,7 +23,7 @@ import faiss
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ideal_code import anchors_and_axes, water_fill  # noqa: E402
+from ideal_code import anchors_and_axes, load_top10, water_fill  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("dataset")
@@ -33,10 +33,7 @@ ap.add_argument("--betas", default="60,120,200")
 ap.add_argument("--seed", type=int, default=0)
 a = ap.parse_args()
 
-base = np.load(os.path.join(a.dataset, "base.npy")).astype(np.float32)
-qname = "query.npy" if os.path.exists(os.path.join(a.dataset, "query.npy")) else "queries.npy"
-queries = np.load(os.path.join(a.dataset, qname)).astype(np.float32)
-gt = np.load(os.path.join(a.dataset, "groundtruth.npy"))[:, :10]
+base, queries, gt = load_top10(a.dataset)
 n, dim = base.shape
 print(f"{a.dataset}: {n} x {dim}, {len(queries)} queries; {a.bits:.0f} bits per vector on average")
 

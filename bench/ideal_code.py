@@ -1,8 +1,20 @@
 """Shared by bench/rd_bound.py and bench/goal1_levers.py: the ideal (rate-distortion) code of
 Gaussian residuals."""
 import math
+import os
 
 import numpy as np
+
+
+def load_top10(dataset, max_queries=None):
+    """A benchmark set's `base.npy`, its queries (`query.npy`, else `queries.npy`; the first
+    `max_queries` if given) as float32, and the first 10 true neighbours of each query from
+    `groundtruth.npy`: `(base, queries, gt)`."""
+    base = np.load(os.path.join(dataset, "base.npy")).astype(np.float32)
+    name = "query.npy" if os.path.exists(os.path.join(dataset, "query.npy")) else "queries.npy"
+    queries = np.load(os.path.join(dataset, name)).astype(np.float32)[:max_queries]
+    gt = np.load(os.path.join(dataset, "groundtruth.npy"))[: len(queries), :10]
+    return base, queries, gt
 
 
 def water_fill(lam, bits):

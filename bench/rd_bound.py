@@ -40,10 +40,9 @@ scores it; its codebooks are not counted.
 """
 import argparse
 import math
-import os
 
 import numpy as np
-from ideal_code import anchors_and_axes, product_code, water_fill
+from ideal_code import anchors_and_axes, load_top10, product_code, water_fill
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("dataset")
@@ -54,10 +53,7 @@ ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--vq-bits", default="", help="bits per learned codebook group, comma separated")
 a = ap.parse_args()
 
-base = np.load(os.path.join(a.dataset, "base.npy")).astype(np.float32)
-qname = "query.npy" if os.path.exists(os.path.join(a.dataset, "query.npy")) else "queries.npy"
-queries = np.load(os.path.join(a.dataset, qname)).astype(np.float32)[: a.queries]
-gt = np.load(os.path.join(a.dataset, "groundtruth.npy"))[: len(queries), :10]
+base, queries, gt = load_top10(a.dataset, a.queries)
 n, dim = base.shape
 norms = (base.astype(np.float64) ** 2).sum(1).astype(np.float32)
 print(f"{a.dataset}: {n} x {dim}, {len(queries)} queries, recall@10 over every list")
