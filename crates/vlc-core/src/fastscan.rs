@@ -510,32 +510,15 @@ pub fn block_sums_scalar(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
     }
 }
 
-/// Whether [`block_sums_avx512_lanes`] runs: AVX-512F (and not `VLC_NO_AVX512`) and AVX-512BW.
-#[cfg(target_arch = "x86_64")]
-static AVX512_BW: std::sync::LazyLock<bool> =
-    std::sync::LazyLock::new(|| crate::simd::has_avx512() && is_x86_feature_detected!("avx512bw"));
-
 /// The 32 slot sums of a block as eight 32-bit lanes each, in slot order:
-/// `[0..8], [8..16], [16..24], [24..32]`. On CPUs with AVX-512BW the same sums come from
-/// [`block_sums_avx512_lanes`], two byte pairs per step.
+/// `[0..8], [8..16], [16..24], [24..32]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn block_sums_avx2_lanes(codes: &[u8], lut: &[u8]) -> [std::arch::x86_64::__m256i; 4] {
-    if *AVX512_BW {
-        // SAFETY: AVX-512F and AVX-512BW were detected at run time.
-        return unsafe { block_sums_avx512_lanes(codes, lut) };
-    }
-    // SAFETY: AVX2 is enabled here.
-    unsafe { block_sums_avx2_loop(codes, lut) }
-}
-
-/// [`block_sums_avx2_lanes`] on AVX2 alone: one byte pair per step.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn block_sums_avx2_loop(codes: &[u8], lut: &[u8]) -> [std::arch::x86_64::__m256i; 4] {
     use std::arch::x86_64::*;
     let pairs = codes.len() / BLOCK;
     assert!(lut.len() >= pairs * 32);
+    let mask = _mm256_set1_epi8(0x0f);
     let zero = _mm256_setzero_si256();
     let mut total = [zero; 4];
     let mut start = 0;
@@ -543,136 +526,46 @@ unsafe fn block_sums_avx2_loop(codes: &[u8], lut: &[u8]) -> [std::arch::x86_64::
         let end = (start + PAIRS_PER_FLUSH).min(pairs);
         let (mut acc_a, mut acc_b) = (zero, zero);
         for p in start..end {
-            // SAFETY: AVX2 is enabled here; p < pairs, within codes and lut (asserted above).
-            let r = unsafe { pair_sums_avx2(codes, lut, p) };
+            // SAFETY: p < pairs, so codes[p*32..p*32+32] and lut[p*32..p*32+32] are in bounds
+            // (checked by the assert and by `pairs = codes.len() / 32`).
+            let (v, tlo, thi) = unsafe {
+                (
+                    _mm256_loadu_si256(codes.as_ptr().add(p * BLOCK) as *const __m256i),
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                        lut.as_ptr().add(p * 32) as *const __m128i
+                    )),
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                        lut.as_ptr().add(p * 32 + 16) as *const __m128i
+                    )),
+                )
+            };
+            let lo = _mm256_and_si256(v, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+            let r = _mm256_add_epi8(_mm256_shuffle_epi8(tlo, lo), _mm256_shuffle_epi8(thi, hi));
             // Seen as 16-bit lanes, r = even byte + 256 · odd byte: summing r and r >> 8 keeps
             // the odd bytes' sums exactly and the even ones' recoverable (below), with shifts
             // instead of byte unpacks (which compete with pshufb for the shuffle port).
             acc_a = _mm256_add_epi16(acc_a, r);
             acc_b = _mm256_add_epi16(acc_b, _mm256_srli_epi16(r, 8));
         }
-        // SAFETY: AVX2 is enabled here.
-        unsafe { flush_avx2(acc_a, acc_b, &mut total) };
-        start = end;
-    }
-    total
-}
-
-/// Byte pair `p` of a block looked up: byte `j` of the result is
-/// `lut[p][low nibble of slot j] + lut[p][high nibble of slot j]` (at most 254).
-///
-/// # Safety
-/// AVX2 must be available, `codes.len() >= 32 · (p + 1)` and `lut.len() >= 32 · (p + 1)`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn pair_sums_avx2(codes: &[u8], lut: &[u8], p: usize) -> std::arch::x86_64::__m256i {
-    use std::arch::x86_64::*;
-    debug_assert!(codes.len() >= BLOCK * (p + 1) && lut.len() >= 32 * (p + 1));
-    let mask = _mm256_set1_epi8(0x0f);
-    // SAFETY: the caller guarantees codes[32p..32p + 32] and lut[32p..32p + 32].
-    let (v, tlo, thi) = unsafe {
-        (
-            _mm256_loadu_si256(codes.as_ptr().add(p * BLOCK) as *const __m256i),
-            _mm256_broadcastsi128_si256(
-                _mm_loadu_si128(lut.as_ptr().add(p * 32) as *const __m128i),
-            ),
-            _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                lut.as_ptr().add(p * 32 + 16) as *const __m128i
-            )),
-        )
-    };
-    let lo = _mm256_and_si256(v, mask);
-    let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-    _mm256_add_epi8(_mm256_shuffle_epi8(tlo, lo), _mm256_shuffle_epi8(thi, hi))
-}
-
-/// Add one flush window's 16-bit sums to `total` (32-bit, slot order): `acc_a` holds
-/// Σ r and `acc_b` Σ r >> 8 of the window's [`pair_sums_avx2`] as 16-bit lanes.
-///
-/// # Safety
-/// AVX2 must be available.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn flush_avx2(
-    acc_a: std::arch::x86_64::__m256i,
-    acc_b: std::arch::x86_64::__m256i,
-    total: &mut [std::arch::x86_64::__m256i; 4],
-) {
-    use std::arch::x86_64::*;
-    // Even bytes (slots 2i): acc_a − 256 · acc_b (mod 2^16; the true sums are below 2^16).
-    // Odd bytes (slots 2i + 1): acc_b.
-    let even = _mm256_sub_epi16(acc_a, _mm256_slli_epi16(acc_b, 8));
-    // Interleave back to slot order: per 128-bit lane, unpacklo gives slots 0..8 (lane 0)
-    // and 16..24 (lane 1), unpackhi 8..16 and 24..32.
-    let (lo, hi) = (
-        _mm256_unpacklo_epi16(even, acc_b),
-        _mm256_unpackhi_epi16(even, acc_b),
-    );
-    let parts = [
-        _mm256_cvtepu16_epi32(_mm256_castsi256_si128(lo)),
-        _mm256_cvtepu16_epi32(_mm256_castsi256_si128(hi)),
-        _mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(lo)),
-        _mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(hi)),
-    ];
-    for (t, p) in total.iter_mut().zip(parts) {
-        *t = _mm256_add_epi32(*t, p);
-    }
-}
-
-/// [`block_sums_avx2_lanes`] with AVX-512BW: one 64-byte load holds byte pairs `p` and
-/// `p + 1` of the 32 slots, another their four 16-entry tables, which `vshufi64x2` spreads so
-/// that each 128-bit lane's `vpshufb` reads its own pair's table: half the steps. The two
-/// 256-bit halves' 16-bit sums are added before the AVX2 kernel's flush, and an odd last pair
-/// takes its step, so every sum is the same integer.
-///
-/// # Safety
-/// AVX-512F and AVX-512BW must be available.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
-unsafe fn block_sums_avx512_lanes(codes: &[u8], lut: &[u8]) -> [std::arch::x86_64::__m256i; 4] {
-    use std::arch::x86_64::*;
-    let pairs = codes.len() / BLOCK;
-    assert!(lut.len() >= pairs * 32);
-    let mask = _mm512_set1_epi8(0x0f);
-    let mut total = [_mm256_setzero_si256(); 4];
-    let mut start = 0;
-    while start < pairs {
-        let end = (start + PAIRS_PER_FLUSH).min(pairs);
-        let (mut acc_a, mut acc_b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-        let mut p = start;
-        while p + 2 <= end {
-            // SAFETY: p + 2 <= pairs, so codes[32p..32p + 64] and lut[32p..32p + 64] are in
-            // bounds (`pairs = codes.len() / 32` and the assert above).
-            let (v, tables) = unsafe {
-                (
-                    _mm512_loadu_si512(codes.as_ptr().add(p * BLOCK) as *const _),
-                    _mm512_loadu_si512(lut.as_ptr().add(p * 32) as *const _),
-                )
-            };
-            // tables = (low p, high p, low p + 1, high p + 1) as 128-bit lanes.
-            let tlo = _mm512_shuffle_i64x2::<0b10_10_00_00>(tables, tables);
-            let thi = _mm512_shuffle_i64x2::<0b11_11_01_01>(tables, tables);
-            let lo = _mm512_and_si512(v, mask);
-            let hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
-            let r = _mm512_add_epi8(_mm512_shuffle_epi8(tlo, lo), _mm512_shuffle_epi8(thi, hi));
-            acc_a = _mm512_add_epi16(acc_a, r);
-            acc_b = _mm512_add_epi16(acc_b, _mm512_srli_epi16(r, 8));
-            p += 2;
+        // Even bytes (slots 2i): acc_a − 256 · acc_b (mod 2^16; the true sums are below 2^16).
+        // Odd bytes (slots 2i + 1): acc_b.
+        let even = _mm256_sub_epi16(acc_a, _mm256_slli_epi16(acc_b, 8));
+        // Interleave back to slot order: per 128-bit lane, unpacklo gives slots 0..8 (lane 0)
+        // and 16..24 (lane 1), unpackhi 8..16 and 24..32.
+        let (lo, hi) = (
+            _mm256_unpacklo_epi16(even, acc_b),
+            _mm256_unpackhi_epi16(even, acc_b),
+        );
+        let parts = [
+            _mm256_cvtepu16_epi32(_mm256_castsi256_si128(lo)),
+            _mm256_cvtepu16_epi32(_mm256_castsi256_si128(hi)),
+            _mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(lo)),
+            _mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(hi)),
+        ];
+        for (t, p) in total.iter_mut().zip(parts) {
+            *t = _mm256_add_epi32(*t, p);
         }
-        let fold = |x: __m512i| {
-            _mm256_add_epi16(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x))
-        };
-        let (mut a, mut b) = (fold(acc_a), fold(acc_b));
-        if p < end {
-            // SAFETY: AVX2 is enabled here; p < pairs, within codes and lut.
-            let r = unsafe { pair_sums_avx2(codes, lut, p) };
-            a = _mm256_add_epi16(a, r);
-            b = _mm256_add_epi16(b, _mm256_srli_epi16(r, 8));
-        }
-        // SAFETY: AVX2 is enabled here.
-        unsafe { flush_avx2(a, b, &mut total) };
         start = end;
     }
     total
@@ -985,52 +878,6 @@ mod tests {
             block_dists(&codes, &lut, &f1, &f2, affine, &mut x);
             block_dists_scalar(&codes, &lut, &f1, &f2, affine, &mut y);
             assert_eq!(x, y, "pairs {pairs}");
-        }
-    }
-
-    /// The AVX-512BW kernel and the AVX2 loop give the scalar sums over pair counts around the
-    /// two-pair step and the flush window, with random tables and with every entry at its
-    /// largest (127, the most a 16-bit window holds).
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn avx512_and_avx2_block_sums_match_scalar_across_flushes() {
-        if level() != SimdLevel::Avx2 {
-            eprintln!("SKIPPED avx512_and_avx2_block_sums_match_scalar_across_flushes: no AVX2");
-            return;
-        }
-        let avx512 = *AVX512_BW;
-        if !avx512 {
-            eprintln!("SKIPPED the AVX-512BW half of this test: no AVX-512BW here");
-        }
-        let lanes_to_u32 = |lanes: [std::arch::x86_64::__m256i; 4]| {
-            // SAFETY: __m256i and [u32; 8] have the same size; every bit pattern is a u32.
-            let words: [[u32; 8]; 4] = unsafe { std::mem::transmute(lanes) };
-            let mut out = [0u32; BLOCK];
-            for (c, w) in words.iter().enumerate() {
-                out[c * 8..c * 8 + 8].copy_from_slice(w);
-            }
-            out
-        };
-        let mut r = Rng::new(31);
-        for pairs in [
-            0usize, 1, 2, 3, 5, 255, 256, 257, 258, 259, 511, 512, 513, 600,
-        ] {
-            for full in [false, true] {
-                let (codes, mut lut, _, _) = random_block(&mut r, pairs);
-                if full {
-                    lut.fill(127);
-                }
-                let mut want = [0u32; BLOCK];
-                block_sums_scalar(&codes, &lut, &mut want);
-                // SAFETY: AVX2 was detected above.
-                let got = lanes_to_u32(unsafe { block_sums_avx2_loop(&codes, &lut) });
-                assert_eq!(got, want, "AVX2, pairs {pairs}, full tables {full}");
-                if avx512 {
-                    // SAFETY: AVX-512F and AVX-512BW were detected.
-                    let got = lanes_to_u32(unsafe { block_sums_avx512_lanes(&codes, &lut) });
-                    assert_eq!(got, want, "AVX-512BW, pairs {pairs}, full tables {full}");
-                }
-            }
         }
     }
 
