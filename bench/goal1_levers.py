@@ -22,7 +22,7 @@ Usage: python3 bench/goal1_levers.py DATASET_DIR [--bits 438] [--power 0.5]
 import argparse
 
 import numpy as np
-from ideal_code import anchors_and_axes, load_top10, water_fill
+from ideal_code import anchors_and_axes, backward_channel, load_top10, water_fill
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("dataset")
@@ -62,10 +62,7 @@ def channel(weights, bits, rng):
     weighted = lam * weights
     dw = water_fill(weighted, bits)
     coded = weighted > dw
-    d = dw / weights
-    scale = np.where(coded, (lam - d) / lam, 0.0).astype(np.float32)
-    noise = np.where(coded, lam * d / np.maximum(lam - d, 1e-300), 0.0).astype(np.float32)
-    return scale * (rotated + rng.standard_normal(rotated.shape, dtype=np.float32) * np.sqrt(noise))
+    return backward_channel(rotated, lam, dw / weights, coded, rng)
 
 
 def recall(recon, correct):

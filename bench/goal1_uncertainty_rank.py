@@ -22,10 +22,9 @@ whole sweep printed for both), every list scored, the budget counted as rd_bound
 overhead` line.
 """
 import argparse
-import math
 
 import numpy as np
-from ideal_code import anchors_and_axes, load_top10, water_fill
+from ideal_code import anchors_and_axes, backward_channel, load_top10, overhead_bytes, water_fill
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("dataset")
@@ -44,15 +43,11 @@ rotated = residual @ basis
 anchors_rot = centroids @ basis
 anchor_rot = anchors_rot[assign]
 lam_axes = rotated.astype(np.float64).var(0)
-overhead = math.ceil(math.log2(n) / 8) + a.anchors * (dim / 2 + 4) / n + 4
+overhead = overhead_bytes(n, dim, a.anchors)
 bits = 8 * (a.bytes - overhead)
 distortion = water_fill(lam_axes, bits)
 coded = lam_axes > distortion
-scale = np.where(coded, (lam_axes - distortion) / lam_axes, 0.0).astype(np.float32)
-noise = np.where(coded, lam_axes * distortion / np.maximum(lam_axes - distortion, 1e-300), 0.0)
-rng = np.random.default_rng(a.seed)
-recon = scale * (rotated + rng.standard_normal(rotated.shape, dtype=np.float32)
-                 * np.sqrt(noise).astype(np.float32))
+recon = backward_channel(rotated, lam_axes, distortion, coded, np.random.default_rng(a.seed))
 factor = (rotated * rotated).sum(1) / np.maximum((recon * rotated).sum(1), 1e-30)
 recon *= factor[:, None]
 const = (anchor_rot ** 2).sum(1) + (rotated ** 2).sum(1) + 2 * (anchor_rot * recon).sum(1)

@@ -1,4 +1,4 @@
-"""Shared by bench/rd_bound.py and bench/goal1_levers.py: the ideal (rate-distortion) code of
+"""Shared by bench/rd_bound.py and the goal1_*.py scripts: the ideal (rate-distortion) code of
 Gaussian residuals."""
 import math
 import os
@@ -15,6 +15,22 @@ def load_top10(dataset, max_queries=None):
     queries = np.load(os.path.join(dataset, name)).astype(np.float32)[:max_queries]
     gt = np.load(os.path.join(dataset, "groundtruth.npy"))[: len(queries), :10]
     return base, queries, gt
+
+
+def overhead_bytes(n, dim, num_anchors):
+    """VLC's bytes per vector besides the code, counted generously: ids at ceil(log2(n)/8)
+    bytes, int4 anchors (dim/2 + 4 bytes each, over n vectors), two f16 factors (4 bytes)."""
+    return math.ceil(math.log2(n) / 8) + num_anchors * (dim / 2 + 4) / n + 4
+
+
+def backward_channel(rotated, lam, d, coded, rng):
+    """The ideal code's reconstruction of `rotated` (principal axes of variances `lam`) at
+    per-axis distortion `d` through the backward test channel: `s_i (r_i + n_i)`, with
+    `s_i = (lam_i - d_i) / lam_i` and `Var n_i = lam_i d_i / (lam_i - d_i)` on the axes
+    `coded`, zero elsewhere."""
+    scale = np.where(coded, (lam - d) / lam, 0.0).astype(np.float32)
+    noise = np.where(coded, lam * d / np.maximum(lam - d, 1e-300), 0.0).astype(np.float32)
+    return scale * (rotated + rng.standard_normal(rotated.shape, dtype=np.float32) * np.sqrt(noise))
 
 
 def water_fill(lam, bits):

@@ -39,10 +39,10 @@ rates, each group gets a k-means codebook of `2^B` entries (FAISS), and the same
 scores it; its codebooks are not counted.
 """
 import argparse
-import math
 
 import numpy as np
-from ideal_code import anchors_and_axes, load_top10, product_code, water_fill
+from ideal_code import (anchors_and_axes, backward_channel, load_top10, overhead_bytes, product_code,
+                        water_fill)
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("dataset")
@@ -106,7 +106,7 @@ for num_anchors in [int(k) for k in a.anchors.split(",")]:
     q_anchor = queries @ centroids.T
     q_rot = queries @ basis
     energy = float((rotated.astype(np.float64) ** 2).sum(1).mean())
-    overhead = math.ceil(math.log2(n) / 8) + num_anchors * (dim / 2 + 4) / n + 4
+    overhead = overhead_bytes(n, dim, num_anchors)
     print(f"\nanchors {num_anchors}: residual energy {energy:.4f}; overhead counted "
           f"{overhead:.1f} B/vector (ids, int4 anchors, two f16 factors)")
     print(f"{'bytes/vector':>12} {'budget':>15} {'code':>12} {'code bits':>9} {'coded axes':>10} "
@@ -120,10 +120,7 @@ for num_anchors in [int(k) for k in a.anchors.split(",")]:
                 continue
             d = water_fill(lam, bits)
             coded = lam > d
-            scale = np.where(coded, (lam - d) / lam, 0.0).astype(np.float32)
-            noise = np.where(coded, lam * d / np.maximum(lam - d, 1e-300), 0.0).astype(np.float32)
-            recon = scale * (rotated + rng.standard_normal(rotated.shape, dtype=np.float32)
-                             * np.sqrt(noise))
+            recon = backward_channel(rotated, lam, d, coded, rng)
             vlc, plain, distortion = score(recon, rotated, energy, anchor_rot, q_rot, q_anchor, assign)
             print(f"{line:>12.0f} {label:>15} {'ideal':>12} {bits:>9.0f} {int(coded.sum()):>10} "
                   f"{distortion:>10.4f} {vlc:>9.4f} {plain:>7.4f}", flush=True)
