@@ -24,6 +24,7 @@
 use crate::codec::FactorFormat;
 use crate::simd::{level, SimdLevel};
 use rayon::prelude::*;
+use std::sync::LazyLock;
 
 pub const BLOCK: usize = 32;
 /// Code bytes summed in 16-bit lanes before widening (254 · 256 < 65536).
@@ -37,6 +38,29 @@ pub const MAX_SEGMENTS: usize = 4;
 /// at nprobe 32 with the default pool, at the same QPS;
 /// `bench/results/first_stage_ratio_2026-11-26.log`.)
 pub const SEGMENT_RATIO: f32 = 2.0;
+
+/// The block kernel this process runs, chosen once: the SIMD level, and on x86-64 with
+/// AVX-512F enabled (see [`crate::simd::has_avx512`]) and AVX-512BW, the 512-bit kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    Scalar,
+    Avx2,
+    /// AVX2 plus AVX-512F and AVX-512BW: two of a block's byte pairs per step.
+    Avx512Bw,
+    Neon,
+}
+
+static KERNEL: LazyLock<Kernel> = LazyLock::new(|| match level() {
+    SimdLevel::Scalar => Kernel::Scalar,
+    SimdLevel::Neon => Kernel::Neon,
+    SimdLevel::Avx2 => {
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::has_avx512() && is_x86_feature_detected!("avx512bw") {
+            return Kernel::Avx512Bw;
+        }
+        Kernel::Avx2
+    }
+});
 
 pub struct FastScan {
     /// First-stage code bytes per vector, i.e. pairs of 4-bit groups: ⌈dim/8⌉ for a 1-bit
@@ -368,6 +392,7 @@ pub struct Affine {
 
 /// Distance estimates of the 32 slots of one block: [`block_sums`] mapped through `affine`
 /// with the slots' factors `f1`, `f2` (32 each). `out` holds 32 values.
+#[inline]
 pub fn block_dists(
     codes: &[u8],
     lut: &[u8],
@@ -377,19 +402,25 @@ pub fn block_dists(
     out: &mut [f32],
 ) {
     assert!(f1.len() >= BLOCK && f2.len() >= BLOCK && out.len() >= BLOCK);
-    #[cfg(target_arch = "x86_64")]
-    if level() == SimdLevel::Avx2 {
-        // SAFETY: AVX2 was detected at run time; the slices hold 32 values (asserted).
-        unsafe { block_dists_avx2(codes, lut, f1, f2, affine, out) };
-        return;
+    match *KERNEL {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => {
+            // SAFETY: AVX2 was detected at run time; the slices hold 32 values (asserted).
+            unsafe { block_dists_avx2(codes, lut, f1, f2, affine, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512Bw => {
+            // SAFETY: AVX2, AVX-512F and AVX-512BW were detected at run time; the slices hold
+            // 32 values (asserted).
+            unsafe { block_dists_avx512(codes, lut, f1, f2, affine, out) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        Kernel::Neon => {
+            // SAFETY: NEON was detected at run time; the slices hold 32 values (asserted).
+            unsafe { block_dists_neon(codes, lut, f1, f2, affine, out) }
+        }
+        _ => block_dists_scalar(codes, lut, f1, f2, affine, out),
     }
-    #[cfg(target_arch = "aarch64")]
-    if level() == SimdLevel::Neon {
-        // SAFETY: NEON was detected at run time; the slices hold 32 values (asserted).
-        unsafe { block_dists_neon(codes, lut, f1, f2, affine, out) };
-        return;
-    }
-    block_dists_scalar(codes, lut, f1, f2, affine, out);
 }
 
 /// Scalar reference of [`block_dists`].
@@ -415,6 +446,7 @@ pub fn block_dists_scalar(
 /// `steps[s]`; per slot `acc = Σ_s steps[s] · sum_s` ([`block_sums`] of the segment, added
 /// in segment order), `ip = affine.a · acc + affine.b` and `(base + f1) + f2 · ip`. `out` holds
 /// 32 values.
+#[inline]
 pub fn block_dists_segmented(
     codes: &[u8],
     lut: &[u8],
@@ -426,13 +458,20 @@ pub fn block_dists_segmented(
 ) {
     assert!(f1.len() >= BLOCK && f2.len() >= BLOCK && out.len() >= BLOCK);
     assert!(segments.0.len() == segments.1.len() + 1);
-    #[cfg(target_arch = "x86_64")]
-    if level() == SimdLevel::Avx2 {
-        // SAFETY: AVX2 was detected at run time; the slices hold 32 values (asserted).
-        unsafe { block_dists_segmented_avx2(codes, lut, segments, f1, f2, affine, out) };
-        return;
+    match *KERNEL {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => {
+            // SAFETY: AVX2 was detected at run time; the slices hold 32 values (asserted).
+            unsafe { block_dists_segmented_avx2(codes, lut, segments, f1, f2, affine, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512Bw => {
+            // SAFETY: AVX2, AVX-512F and AVX-512BW were detected at run time; the slices hold
+            // 32 values (asserted).
+            unsafe { block_dists_segmented_avx512(codes, lut, segments, f1, f2, affine, out) }
+        }
+        _ => segmented_with(block_sums, codes, lut, segments, f1, f2, affine, out),
     }
-    segmented_with(block_sums, codes, lut, segments, f1, f2, affine, out);
 }
 
 /// Scalar reference of [`block_dists_segmented`].
@@ -482,19 +521,18 @@ fn segmented_with(
 
 /// Σ over code bytes p of lut[p][low nibble] + lut[p][high nibble], for the 32 slots of a block.
 pub fn block_sums(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
-    #[cfg(target_arch = "x86_64")]
-    if level() == SimdLevel::Avx2 {
+    match *KERNEL {
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2 was detected at run time.
-        unsafe { block_sums_avx2(codes, lut, out) };
-        return;
-    }
-    #[cfg(target_arch = "aarch64")]
-    if level() == SimdLevel::Neon {
+        Kernel::Avx2 => unsafe { block_sums_avx2(codes, lut, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2, AVX-512F and AVX-512BW were detected at run time.
+        Kernel::Avx512Bw => unsafe { block_sums_avx512(codes, lut, out) },
+        #[cfg(target_arch = "aarch64")]
         // SAFETY: NEON was detected at run time.
-        unsafe { block_sums_neon(codes, lut, out) };
-        return;
+        Kernel::Neon => unsafe { block_sums_neon(codes, lut, out) },
+        _ => block_sums_scalar(codes, lut, out),
     }
-    block_sums_scalar(codes, lut, out);
 }
 
 /// Scalar reference of [`block_sums`].
@@ -548,8 +586,33 @@ unsafe fn block_sums_avx2_lanes(codes: &[u8], lut: &[u8]) -> [std::arch::x86_64:
             acc_a = _mm256_add_epi16(acc_a, r);
             acc_b = _mm256_add_epi16(acc_b, _mm256_srli_epi16(r, 8));
         }
-        // Even bytes (slots 2i): acc_a − 256 · acc_b (mod 2^16; the true sums are below 2^16).
-        // Odd bytes (slots 2i + 1): acc_b.
+        // SAFETY: AVX2 is enabled here.
+        unsafe { flush_window_avx2(acc_a, acc_b, &mut total) };
+        start = end;
+    }
+    total
+}
+
+/// Adds one flush window's 16-bit sums to `total` (32-bit lanes in slot order, as
+/// [`block_sums_avx2_lanes`] returns them). Over the window's byte pairs `r` (32 bytes, slot
+/// `j` in byte `j`), `acc_a` = Σ r and `acc_b` = Σ r >> 8 as 16-bit lanes.
+///
+/// Always inlined, so that it is compiled with its caller's target features.
+///
+/// # Safety
+/// AVX2 must be available.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn flush_window_avx2(
+    acc_a: std::arch::x86_64::__m256i,
+    acc_b: std::arch::x86_64::__m256i,
+    total: &mut [std::arch::x86_64::__m256i; 4],
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller guarantees AVX2; these intrinsics only compute on registers.
+    unsafe {
+        // Even bytes (slots 2i): acc_a − 256 · acc_b (mod 2^16; the true sums are below
+        // 2^16). Odd bytes (slots 2i + 1): acc_b.
         let even = _mm256_sub_epi16(acc_a, _mm256_slli_epi16(acc_b, 8));
         // Interleave back to slot order: per 128-bit lane, unpacklo gives slots 0..8 (lane 0)
         // and 16..24 (lane 1), unpackhi 8..16 and 24..32.
@@ -566,9 +629,7 @@ unsafe fn block_sums_avx2_lanes(codes: &[u8], lut: &[u8]) -> [std::arch::x86_64:
         for (t, p) in total.iter_mut().zip(parts) {
             *t = _mm256_add_epi32(*t, p);
         }
-        start = end;
     }
-    total
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -636,6 +697,41 @@ unsafe fn store_dists_avx2(
 unsafe fn block_dists_segmented_avx2(
     codes: &[u8],
     lut: &[u8],
+    segments: (&[usize], &[f32]),
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    // SAFETY: AVX2 is enabled for this function (and for the closure); the kernel checks the
+    // lengths, and the caller guarantees 32 values in f1, f2 and out.
+    unsafe {
+        segmented_lanes_avx2(
+            |c, l| block_sums_avx2_lanes(c, l),
+            codes,
+            lut,
+            segments,
+            f1,
+            f2,
+            affine,
+            out,
+        )
+    }
+}
+
+/// [`block_dists_segmented`] with `lanes` for each segment's 32 sums (as
+/// [`block_sums_avx2_lanes`] returns them). Always inlined, so that it is compiled with its
+/// caller's target features.
+///
+/// # Safety
+/// AVX2 must be available; `f1`, `f2` and `out` must hold 32 values.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn segmented_lanes_avx2(
+    lanes: impl Fn(&[u8], &[u8]) -> [std::arch::x86_64::__m256i; 4],
+    codes: &[u8],
+    lut: &[u8],
     (bounds, steps): (&[usize], &[f32]),
     f1: &[f32],
     f2: &[f32],
@@ -643,24 +739,159 @@ unsafe fn block_dists_segmented_avx2(
     out: &mut [f32],
 ) {
     use std::arch::x86_64::*;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for (seg, &step) in bounds.windows(2).zip(steps) {
-        // SAFETY: AVX2 is enabled for this function; the helper checks the lengths.
-        let lanes = unsafe {
-            block_sums_avx2_lanes(
+    // SAFETY: the caller guarantees AVX2 and 32 values in f1, f2 and out.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (seg, &step) in bounds.windows(2).zip(steps) {
+            let sums = lanes(
                 &codes[seg[0] * BLOCK..seg[1] * BLOCK],
                 &lut[seg[0] * 32..seg[1] * 32],
-            )
-        };
-        let step = _mm256_set1_ps(step);
-        for (a, l) in acc.iter_mut().zip(lanes) {
-            // The scalar reference's order: acc + step · sum, no fused multiply-add.
-            *a = _mm256_add_ps(*a, _mm256_mul_ps(step, _mm256_cvtepi32_ps(l)));
+            );
+            let step = _mm256_set1_ps(step);
+            for (a, l) in acc.iter_mut().zip(sums) {
+                // The scalar reference's order: acc + step · sum, no fused multiply-add.
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(step, _mm256_cvtepi32_ps(l)));
+            }
         }
+        store_dists_avx2(acc, affine, f1, f2, out);
     }
-    // SAFETY: AVX2 is enabled for this function; the caller guarantees 32 values in f1, f2
-    // and out.
-    unsafe { store_dists_avx2(acc, affine, f1, f2, out) };
+}
+
+/// [`block_sums_avx2_lanes`] with AVX-512BW, two of a block's byte pairs per step: one
+/// 64-byte load holds pairs `p` and `p + 1` of the 32 slots, another their four 16-entry
+/// tables, which `vshufi64x2` spreads so that each 128-bit lane's `vpshufb` reads its own
+/// pair's table. At each flush the two 256-bit halves' 16-bit sums are added (a window holds
+/// [`PAIRS_PER_FLUSH`] pairs in all, so they stay below 2^16) and flushed as the AVX2 kernel
+/// does; an odd last pair takes a step with the upper half masked to zero. Every sum is the
+/// same integer as the AVX2 kernel's.
+///
+/// # Safety
+/// AVX2, AVX-512F and AVX-512BW must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn block_sums_avx512_lanes(codes: &[u8], lut: &[u8]) -> [std::arch::x86_64::__m256i; 4] {
+    use std::arch::x86_64::*;
+    let pairs = codes.len() / BLOCK;
+    assert!(lut.len() >= pairs * 32);
+    let mask = _mm512_set1_epi8(0x0f);
+    let mut total = [_mm256_setzero_si256(); 4];
+    // One step on two pairs' code bytes `v` and tables `tables` (lanes: low p, high p,
+    // low p + 1, high p + 1), as the AVX2 kernel's step on each half.
+    let step = |v: __m512i, tables: __m512i, acc_a: &mut __m512i, acc_b: &mut __m512i| {
+        let tlo = _mm512_shuffle_i64x2::<0b10_10_00_00>(tables, tables);
+        let thi = _mm512_shuffle_i64x2::<0b11_11_01_01>(tables, tables);
+        let lo = _mm512_and_si512(v, mask);
+        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
+        let r = _mm512_add_epi8(_mm512_shuffle_epi8(tlo, lo), _mm512_shuffle_epi8(thi, hi));
+        *acc_a = _mm512_add_epi16(*acc_a, r);
+        *acc_b = _mm512_add_epi16(*acc_b, _mm512_srli_epi16::<8>(r));
+    };
+    let mut start = 0;
+    while start < pairs {
+        let end = (start + PAIRS_PER_FLUSH).min(pairs);
+        let (mut acc_a, mut acc_b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        let mut p = start;
+        while p + 2 <= end {
+            // SAFETY: p + 2 <= pairs, so codes[32p..32p + 64] and lut[32p..32p + 64] are in
+            // bounds (`pairs = codes.len() / 32` and the assert above).
+            let (v, tables) = unsafe {
+                (
+                    _mm512_loadu_si512(codes.as_ptr().add(p * BLOCK) as *const _),
+                    _mm512_loadu_si512(lut.as_ptr().add(p * 32) as *const _),
+                )
+            };
+            step(v, tables, &mut acc_a, &mut acc_b);
+            p += 2;
+        }
+        if p < end {
+            // SAFETY: p < pairs, so codes[32p..32p + 32] and lut[32p..32p + 32] are in bounds;
+            // the masked loads read only those 32 bytes (and set the rest to zero, whose
+            // tables give zero sums).
+            let (v, tables) = unsafe {
+                (
+                    _mm512_maskz_loadu_epi8(0xffff_ffff, codes.as_ptr().add(p * BLOCK) as *const _),
+                    _mm512_maskz_loadu_epi8(0xffff_ffff, lut.as_ptr().add(p * 32) as *const _),
+                )
+            };
+            step(v, tables, &mut acc_a, &mut acc_b);
+        }
+        let fold = |x: __m512i| {
+            _mm256_add_epi16(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x))
+        };
+        // SAFETY: AVX2 is enabled here.
+        unsafe { flush_window_avx2(fold(acc_a), fold(acc_b), &mut total) };
+        start = end;
+    }
+    total
+}
+
+/// [`block_sums_avx2`] with [`block_sums_avx512_lanes`].
+///
+/// # Safety
+/// AVX2, AVX-512F and AVX-512BW must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn block_sums_avx512(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
+    use std::arch::x86_64::*;
+    // SAFETY: the features are enabled for this function; the kernel checks the lengths.
+    let lanes = unsafe { block_sums_avx512_lanes(codes, lut) };
+    for (c, l) in lanes.iter().enumerate() {
+        // SAFETY: out holds 32 u32; c·8 + 8 <= 32.
+        unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(c * 8) as *mut __m256i, *l) };
+    }
+}
+
+/// [`block_dists_avx2`] with [`block_sums_avx512_lanes`].
+///
+/// # Safety
+/// AVX2, AVX-512F and AVX-512BW must be available; `f1`, `f2` and `out` must hold 32 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn block_dists_avx512(
+    codes: &[u8],
+    lut: &[u8],
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: the features are enabled for this function; the kernel checks the lengths.
+    let lanes = unsafe { block_sums_avx512_lanes(codes, lut) };
+    let sums = lanes.map(|l| _mm256_cvtepi32_ps(l));
+    // SAFETY: AVX2 is enabled; the caller guarantees 32 values in f1, f2 and out.
+    unsafe { store_dists_avx2(sums, affine, f1, f2, out) };
+}
+
+/// [`block_dists_segmented_avx2`] with [`block_sums_avx512_lanes`].
+///
+/// # Safety
+/// AVX2, AVX-512F and AVX-512BW must be available; `f1`, `f2` and `out` must hold 32 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn block_dists_segmented_avx512(
+    codes: &[u8],
+    lut: &[u8],
+    segments: (&[usize], &[f32]),
+    f1: &[f32],
+    f2: &[f32],
+    affine: Affine,
+    out: &mut [f32],
+) {
+    // SAFETY: the features are enabled for this function (and for the closure); the kernel
+    // checks the lengths, and the caller guarantees 32 values in f1, f2 and out.
+    unsafe {
+        segmented_lanes_avx2(
+            |c, l| block_sums_avx512_lanes(c, l),
+            codes,
+            lut,
+            segments,
+            f1,
+            f2,
+            affine,
+            out,
+        )
+    }
 }
 
 /// [`group_tables`] with NEON: a group's 16 entries as four vectors, entries 0..4 by masked
@@ -878,6 +1109,95 @@ mod tests {
             block_dists(&codes, &lut, &f1, &f2, affine, &mut x);
             block_dists_scalar(&codes, &lut, &f1, &f2, affine, &mut y);
             assert_eq!(x, y, "pairs {pairs}");
+        }
+    }
+
+    /// Both x86-64 kernels, called directly whatever this CPU's default, give the scalar sums
+    /// and distances over pair counts around the 512-bit kernel's two-pair step and the flush
+    /// window, with random tables and with every entry at its largest (127, the most a 16-bit
+    /// window holds), one segment and several.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_and_avx2_kernels_match_scalar_across_flushes() {
+        if level() != SimdLevel::Avx2 {
+            eprintln!("SKIPPED avx512_and_avx2_kernels_match_scalar_across_flushes: no AVX2");
+            return;
+        }
+        let avx512 = *KERNEL == Kernel::Avx512Bw;
+        if !avx512 {
+            eprintln!(
+                "SKIPPED the AVX-512BW half of avx512_and_avx2_kernels_match_scalar_across_flushes: \
+                 no AVX-512BW here, or VLC_NO_AVX512 set"
+            );
+        }
+        let lanes_to_u32 = |lanes: [std::arch::x86_64::__m256i; 4]| {
+            // SAFETY: __m256i and [u32; 8] have the same size; every bit pattern is a u32.
+            let words: [[u32; 8]; 4] = unsafe { std::mem::transmute(lanes) };
+            let mut out = [0u32; BLOCK];
+            for (c, w) in words.iter().enumerate() {
+                out[c * 8..c * 8 + 8].copy_from_slice(w);
+            }
+            out
+        };
+        let affine = Affine {
+            a: 0.013,
+            b: -0.7,
+            base: 1.25,
+        };
+        let mut r = Rng::new(31);
+        for pairs in [
+            0usize, 1, 2, 3, 5, 255, 256, 257, 258, 259, 511, 512, 513, 600,
+        ] {
+            for full in [false, true] {
+                let (codes, mut lut, f1, f2) = random_block(&mut r, pairs);
+                if full {
+                    lut.fill(127);
+                }
+                let what = format!("pairs {pairs}, full tables {full}");
+                let mut want = [0u32; BLOCK];
+                block_sums_scalar(&codes, &lut, &mut want);
+                let mut want_dists = [0f32; BLOCK];
+                block_dists_scalar(&codes, &lut, &f1, &f2, affine, &mut want_dists);
+                let bounds = [0, pairs / 3, pairs];
+                let steps = [0.25f32, 0.0078125];
+                let segments = (&bounds[..], &steps[..]);
+                let mut want_segmented = [0f32; BLOCK];
+                block_dists_segmented_scalar(
+                    &codes,
+                    &lut,
+                    segments,
+                    &f1,
+                    &f2,
+                    affine,
+                    &mut want_segmented,
+                );
+                let mut dists = [0f32; BLOCK];
+                // SAFETY: AVX2 was detected above; f1, f2 and dists hold 32 values.
+                unsafe {
+                    let got = lanes_to_u32(block_sums_avx2_lanes(&codes, &lut));
+                    assert_eq!(got, want, "AVX2, {what}");
+                    block_dists_avx2(&codes, &lut, &f1, &f2, affine, &mut dists);
+                    assert_eq!(dists, want_dists, "AVX2 distances, {what}");
+                    block_dists_segmented_avx2(
+                        &codes, &lut, segments, &f1, &f2, affine, &mut dists,
+                    );
+                    assert_eq!(dists, want_segmented, "AVX2 segmented, {what}");
+                }
+                if avx512 {
+                    // SAFETY: AVX2, AVX-512F and AVX-512BW were detected; f1, f2 and dists
+                    // hold 32 values.
+                    unsafe {
+                        let got = lanes_to_u32(block_sums_avx512_lanes(&codes, &lut));
+                        assert_eq!(got, want, "AVX-512BW, {what}");
+                        block_dists_avx512(&codes, &lut, &f1, &f2, affine, &mut dists);
+                        assert_eq!(dists, want_dists, "AVX-512BW distances, {what}");
+                        block_dists_segmented_avx512(
+                            &codes, &lut, segments, &f1, &f2, affine, &mut dists,
+                        );
+                        assert_eq!(dists, want_segmented, "AVX-512BW segmented, {what}");
+                    }
+                }
+            }
         }
     }
 
