@@ -3,7 +3,9 @@
 //! transposed so that one 32-byte load holds the same code byte (8 bits = two 4-bit groups) of
 //! 32 vectors. A query's weights per bit are summed into a table per 4-bit group, quantised to
 //! `u8`, so a block is scored with two byte shuffles per code byte (AVX2 `pshufb`, NEON `tbl`)
-//! and 16-bit accumulation.
+//! and 16-bit accumulation. With AVX-512BW, one 512-bit step takes two code bytes of the block
+//! (each 128-bit lane's `vpshufb` reading its own byte's table); the sums are the same
+//! integers.
 //!
 //! The quantised estimate only selects candidates: search rescores the candidate pool with the
 //! exact f32 estimator (or the refine tier), so this approximation does not reach the results.
@@ -241,6 +243,21 @@ impl FastScan {
         out.bias = bias;
         out.offset = offset;
         out.scale = scale;
+    }
+
+    /// The head of list `anchor`: its first blocks' code bytes, at most `max_bytes` of them
+    /// (whole blocks, at least one where the list has one), and the same blocks' factors
+    /// `f1`, `f2`; for a prefetch before the list is scanned.
+    pub fn list_head(&self, anchor: u32, max_bytes: usize) -> (&[u8], &[f32], &[f32]) {
+        let b0 = self.block_offsets[anchor as usize];
+        let b1 = self.block_offsets[anchor as usize + 1];
+        let block_bytes = (self.pairs * BLOCK).max(1);
+        let b1 = b1.min(b0 + (max_bytes / block_bytes).max(1));
+        (
+            &self.codes[b0 * block_bytes..b1 * block_bytes],
+            &self.f1[b0 * BLOCK..b1 * BLOCK],
+            &self.f2[b0 * BLOCK..b1 * BLOCK],
+        )
     }
 
     /// Number of vectors in list `a` rounded up to whole blocks.

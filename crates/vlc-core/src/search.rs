@@ -655,10 +655,36 @@ impl Index {
     ) {
         let pool_size = self.pool_size(params);
         self.begin_query(q, rotated, scratch);
-        for &(anchor, anchor_dist) in probes {
+        for (i, &(anchor, anchor_dist)) in probes.iter().enumerate() {
+            if let Some(&(next, _)) = probes.get(i + 1) {
+                self.prefetch_list(next);
+            }
             self.scan_list(anchor, anchor_dist, pool_size, scratch);
         }
         self.finish_query(q, pool_size, params.k, scratch)
+    }
+
+    /// Hint the CPU to fetch the head of list `anchor` (see [`LIST_PREFETCH_BYTES`]) while the
+    /// list before it is scanned. A list holds few blocks (about 2 of 32 vectors at 60,000
+    /// vectors and 1,024 anchors), too few for the hardware prefetcher to find its stream, so
+    /// without this each list starts with cache misses that stall one after another.
+    fn prefetch_list(&self, anchor: u32) {
+        match self.fastscan() {
+            Some(fs) => {
+                let (codes, f1, f2) = fs.list_head(anchor, LIST_PREFETCH_BYTES);
+                prefetch(codes);
+                prefetch(f1);
+                prefetch(f2);
+            }
+            None => {
+                let cs = self.codec.code_size();
+                let (lo, hi) = (
+                    self.list_offsets[anchor as usize] as usize * cs,
+                    self.list_offsets[anchor as usize + 1] as usize * cs,
+                );
+                prefetch(&self.codes[lo..hi.min(lo + LIST_PREFETCH_BYTES)]);
+            }
+        }
     }
 
     /// Build the query's tables and empty its candidate pool.
@@ -822,33 +848,38 @@ fn shrink_pool(pool: &mut Vec<Candidate>, size: usize) -> f32 {
     pool[size - 1].dist()
 }
 
-/// Hint the CPU to bring `bytes` into cache (`prefetcht0` on x86-64, `prfm pldl1keep` on
-/// aarch64; nothing elsewhere).
+/// At most this many code bytes of a list are prefetched before it is scanned (whole fast-scan
+/// blocks, at least one): past them the hardware prefetcher has found the stream.
+const LIST_PREFETCH_BYTES: usize = 4096;
+
+/// Hint the CPU to bring `items` into cache, one hint per 64 bytes (`prefetcht0` on x86-64,
+/// `prfm pldl1keep` on aarch64; nothing elsewhere).
 #[inline]
-fn prefetch(bytes: &[u8]) {
+fn prefetch<T>(items: &[T]) {
+    let (start, len) = (items.as_ptr() as *const u8, std::mem::size_of_val(items));
     #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: prefetching is a hint; the pointer is in bounds of a live slice and is never
-        // dereferenced by this instruction's architectural semantics.
+    for offset in (0..len).step_by(64) {
+        // SAFETY: offset < len, so the pointer stays within the live slice; prefetching is a
+        // hint that never faults and is not a read of the memory.
         unsafe {
             std::arch::x86_64::_mm_prefetch(
-                line.as_ptr() as *const i8,
+                start.add(offset) as *const i8,
                 std::arch::x86_64::_MM_HINT_T0,
             )
         };
     }
     #[cfg(target_arch = "aarch64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: PRFM is a hint: it never faults, writes nothing and the pointer is in bounds
-        // of a live slice.
+    for offset in (0..len).step_by(64) {
+        // SAFETY: offset < len, so the pointer stays within the live slice; PRFM is a hint: it
+        // never faults and writes nothing.
         unsafe {
             std::arch::asm!(
                 "prfm pldl1keep, [{0}]",
-                in(reg) line.as_ptr(),
+                in(reg) start.add(offset),
                 options(nostack, readonly, preserves_flags)
             )
         };
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = bytes;
+    let _ = (start, len);
 }

@@ -56,7 +56,9 @@ static AVX512: LazyLock<bool> = LazyLock::new(|| {
 });
 
 /// Whether the AVX-512 variants run (the AVX2 level plus AVX-512F, detected once; set
-/// `VLC_NO_AVX512=1` to keep the AVX2 ones). Only kernels that gain from 16-lane masks have one.
+/// `VLC_NO_AVX512=1` to keep the AVX2 ones). Only kernels that gain from it have one: those
+/// built on 16-lane masks, the query rotation, and the fast scan (which also needs AVX-512BW;
+/// `fastscan`).
 pub fn has_avx512() -> bool {
     *AVX512
 }
