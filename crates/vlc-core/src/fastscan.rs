@@ -245,6 +245,11 @@ impl FastScan {
         out.scale = scale;
     }
 
+    /// Bytes of the layout's codes and factors.
+    pub fn bytes(&self) -> usize {
+        self.codes.len() + 4 * (self.f1.len() + self.f2.len())
+    }
+
     /// The head of list `anchor`: its first blocks' code bytes, at most `max_bytes` of them
     /// (whole blocks, at least one where the list has one), and the same blocks' factors
     /// `f1`, `f2`; for a prefetch before the list is scanned.

@@ -4,13 +4,14 @@
 use crate::backend::Backend;
 use crate::codec::{Codec, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
-use crate::fastscan::QueryLut;
+use crate::fastscan::{FastScan, QueryLut};
 use crate::index::Index;
 use crate::linalg::{key_dist, key_id, order_key, smallest_keys};
 use crate::simd::below_mask;
 use crate::vectors::validate_vectors_for_metric;
 use rayon::prelude::*;
 use std::cmp::Ordering;
+use std::sync::LazyLock;
 
 /// Search knobs.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -655,13 +656,33 @@ impl Index {
     ) {
         let pool_size = self.pool_size(params);
         self.begin_query(q, rotated, scratch);
+        let prefetch = self.prefetch_lists();
         for (i, &(anchor, anchor_dist)) in probes.iter().enumerate() {
-            if let Some(&(next, _)) = probes.get(i + 1) {
+            if let Some(&(next, _)) = probes.get(i + 1).filter(|_| prefetch) {
                 self.prefetch_list(next);
             }
             self.scan_list(anchor, anchor_dist, pool_size, scratch);
         }
         self.finish_query(q, pool_size, params.k, scratch)
+    }
+
+    /// Whether a search prefetches each next list ([`Index::prefetch_list`]): where the codes a
+    /// search reads (primary, refine and fast-scan copy) exceed half the last-level cache, or
+    /// the cache's size is unknown. Within it, the lists are mostly in cache already and the
+    /// hints only cost instructions (on the dev set, 3.6 MiB, 2-5% of the QPS at nprobe 64;
+    /// on 1M x 384, 55 MiB, they gain 10-40%: docs/benchmarks.md). `VLC_LIST_PREFETCH=1` or
+    /// `0` sets it either way.
+    fn prefetch_lists(&self) -> bool {
+        match *LIST_PREFETCH {
+            ListPrefetch::Always => true,
+            ListPrefetch::Never => false,
+            ListPrefetch::Above(cache_half) => {
+                let searched = self.codes.len()
+                    + self.refine.as_ref().map_or(0, |(_, codes)| codes.len())
+                    + self.fastscan().map_or(0, FastScan::bytes);
+                searched > cache_half
+            }
+        }
     }
 
     /// Hint the CPU to fetch the head of list `anchor` (see [`LIST_PREFETCH_BYTES`]) while the
@@ -848,17 +869,71 @@ fn shrink_pool(pool: &mut Vec<Candidate>, size: usize) -> f32 {
     pool[size - 1].dist()
 }
 
+/// When searches prefetch lists ([`Index::prefetch_lists`]), decided once.
+#[derive(Clone, Copy, Debug)]
+enum ListPrefetch {
+    Always,
+    Never,
+    /// When an index's searched codes exceed this many bytes: half the last-level cache.
+    Above(usize),
+}
+
+static LIST_PREFETCH: LazyLock<ListPrefetch> =
+    LazyLock::new(|| match std::env::var("VLC_LIST_PREFETCH").as_deref() {
+        Ok("1") => ListPrefetch::Always,
+        Ok("0") => ListPrefetch::Never,
+        _ => match last_level_cache_bytes() {
+            Some(bytes) => ListPrefetch::Above(bytes / 2),
+            None => ListPrefetch::Always,
+        },
+    });
+
+/// The size of the CPU's last-level cache as Linux reports it for CPU 0
+/// (`/sys/devices/system/cpu/cpu0/cache/index*/{level,size}`, sizes like `32768K`); `None`
+/// elsewhere or when unreadable.
+fn last_level_cache_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    let read = |path: std::path::PathBuf| std::fs::read_to_string(path).ok();
+    dir.filter_map(|entry| {
+        let path = entry.ok()?.path();
+        let level: u32 = read(path.join("level"))?.trim().parse().ok()?;
+        Some((level, parse_cache_size(&read(path.join("size"))?)?))
+    })
+    .max()
+    .map(|(_, bytes)| bytes)
+}
+
+/// `32768K`, `1M` or `512` (bytes) as bytes.
+fn parse_cache_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((at, _)) => text.split_at(at),
+        None => (text, ""),
+    };
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    digits.parse::<usize>().ok()?.checked_mul(scale)
+}
+
 /// At most this many code bytes of a list are prefetched before it is scanned (whole fast-scan
 /// blocks, at least one): past them the hardware prefetcher has found the stream.
 const LIST_PREFETCH_BYTES: usize = 4096;
 
-/// Hint the CPU to bring `items` into cache, one hint per 64 bytes (`prefetcht0` on x86-64,
-/// `prfm pldl1keep` on aarch64; nothing elsewhere).
+/// Hint the CPU to bring `items` into cache (`prefetcht0` on x86-64, `prfm pldl1keep` on
+/// aarch64; nothing elsewhere): one hint per 64 bytes and one at the last byte, so that every
+/// 64-byte cache line the slice touches gets one (a 54-byte code that starts 40 bytes into a
+/// line ends in the next, where its factors are).
 #[inline]
 fn prefetch<T>(items: &[T]) {
     let (start, len) = (items.as_ptr() as *const u8, std::mem::size_of_val(items));
+    let offsets = (0..len).step_by(64).chain(len.checked_sub(1));
     #[cfg(target_arch = "x86_64")]
-    for offset in (0..len).step_by(64) {
+    for offset in offsets {
         // SAFETY: offset < len, so the pointer stays within the live slice; prefetching is a
         // hint that never faults and is not a read of the memory.
         unsafe {
@@ -869,7 +944,7 @@ fn prefetch<T>(items: &[T]) {
         };
     }
     #[cfg(target_arch = "aarch64")]
-    for offset in (0..len).step_by(64) {
+    for offset in offsets {
         // SAFETY: offset < len, so the pointer stays within the live slice; PRFM is a hint: it
         // never faults and writes nothing.
         unsafe {
@@ -881,5 +956,26 @@ fn prefetch<T>(items: &[T]) {
         };
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = (start, len);
+    let _ = (start, offsets);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_parse_as_linux_writes_them() {
+        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
+        assert_eq!(parse_cache_size("2G"), Some(2 << 30));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        for bad in ["", "K", "12Q", "-1K", "1.5M"] {
+            assert_eq!(parse_cache_size(bad), None, "{bad:?}");
+        }
+        // Wherever Linux reports the caches, the last level is at least as large as a level-1
+        // data cache (32 KiB or more on any CPU VLC targets).
+        if let Some(bytes) = last_level_cache_bytes() {
+            assert!(bytes >= 32 << 10, "last-level cache of {bytes} bytes");
+        }
+    }
 }
