@@ -657,11 +657,21 @@ unsafe fn flush_window_avx2(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn block_sums_avx2(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
+    // SAFETY: AVX2 is enabled for this function; the kernel checks the lengths.
+    unsafe { store_sums_avx2(block_sums_avx2_lanes(codes, lut), out) };
+}
+
+/// Stores a block's 32 sums, as the kernels' lanes hold them, into `out`. Always inlined, so
+/// that it is compiled with its caller's target features.
+///
+/// # Safety
+/// AVX2 must be available.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn store_sums_avx2(lanes: [std::arch::x86_64::__m256i; 4], out: &mut [u32; BLOCK]) {
     use std::arch::x86_64::*;
-    // SAFETY: AVX2 is enabled for this function; the helper checks the lengths.
-    let lanes = unsafe { block_sums_avx2_lanes(codes, lut) };
     for (c, l) in lanes.iter().enumerate() {
-        // SAFETY: out holds 32 u32; c·8 + 8 <= 32.
+        // SAFETY: the caller guarantees AVX2; out holds 32 u32 and c·8 + 8 <= 32.
         unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(c * 8) as *mut __m256i, *l) };
     }
 }
@@ -676,13 +686,31 @@ unsafe fn block_dists_avx2(
     affine: Affine,
     out: &mut [f32],
 ) {
+    // SAFETY: AVX2 is enabled for this function; the kernel checks the lengths, and the
+    // caller guarantees 32 values in f1, f2 and out.
+    unsafe { lanes_to_dists_avx2(block_sums_avx2_lanes(codes, lut), affine, f1, f2, out) };
+}
+
+/// [`store_dists_avx2`] of a block's 32 sums as the kernels' lanes hold them. Always inlined,
+/// so that it is compiled with its caller's target features.
+///
+/// # Safety
+/// AVX2 must be available; `f1`, `f2` and `out` must hold 32 values.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn lanes_to_dists_avx2(
+    lanes: [std::arch::x86_64::__m256i; 4],
+    affine: Affine,
+    f1: &[f32],
+    f2: &[f32],
+    out: &mut [f32],
+) {
     use std::arch::x86_64::*;
-    // SAFETY: AVX2 is enabled for this function; the helper checks the lengths.
-    let lanes = unsafe { block_sums_avx2_lanes(codes, lut) };
-    let sums = lanes.map(|l| _mm256_cvtepi32_ps(l));
-    // SAFETY: AVX2 is enabled for this function; the caller guarantees 32 values in f1, f2
-    // and out.
-    unsafe { store_dists_avx2(sums, affine, f1, f2, out) };
+    // SAFETY: the caller guarantees AVX2 and 32 values in f1, f2 and out.
+    unsafe {
+        let sums = lanes.map(|l| _mm256_cvtepi32_ps(l));
+        store_dists_avx2(sums, affine, f1, f2, out);
+    }
 }
 
 /// `(base + f1) + f2 · (a · sum + b)` for the 32 slots whose sums are `sums` (four vectors of
@@ -854,13 +882,8 @@ unsafe fn block_sums_avx512_lanes(codes: &[u8], lut: &[u8]) -> [std::arch::x86_6
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
 unsafe fn block_sums_avx512(codes: &[u8], lut: &[u8], out: &mut [u32; BLOCK]) {
-    use std::arch::x86_64::*;
     // SAFETY: the features are enabled for this function; the kernel checks the lengths.
-    let lanes = unsafe { block_sums_avx512_lanes(codes, lut) };
-    for (c, l) in lanes.iter().enumerate() {
-        // SAFETY: out holds 32 u32; c·8 + 8 <= 32.
-        unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(c * 8) as *mut __m256i, *l) };
-    }
+    unsafe { store_sums_avx2(block_sums_avx512_lanes(codes, lut), out) };
 }
 
 /// [`block_dists_avx2`] with [`block_sums_avx512_lanes`].
@@ -877,12 +900,9 @@ unsafe fn block_dists_avx512(
     affine: Affine,
     out: &mut [f32],
 ) {
-    use std::arch::x86_64::*;
-    // SAFETY: the features are enabled for this function; the kernel checks the lengths.
-    let lanes = unsafe { block_sums_avx512_lanes(codes, lut) };
-    let sums = lanes.map(|l| _mm256_cvtepi32_ps(l));
-    // SAFETY: AVX2 is enabled; the caller guarantees 32 values in f1, f2 and out.
-    unsafe { store_dists_avx2(sums, affine, f1, f2, out) };
+    // SAFETY: the features are enabled for this function; the kernel checks the lengths, and
+    // the caller guarantees 32 values in f1, f2 and out.
+    unsafe { lanes_to_dists_avx2(block_sums_avx512_lanes(codes, lut), affine, f1, f2, out) };
 }
 
 /// [`block_dists_segmented_avx2`] with [`block_sums_avx512_lanes`].
