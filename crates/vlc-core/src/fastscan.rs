@@ -48,6 +48,7 @@ enum Kernel {
     Scalar,
     Avx2,
     /// AVX2 plus AVX-512F and AVX-512BW: two of a block's byte pairs per step.
+    #[cfg(target_arch = "x86_64")]
     Avx512Bw,
     Neon,
 }
