@@ -670,8 +670,8 @@ impl Index {
     /// search reads (primary, refine and fast-scan copy) exceed half the last-level cache, or
     /// the cache's size is unknown. Within it, the lists are mostly in cache already and the
     /// hints only cost instructions (on the dev set, 3.6 MiB, 2-5% of the QPS at nprobe 64;
-    /// on 1M x 384, 55 MiB, they gain 10-40%: docs/benchmarks.md). `VLC_LIST_PREFETCH=1` or
-    /// `0` sets it either way.
+    /// on 1M x 384, 55 MiB, they gain 13-33%: docs/benchmarks.md, "List prefetch").
+    /// `VLC_LIST_PREFETCH=1` or `0` sets it either way.
     fn prefetch_lists(&self) -> bool {
         match *LIST_PREFETCH {
             ListPrefetch::Always => true,
