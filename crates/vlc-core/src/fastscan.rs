@@ -1173,15 +1173,6 @@ mod tests {
                  no AVX-512BW here, or VLC_NO_AVX512 set"
             );
         }
-        let lanes_to_u32 = |lanes: [std::arch::x86_64::__m256i; 4]| {
-            // SAFETY: __m256i and [u32; 8] have the same size; every bit pattern is a u32.
-            let words: [[u32; 8]; 4] = unsafe { std::mem::transmute(lanes) };
-            let mut out = [0u32; BLOCK];
-            for (c, w) in words.iter().enumerate() {
-                out[c * 8..c * 8 + 8].copy_from_slice(w);
-            }
-            out
-        };
         let affine = Affine {
             a: 0.013,
             b: -0.7,
@@ -1214,10 +1205,11 @@ mod tests {
                     affine,
                     &mut want_segmented,
                 );
+                let mut got = [0u32; BLOCK];
                 let mut dists = [0f32; BLOCK];
                 // SAFETY: AVX2 was detected above; f1, f2 and dists hold 32 values.
                 unsafe {
-                    let got = lanes_to_u32(block_sums_avx2_lanes(&codes, &lut));
+                    block_sums_avx2(&codes, &lut, &mut got);
                     assert_eq!(got, want, "AVX2, {what}");
                     block_dists_avx2(&codes, &lut, &f1, &f2, affine, &mut dists);
                     assert_eq!(dists, want_dists, "AVX2 distances, {what}");
@@ -1230,7 +1222,7 @@ mod tests {
                     // SAFETY: AVX2, AVX-512F and AVX-512BW were detected; f1, f2 and dists
                     // hold 32 values.
                     unsafe {
-                        let got = lanes_to_u32(block_sums_avx512_lanes(&codes, &lut));
+                        block_sums_avx512(&codes, &lut, &mut got);
                         assert_eq!(got, want, "AVX-512BW, {what}");
                         block_dists_avx512(&codes, &lut, &f1, &f2, affine, &mut dists);
                         assert_eq!(dists, want_dists, "AVX-512BW distances, {what}");
