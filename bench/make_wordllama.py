@@ -65,6 +65,9 @@ with open(a.query_meta) as f:
     query_rows = json.load(f)["query_rows"]
 base = embed([r["text"] for r in rows])
 query = embed([rows[i]["synopsis"] for i in query_rows])
+# The mean-pooled vectors' norms (1st, 50th and 99th percentile), before any scaling.
+spread = {name: np.percentile(np.linalg.norm(v, axis=1), [1, 50, 99]) for name, v in
+          (("documents", base), ("queries", query))}
 if not a.raw:
     base /= np.linalg.norm(base, axis=1, keepdims=True)
     query /= np.linalg.norm(query, axis=1, keepdims=True)
@@ -81,7 +84,11 @@ os.makedirs(a.out, exist_ok=True)
 np.save(os.path.join(a.out, "base.npy"), base)
 np.save(os.path.join(a.out, "query.npy"), query)
 np.save(os.path.join(a.out, "groundtruth.npy"), gt)
-norms = np.linalg.norm(base, axis=1)
+own = np.asarray(query_rows)
 centre = np.linalg.norm(base.mean(0))
-print(f"{a.out}: {len(base)} x {a.dim}, {len(query)} queries; base norms "
-      f"{norms.min():.3f}..{norms.max():.3f}, norm of the mean {centre:.3f}")
+print(f"{a.out}: {len(base)} x {a.dim}, {len(query)} queries{' (unnormalised)' if a.raw else ''}; "
+      f"norm of the documents' mean {centre:.3f}")
+for name, (p1, p50, p99) in spread.items():
+    print(f"  mean-pooled {name}' norms (1st / 50th / 99th percentile): {p1:.2f} / {p50:.2f} / {p99:.2f}")
+print(f"  queries whose own package's description is the nearest: {(gt[:, 0] == own).mean():.3f}, "
+      f"among the 10 nearest: {(gt[:, :10] == own[:, None]).any(1).mean():.3f}")
