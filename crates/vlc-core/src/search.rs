@@ -11,6 +11,7 @@ use crate::simd::below_mask;
 use crate::vectors::validate_vectors_for_metric;
 use rayon::prelude::*;
 use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 use std::sync::LazyLock;
 
 /// Search knobs.
@@ -23,7 +24,14 @@ pub struct SearchParams {
     /// `probe_margin`, the most to scan.
     pub nprobe: usize,
     /// Candidate pool rescored by the second stage (refine tier, or the full code after a fast
-    /// scan); 0 = automatic (10·k). Ignored without a second stage.
+    /// scan); 0 = automatic. Ignored without a second stage.
+    ///
+    /// Automatic on the CPU: the second stage rescores the first stage's 10·k best, then
+    /// every other scanned candidate whose first-stage estimate is below the k-th best
+    /// rescored distance plus three times the first stage's error, as measured on that pool
+    /// ([`SearchParams::pool_size`] says more). Where the first stage ranks well, few or none
+    /// are added; where it ranks poorly (few dimensions, tight neighbourhoods), those its
+    /// error may have pushed out of the pool. The GPU backends rescore the 10·k best.
     pub rerank: usize,
     /// Adaptive probing: of the `nprobe` nearest lists, skip those whose anchor is farther
     /// from the query (squared distance) than the nearest anchor by more than
@@ -130,6 +138,14 @@ impl SearchParams {
 
     /// Candidates kept for the second stage (refine tier, or the full RaBitQ code after a
     /// fast scan): `rerank`, or 10·k when 0; just k without a second stage.
+    ///
+    /// With `rerank` 0 the CPU search treats this pool as a start, not a limit: after
+    /// rescoring it, it takes the standard deviation of the pool's first-stage errors
+    /// (second-stage distance − first-stage estimate) as the query's error `s`, and when the
+    /// pool's worst estimate is below the k-th best rescored distance plus
+    /// [`ERROR_MARGIN`]·`s`, it rescores every scanned candidate beyond the pool whose
+    /// estimate is below that bound too. The first stage's estimates of every scanned
+    /// candidate are kept for this.
     pub fn pool_size(&self, has_second_stage: bool) -> usize {
         if has_second_stage {
             let r = if self.rerank == 0 {
@@ -143,6 +159,13 @@ impl SearchParams {
         }
     }
 }
+
+/// With the automatic pool ([`SearchParams::pool_size`]), a candidate beyond the pool is
+/// rescored when its first-stage estimate is below the k-th best rescored distance plus this
+/// many times the query's first-stage error (the standard deviation over the pool): for
+/// errors near normal, a true neighbour is missed with a chance of about 0.1% (three standard
+/// deviations), whatever the codec, the dimension and the data.
+pub const ERROR_MARGIN: f32 = 3.0;
 
 /// One result.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -285,7 +308,13 @@ struct Scratch {
     probes: Vec<(u32, f32)>,
     primary: QueryState,
     refine: QueryState,
+    /// First-stage estimates: of the list being scanned, or, with the automatic pool, of
+    /// every list scanned, one after another (padding slots dropped; see `scanned`).
     dists: Vec<f32>,
+    /// With the automatic pool, the lists scanned: (anchor, squared distance to the query,
+    /// position of the list's first vector, start of its estimates in `dists`), in the order
+    /// scanned.
+    scanned: Vec<(u32, f32, u32, u32)>,
     /// Candidates below the current threshold; shrunk to the pool size whenever it holds
     /// twice that many (amortised O(1) per insertion, no heap).
     pool: Vec<Candidate>,
@@ -300,7 +329,7 @@ struct Scratch {
     /// The probed anchors as [`order_key`]s of (distance, anchor), nearest first.
     order: Vec<u64>,
     /// The second stage's k best so far, worst on top.
-    best: std::collections::BinaryHeap<Candidate>,
+    best: BinaryHeap<Candidate>,
     /// The rotated query. Layout: (padded dim,).
     rotated: Vec<f32>,
     /// Fast-scan weights of codecs whose first stage weighs bits unevenly.
@@ -655,15 +684,17 @@ impl Index {
         scratch: &mut Scratch,
     ) {
         let pool_size = self.pool_size(params);
+        // The automatic pool keeps every estimate, for the candidates beyond the pool.
+        let keep_all = params.rerank == 0 && self.has_second_stage();
         self.begin_query(q, rotated, scratch);
         let prefetch = self.prefetch_lists();
         for (i, &(anchor, anchor_dist)) in probes.iter().enumerate() {
             if let Some(&(next, _)) = probes.get(i + 1).filter(|_| prefetch) {
                 self.prefetch_list(next);
             }
-            self.scan_list(anchor, anchor_dist, pool_size, scratch);
+            self.scan_list(anchor, anchor_dist, pool_size, keep_all, scratch);
         }
-        self.finish_query(q, pool_size, params.k, scratch)
+        self.finish_query(q, pool_size, params.k, keep_all, scratch)
     }
 
     /// Whether a search prefetches each next list ([`Index::prefetch_list`]): where the codes a
@@ -730,12 +761,21 @@ impl Index {
         }
         scratch.pool.clear();
         scratch.worst = f32::INFINITY;
+        scratch.dists.clear();
+        scratch.scanned.clear();
     }
 
     /// Score list `anchor` with the primary codec (or its fast-scan copy) and add what beats
-    /// the pool's threshold.
-    fn scan_list(&self, anchor: u32, anchor_dist: f32, pool_size: usize, scratch: &mut Scratch) {
-        let dists = &mut scratch.dists;
+    /// the pool's threshold. `keep_all`: append the list's estimates to those of the lists
+    /// before it (the automatic pool's), instead of overwriting them.
+    fn scan_list(
+        &self,
+        anchor: u32,
+        anchor_dist: f32,
+        pool_size: usize,
+        keep_all: bool,
+        scratch: &mut Scratch,
+    ) {
         let (lo, hi) = (
             self.list_offsets[anchor as usize] as usize,
             self.list_offsets[anchor as usize + 1] as usize,
@@ -743,23 +783,32 @@ impl Index {
         if lo == hi {
             return;
         }
+        let base = if keep_all { scratch.dists.len() } else { 0 };
+        if keep_all {
+            scratch
+                .scanned
+                .push((anchor, anchor_dist, lo as u32, base as u32));
+        }
+        let all = &mut scratch.dists;
         match self.fastscan() {
             Some(fs) => {
-                dists.resize(fs.padded_len(anchor), 0.0);
-                fs.scan(&scratch.lut, anchor, anchor_dist, dists);
+                all.resize(base + fs.padded_len(anchor), 0.0);
+                fs.scan(&scratch.lut, anchor, anchor_dist, &mut all[base..]);
+                all.truncate(base + hi - lo);
             }
             None => {
                 let cs = self.codec.code_size();
-                dists.resize(hi - lo, 0.0);
+                all.resize(base + hi - lo, 0.0);
                 self.codec.scan(
                     &mut scratch.primary,
                     anchor,
                     anchor_dist,
                     &self.codes[lo * cs..hi * cs],
-                    dists,
+                    &mut all[base..],
                 );
             }
         }
+        let dists = &scratch.dists[base..];
         // Most slots lose against the pool's threshold: test 32 at a time, then push the few
         // that pass (re-checked, as the threshold tightens when the pool shrinks).
         let n = hi - lo;
@@ -784,27 +833,47 @@ impl Index {
     }
 
     /// Rescore the pool with the second stage (when there is one) and leave the top k in it,
-    /// nearest first.
-    fn finish_query(&self, q: &[f32], pool_size: usize, k: usize, scratch: &mut Scratch) {
+    /// nearest first. `adaptive`: the automatic pool ([`SearchParams::pool_size`]), with
+    /// every scanned list's estimates kept in `scratch.dists`.
+    fn finish_query(
+        &self,
+        q: &[f32],
+        pool_size: usize,
+        k: usize,
+        adaptive: bool,
+        scratch: &mut Scratch,
+    ) {
         if scratch.pool.len() > pool_size {
             shrink_pool(&mut scratch.pool, pool_size);
         }
-        let found = &mut scratch.pool;
+        let Scratch {
+            pool: found,
+            best,
+            dists,
+            scanned,
+            refine,
+            primary,
+            ..
+        } = scratch;
         // Second stage: the refine tier, or the full RaBitQ code after a fast 1-bit scan.
         let rescore: Option<(&Codec, &[u8], &mut QueryState)> = match &self.refine {
-            Some((refine, codes)) => {
-                scratch.refine.query.clear();
-                scratch.refine.query.extend_from_slice(q);
-                refine.prepare_query(&mut scratch.refine);
-                Some((refine, codes, &mut scratch.refine))
+            Some((codec, codes)) => {
+                refine.query.clear();
+                refine.query.extend_from_slice(q);
+                codec.prepare_query(refine);
+                Some((codec, codes, refine))
             }
-            None if self.fastscan().is_some() => {
-                Some((&self.codec, &self.codes, &mut scratch.primary))
-            }
+            None if self.fastscan().is_some() => Some((&self.codec, &self.codes, primary)),
             None => None,
         };
         if let Some((codec, codes, state)) = rescore {
             let rcs = codec.code_size();
+            // Only a full pool leaves candidates out: those whose keys are above its largest.
+            let boundary = found
+                .iter()
+                .map(|c| c.key)
+                .max()
+                .filter(|_| adaptive && found.len() == pool_size);
             // The first stage's k best are scored first: their full estimates set a limit
             // that lets a bit-plane code stop scoring a later candidate as soon as its
             // remaining planes cannot bring it back under the k-th best (the same top k as
@@ -812,41 +881,91 @@ impl Index {
             if found.len() > k {
                 found.select_nth_unstable(k - 1);
             }
-            let best = &mut scratch.best;
             best.clear();
-            // Second-stage codes are scattered over the index: fetch a few candidates ahead
-            // so their cache misses overlap instead of stalling one after another.
-            const AHEAD: usize = 4;
-            for c in found.iter().take(AHEAD) {
-                prefetch(&codes[c.position() * rcs..(c.position() + 1) * rcs]);
-            }
-            for i in 0..found.len() {
-                if let Some(next) = found.get(i + AHEAD) {
-                    let p = next.position();
-                    prefetch(&codes[p * rcs..(p + 1) * rcs]);
-                }
-                let c = found[i];
+            let kth = |best: &BinaryHeap<Candidate>| match best.peek() {
+                Some(worst) if best.len() == k => worst.dist(),
+                _ => f32::INFINITY,
+            };
+            // Scores `c` with the second stage and keeps it if it is among the k best; its
+            // second-stage distance, or None where a bit-plane code stopped above `limit`.
+            let mut score = |c: Candidate, limit: f32, best: &mut BinaryHeap<Candidate>| {
                 let p = c.position();
-                let limit = match best.peek() {
-                    Some(worst) if best.len() == k => worst.dist(),
-                    _ => f32::INFINITY,
-                };
-                let Some(d) = codec.estimate_below(
+                let d = codec.estimate_below(
                     state,
                     c.anchor,
                     c.anchor_dist,
                     &codes[p * rcs..(p + 1) * rcs],
                     limit,
                     c.dist(),
-                ) else {
-                    continue;
-                };
+                )?;
                 let c = Candidate::new(d, p as u32, c.anchor, c.anchor_dist);
                 if best.len() < k {
                     best.push(c);
                 } else if best.peek().is_some_and(|worst| c < *worst) {
                     best.pop();
                     best.push(c);
+                }
+                Some(d)
+            };
+            // Second-stage codes are scattered over the index: fetch a few candidates ahead
+            // so their cache misses overlap instead of stalling one after another.
+            const AHEAD: usize = 4;
+            for c in found.iter().take(AHEAD) {
+                prefetch(&codes[c.position() * rcs..(c.position() + 1) * rcs]);
+            }
+            let (mut sum, mut sum_sq, mut measured) = (0f64, 0f64, 0usize);
+            for i in 0..found.len() {
+                let c = found[i];
+                if let Some(next) = found.get(i + AHEAD) {
+                    let p = next.position();
+                    prefetch(&codes[p * rcs..(p + 1) * rcs]);
+                }
+                if let Some(d) = score(c, kth(best), best) {
+                    let e = f64::from(d - c.dist());
+                    sum += e;
+                    sum_sq += e * e;
+                    measured += 1;
+                }
+            }
+            let mean = sum / measured.max(1) as f64;
+            let spread = (sum_sq / measured.max(1) as f64 - mean * mean)
+                .max(0.0)
+                .sqrt() as f32;
+            let margin = ERROR_MARGIN * spread;
+            // Candidates beyond the pool, when its worst estimate is under the bound: gathered
+            // first, then scored with their codes fetched ahead, like the pool's.
+            if let Some(boundary) = boundary.filter(|&b| key_dist(b) < kth(best) + margin) {
+                found.clear();
+                let bound = kth(best) + margin;
+                for (l, &(anchor, anchor_dist, lo, at)) in scanned.iter().enumerate() {
+                    let end = scanned
+                        .get(l + 1)
+                        .map_or(dists.len(), |next| next.3 as usize);
+                    let list = &dists[at as usize..end];
+                    for start in (0..list.len()).step_by(32) {
+                        let chunk = &list[start..list.len().min(start + 32)];
+                        let mut mask = below_mask(chunk, bound);
+                        while mask != 0 {
+                            let j = start + mask.trailing_zeros() as usize;
+                            mask &= mask - 1;
+                            let c = Candidate::new(list[j], lo + j as u32, anchor, anchor_dist);
+                            if c.key > boundary {
+                                found.push(c);
+                            }
+                        }
+                    }
+                }
+                for c in found.iter().take(AHEAD) {
+                    prefetch(&codes[c.position() * rcs..(c.position() + 1) * rcs]);
+                }
+                for i in 0..found.len() {
+                    if let Some(next) = found.get(i + AHEAD) {
+                        let p = next.position();
+                        prefetch(&codes[p * rcs..(p + 1) * rcs]);
+                    }
+                    if found[i].dist() < kth(best) + margin {
+                        score(found[i], kth(best), best);
+                    }
                 }
             }
             found.clear();

@@ -986,3 +986,64 @@ fn data_far_from_the_origin_is_centred_and_searched_as_well_as_at_the_origin() {
         );
     }
 }
+
+#[test]
+fn the_automatic_pool_rescores_what_the_first_stage_pushed_out_of_the_fixed_one() {
+    // 16 dimensions: a 1-bit first stage ranks poorly, so true neighbours fall beyond its 10·k
+    // best. Behind an exact (f32) second stage, the automatic pool rescores those 10·k and
+    // the candidates beyond them within the first stage's error of the k-th best, a superset:
+    // its i-th distance is never above the fixed pool's, and it finds more true neighbours.
+    let dim = 16;
+    let data = clustered(6000, dim, 12, 0.6, 41);
+    let queries = queries_near(&data, dim, 300, 0.3, 42);
+    let k = 10;
+    let gt = truth(&data, &queries, dim, k);
+    let params = BuildParams::default()
+        .with_codec(CodecKind::RaBitQ1)
+        .with_refine(Some(CodecKind::F32))
+        .with_num_anchors(16);
+    let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    let search = |rerank: usize| {
+        let p = SearchParams {
+            k,
+            nprobe: 16,
+            rerank,
+            probe_margin: None,
+        };
+        index.search_batch(&queries, &p, &CpuBackend).unwrap()
+    };
+    let (auto, fixed) = (search(0), search(10 * k));
+    for (i, (a, f)) in auto.distances.iter().zip(&fixed.distances).enumerate() {
+        assert!(
+            *a <= *f * (1.0 + 1e-6),
+            "query {}, rank {}: {a} with the automatic pool, {f} with 10·k",
+            i / k,
+            i % k
+        );
+    }
+    let (recall_auto, recall_fixed) = (
+        recall_at(&auto.ids, k, &gt, k, k),
+        recall_at(&fixed.ids, k, &gt, k, k),
+    );
+    eprintln!("recall@10: automatic pool {recall_auto}, 10·k {recall_fixed}");
+    assert!(
+        recall_auto > recall_fixed && recall_auto >= 0.99,
+        "automatic pool {recall_auto}, 10·k {recall_fixed}"
+    );
+    // One query at a time keeps the same estimates as a batch does.
+    for (i, q) in queries.chunks(dim).enumerate().take(50) {
+        let hits = index
+            .search(
+                q,
+                &SearchParams {
+                    k,
+                    nprobe: 16,
+                    rerank: 0,
+                    probe_margin: None,
+                },
+            )
+            .unwrap();
+        let ids: Vec<i64> = hits.iter().map(|n| i64::from(n.id)).collect();
+        assert_eq!(ids, auto.ids[i * k..(i + 1) * k], "query {i}");
+    }
+}
