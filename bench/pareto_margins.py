@@ -33,5 +33,5 @@ for ratio, p, v in rows[:rows_wanted]:
     if v is None:
         print(f"| - | {peer} | none | | | | | |")
         continue
-    pool = v.get("rerank") or "10·k"
+    pool = v.get("rerank") or "auto"
     print(f"| {ratio:.3f} | {peer} | {v['config']} | {v['nprobe']} | {pool} | {v['bytes_per_vector']:.1f} | {v['recall@10']:.4f} | {v['qps']:,.0f} |")

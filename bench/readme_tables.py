@@ -13,7 +13,7 @@ groups = defaultdict(list)
 # their configuration's row at the same pool depth.
 adaptive = {}
 for p in points:
-    # One row per configuration and pool depth (rerank 0 is the default pool, 10·k).
+    # One row per configuration and pool depth (rerank 0 is the default, automatic pool).
     config = p["config"]
     if p.get("probe_margin") is not None:
         config = config.rsplit(" m", 1)[0]

@@ -52,7 +52,9 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128, 256, 512])]
     pub nprobe: Vec<usize>,
     /// Candidate pool depths for configurations with a second stage (a refine tier, or the
-    /// RaBitQ codecs and `pcaq`, whose fast pass is rescored with the full code); 0 = 10·k.
+    /// RaBitQ codecs and `pcaq`, whose fast pass is rescored with the full code); 0 = the
+    /// automatic pool (`vlc search --help`: 10·k, and beyond them those within the first
+    /// stage's error).
     /// The first depth runs at every nprobe, the others at the nprobe values of
     /// `--rerank-nprobe`: a pool smaller than 10·k pays where rescoring weighs as much as the
     /// scan of the lists, and on codes whose first stage already ranks well.

@@ -107,7 +107,8 @@ class Index:
 
         queries: (rows, dim) or (dim,). nprobe: inverted lists scanned per query (more =
         higher recall, slower; above the anchor count, every list). rerank: candidates the
-        second stage rescores (0 = 10 k). probe_margin: adaptive probing (see `vlc search
+        second stage rescores (0 = automatic: the 10 k best, and beyond them those within
+        the first stage's error of the k-th best, see `vlc search --help`). probe_margin: adaptive probing (see `vlc search
         --help`). backend: "cpu" (default), "cuda", "wgpu" (software adapters included) or
         "auto" (CUDA, then a hardware WGPU adapter, else the CPU). The first GPU search copies
         the index to the device (once; `add` and `remove` drop the copy, `release_device`
