@@ -749,7 +749,8 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
     }
 }
 
-/// One device search of `queries` against the CPU's with the same parameters, asserting what
+/// One device search of `queries` against the CPU's with the same parameters (at rerank 0,
+/// the devices' pool of 10·k rather than the CPU's automatic one), asserting what
 /// [`check_search_matches_cpu`] asserts per case: at least 97% of the CPU's ids, equal
 /// distances where both return the same id at the same rank, rows sorted and padded like the
 /// CPU's. Returns the share of the CPU's ids the device returned.
@@ -761,7 +762,17 @@ pub fn compare_search_with_cpu(
     device: &DeviceSearch<'_>,
 ) -> f64 {
     let (k, nprobe) = (params.k, params.nprobe);
-    let cpu = index.search_batch(queries, params, &CpuBackend).unwrap();
+    // At rerank 0 the devices rescore the first stage's 10·k best, where the CPU's automatic
+    // pool may rescore more ([`crate::SearchParams::rerank`]): the reference is the CPU with
+    // that fixed pool.
+    let fixed = crate::SearchParams {
+        rerank: match params.rerank {
+            0 => params.pool_size(index.has_second_stage()),
+            r => r,
+        },
+        ..*params
+    };
+    let cpu = index.search_batch(queries, &fixed, &CpuBackend).unwrap();
     let dev = device(queries, params).unwrap();
     assert_eq!(dev.ids.len(), cpu.ids.len(), "{label}");
     let (mut same, mut total) = (0usize, 0usize);
