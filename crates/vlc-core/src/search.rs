@@ -907,26 +907,18 @@ impl Index {
                 }
                 Some(d)
             };
-            // Second-stage codes are scattered over the index: fetch a few candidates ahead
-            // so their cache misses overlap instead of stalling one after another.
-            const AHEAD: usize = 4;
-            for c in found.iter().take(AHEAD) {
-                prefetch(&codes[c.position() * rcs..(c.position() + 1) * rcs]);
-            }
+            // The first stage's errors over the pool, only where candidates beyond it may
+            // be rescored (a full automatic pool).
             let (mut sum, mut sum_sq, mut measured) = (0f64, 0f64, 0usize);
-            for i in 0..found.len() {
-                let c = found[i];
-                if let Some(next) = found.get(i + AHEAD) {
-                    let p = next.position();
-                    prefetch(&codes[p * rcs..(p + 1) * rcs]);
-                }
-                if let Some(d) = score(c, kth(best), best) {
+            with_codes_ahead(found, codes, rcs, |c| {
+                let d = score(c, kth(best), best);
+                if let Some(d) = d.filter(|_| boundary.is_some()) {
                     let e = f64::from(d - c.dist());
                     sum += e;
                     sum_sq += e * e;
                     measured += 1;
                 }
-            }
+            });
             let mean = sum / measured.max(1) as f64;
             let spread = (sum_sq / measured.max(1) as f64 - mean * mean)
                 .max(0.0)
@@ -955,18 +947,11 @@ impl Index {
                         }
                     }
                 }
-                for c in found.iter().take(AHEAD) {
-                    prefetch(&codes[c.position() * rcs..(c.position() + 1) * rcs]);
-                }
-                for i in 0..found.len() {
-                    if let Some(next) = found.get(i + AHEAD) {
-                        let p = next.position();
-                        prefetch(&codes[p * rcs..(p + 1) * rcs]);
+                with_codes_ahead(found, codes, rcs, |c| {
+                    if c.dist() < kth(best) + margin {
+                        score(c, kth(best), best);
                     }
-                    if found[i].dist() < kth(best) + margin {
-                        score(found[i], kth(best), best);
-                    }
-                }
+                });
             }
             found.clear();
             found.extend(best.drain());
@@ -977,6 +962,30 @@ impl Index {
             found.truncate(k);
         }
         found.sort_unstable();
+    }
+}
+
+/// Calls `f` on each of `candidates` in order, with the second-stage code (of `code_size`
+/// bytes, in `codes`) of the candidate a few places ahead prefetched: second-stage codes are
+/// scattered over the index, so their cache misses then overlap instead of stalling one after
+/// another.
+fn with_codes_ahead(
+    candidates: &[Candidate],
+    codes: &[u8],
+    code_size: usize,
+    mut f: impl FnMut(Candidate),
+) {
+    const AHEAD: usize = 4;
+    let fetch = |c: &Candidate| {
+        let p = c.position();
+        prefetch(&codes[p * code_size..(p + 1) * code_size]);
+    };
+    candidates.iter().take(AHEAD).for_each(fetch);
+    for (i, &c) in candidates.iter().enumerate() {
+        if let Some(next) = candidates.get(i + AHEAD) {
+            fetch(next);
+        }
+        f(c);
     }
 }
 
