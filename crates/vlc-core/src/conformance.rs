@@ -749,8 +749,7 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
     }
 }
 
-/// One device search of `queries` against the CPU's with the same parameters (at rerank 0,
-/// the devices' pool of 10·k rather than the CPU's automatic one), asserting what
+/// One device search of `queries` against the CPU's with the same parameters, asserting what
 /// [`check_search_matches_cpu`] asserts per case: at least 97% of the CPU's ids, equal
 /// distances where both return the same id at the same rank, rows sorted and padded like the
 /// CPU's. Returns the share of the CPU's ids the device returned.
@@ -762,17 +761,7 @@ pub fn compare_search_with_cpu(
     device: &DeviceSearch<'_>,
 ) -> f64 {
     let (k, nprobe) = (params.k, params.nprobe);
-    // At rerank 0 the devices rescore the first stage's 10·k best, where the CPU's automatic
-    // pool may rescore more ([`crate::SearchParams::rerank`]): the reference is the CPU with
-    // that fixed pool.
-    let fixed = crate::SearchParams {
-        rerank: match params.rerank {
-            0 => params.pool_size(index.has_second_stage()),
-            r => r,
-        },
-        ..*params
-    };
-    let cpu = index.search_batch(queries, &fixed, &CpuBackend).unwrap();
+    let cpu = index.search_batch(queries, params, &CpuBackend).unwrap();
     let dev = device(queries, params).unwrap();
     assert_eq!(dev.ids.len(), cpu.ids.len(), "{label}");
     let (mut same, mut total) = (0usize, 0usize);
@@ -804,6 +793,72 @@ pub fn compare_search_with_cpu(
         }
     }
     overlap
+}
+
+/// The automatic pool on a device (`rerank` 0, [`crate::SearchParams::automatic_pool`]), on
+/// 16-d data where a 1-bit first stage ranks poorly, so true neighbours fall beyond its 10·k
+/// best: the device rescores candidates beyond that pool as the CPU does. Behind an exact
+/// (f32) second stage, its i-th distance is never above its fixed pool's of 10·k (it rescores
+/// a superset), some rows differ from that pool's (it did rescore beyond it), its recall@10 is
+/// at least the fixed pool's and at least 0.99, and it returns at least 97% of the CPU's ids
+/// ([`compare_search_with_cpu`]).
+pub fn check_automatic_pool(open: &OpenSearch<'_>) {
+    use crate::{BuildParams, CodecKind, Index, SearchParams};
+    let (dim, k) = (16, 10);
+    let data = crate::synthetic::clustered(6000, dim, 12, 0.6, 41);
+    let queries = crate::synthetic::queries_near(&data, dim, 300, 0.3, 42);
+    let truth: Vec<i64> = crate::exact_knn(&data, &queries, dim, k)
+        .unwrap()
+        .into_iter()
+        .map(i64::from)
+        .collect();
+    let params = BuildParams::default()
+        .with_codec(CodecKind::RaBitQ1)
+        .with_refine(Some(CodecKind::F32))
+        .with_num_anchors(16);
+    let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+    let device = open(&index).unwrap();
+    let at = |rerank| SearchParams {
+        k,
+        nprobe: 16,
+        rerank,
+        probe_margin: None,
+    };
+    let auto = device(&queries, &at(0)).unwrap();
+    let fixed = device(&queries, &at(10 * k)).unwrap();
+    for (i, (a, f)) in auto.distances.iter().zip(&fixed.distances).enumerate() {
+        assert!(
+            *a <= *f * (1.0 + 1e-6),
+            "query {}, rank {}: {a} with the automatic pool, {f} with 10·k",
+            i / k,
+            i % k
+        );
+    }
+    let changed = (auto.ids.chunks(k).zip(fixed.ids.chunks(k)))
+        .filter(|(a, f)| a != f)
+        .count();
+    let recall = |ids: &[i64]| crate::eval::recall_at(ids, k, &truth, k, k);
+    let (recall_auto, recall_fixed) = (recall(&auto.ids), recall(&fixed.ids));
+    eprintln!(
+        "automatic pool: recall@10 {recall_auto:.4} against {recall_fixed:.4} with 10·k; \
+         {changed} of 300 rows changed"
+    );
+    assert!(
+        changed > 0,
+        "the automatic pool returned the fixed pool's rows"
+    );
+    assert!(
+        recall_auto >= recall_fixed && recall_auto >= 0.99,
+        "automatic pool {recall_auto}, 10·k {recall_fixed}"
+    );
+    let overlap = compare_search_with_cpu(
+        "automatic pool, rabitq1+f32 dim 16",
+        &index,
+        &queries,
+        &at(0),
+        &device,
+    );
+    eprintln!("automatic pool: {overlap:.4} of the CPU's ids");
 }
 
 /// `n` clustered 16-d vectors (8 clusters, spread 0.3, from `seed`) and a CPU index of them

@@ -26,12 +26,13 @@ pub struct SearchParams {
     /// Candidate pool rescored by the second stage (refine tier, or the full code after a fast
     /// scan); 0 = automatic. Ignored without a second stage.
     ///
-    /// Automatic on the CPU: the second stage rescores the first stage's 10·k best, then
-    /// every other scanned candidate whose first-stage estimate is below the k-th best
-    /// rescored distance plus three times the first stage's error, as measured on that pool
+    /// Automatic: the second stage rescores the first stage's 10·k best, then every other
+    /// scanned candidate whose first-stage estimate is below the k-th best rescored distance
+    /// plus three times the first stage's error, as measured on that pool
     /// ([`SearchParams::pool_size`] says more). Where the first stage ranks well, few or none
     /// are added; where it ranks poorly (few dimensions, tight neighbourhoods), those its
-    /// error may have pushed out of the pool. The GPU backends rescore the 10·k best.
+    /// error may have pushed out of the pool. The CPU and the GPU backends apply the same
+    /// rule ([`SearchParams::automatic_pool`]).
     pub rerank: usize,
     /// Adaptive probing: of the `nprobe` nearest lists, skip those whose anchor is farther
     /// from the query (squared distance) than the nearest anchor by more than
@@ -139,13 +140,18 @@ impl SearchParams {
     /// Candidates kept for the second stage (refine tier, or the full RaBitQ code after a
     /// fast scan): `rerank`, or 10·k when 0; just k without a second stage.
     ///
-    /// With `rerank` 0 the CPU search treats this pool as a start, not a limit: after
-    /// rescoring it, it takes the standard deviation of the pool's first-stage errors
-    /// (second-stage distance − first-stage estimate) as the query's error `s`, and when the
-    /// pool's worst estimate is below the k-th best rescored distance plus
+    /// With `rerank` 0 ([`SearchParams::automatic_pool`]) a search treats this pool as a
+    /// start, not a limit: after rescoring it, it takes the standard deviation of the pool's
+    /// first-stage errors (second-stage distance − first-stage estimate) as the query's error
+    /// `s`, and when the pool's worst estimate is below the k-th best rescored distance plus
     /// [`ERROR_MARGIN`]·`s`, it rescores every scanned candidate beyond the pool whose
-    /// estimate is below that bound too. The first stage's estimates of every scanned
-    /// candidate are kept for this.
+    /// estimate is below that bound too. The CPU keeps the first stage's estimates of every
+    /// scanned candidate for this; the GPU kernels score the scanned lists' first stage
+    /// again. On a GPU the k-th best in the bound is the pool's threshold as of the block's
+    /// last compaction (it tightens per round of candidates, not per candidate, so a GPU
+    /// rescores at least the candidates it would with the CPU's order), and `s` is taken
+    /// over every candidate of the pool in `f32` (the CPU's, in `f64`, leaves out those
+    /// whose bit-plane code stopped early, above the k-th best).
     pub fn pool_size(&self, has_second_stage: bool) -> usize {
         if has_second_stage {
             let r = if self.rerank == 0 {
@@ -157,6 +163,13 @@ impl SearchParams {
         } else {
             self.k
         }
+    }
+
+    /// Whether the pool of [`SearchParams::pool_size`] is automatic: rescored, then extended
+    /// by the candidates beyond it within [`ERROR_MARGIN`] times the first stage's error of
+    /// the k-th best (`rerank` 0 with a second stage).
+    pub fn automatic_pool(&self, has_second_stage: bool) -> bool {
+        has_second_stage && self.rerank == 0
     }
 }
 
@@ -685,7 +698,7 @@ impl Index {
     ) {
         let pool_size = self.pool_size(params);
         // The automatic pool keeps every estimate, for the candidates beyond the pool.
-        let keep_all = params.rerank == 0 && self.has_second_stage();
+        let keep_all = params.automatic_pool(self.has_second_stage());
         self.begin_query(q, rotated, scratch);
         let prefetch = self.prefetch_lists();
         for (i, &(anchor, anchor_dist)) in probes.iter().enumerate() {

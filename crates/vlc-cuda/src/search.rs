@@ -68,6 +68,9 @@ struct SearchArgs {
     pca_scale: f32,
     /// Nibble tables in shared memory: 2 for `pcaq`, else 1.
     tables: i32,
+    /// The automatic pool ([`SearchParams::automatic_pool`]): [`vlc::search::ERROR_MARGIN`];
+    /// 0 for a fixed pool.
+    error_margin: f32,
 }
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct (u64 device pointers, then
@@ -335,7 +338,8 @@ impl<'b> CudaIndex<'b> {
             .ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .map_err(err)? as usize;
-        if shared + 64 > limit {
+        // The kernel's own shared variables take under 256 bytes.
+        if shared + 256 > limit {
             return Err(VlcError::param(
                 "nprobe/rerank",
                 format!(
@@ -473,6 +477,11 @@ impl<'b> CudaIndex<'b> {
                     probe_margin,
                     pca_scale: self.pca.as_ref().map_or(0.0, |t| t.scale),
                     tables: tables as i32,
+                    error_margin: if params.automatic_pool(self.has_second_stage) {
+                        vlc::search::ERROR_MARGIN
+                    } else {
+                        0.0
+                    },
                 };
                 let cfg = LaunchConfig {
                     grid_dim: (rows as u32, 1, 1),

@@ -26,6 +26,12 @@ fn gpu_search_matches_cpu_search() {
 }
 
 #[test]
+fn gpu_search_extends_the_automatic_pool_like_the_cpu() {
+    let Some(gpu) = backend() else { return };
+    vlc::conformance::check_automatic_pool(&opener(&gpu));
+}
+
+#[test]
 fn gpu_search_rejects_bad_parameters() {
     let Some(gpu) = backend() else { return };
     vlc::conformance::check_search_rejects_bad_parameters(&opener(&gpu));

@@ -294,8 +294,8 @@ def gpu_or_skip(index, queries, backend, **search):
 def test_gpu_search_matches_the_cpu(data, truth, backend, codec):
     base, queries = data
     index = vlc.build(base, codec=codec, refine="sq8", backend="cpu", anchors=32, seed=3)
-    # rerank 100: the GPUs' automatic pool (10 k), where the CPU's may rescore more.
-    cpu_ids, cpu_dist = index.search(queries, k=10, nprobe=8, rerank=100)
+    # Both with the automatic candidate pool (rerank 0, the default).
+    cpu_ids, cpu_dist = index.search(queries, k=10, nprobe=8)
     assert index.search_backend == "cpu" and index.info()["device_copy"] is None
     ids, dist = gpu_or_skip(index, queries, backend, k=10, nprobe=8)
     assert index.search_backend == backend

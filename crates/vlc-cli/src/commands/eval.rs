@@ -37,9 +37,9 @@ pub struct Args {
     /// Candidates rescored by the second stage (a refine tier, or the full code of `rabitq2-8` and
     /// `pcaq` after their fast scan); 0 = automatic: the first stage's 10·k best, and beyond
     /// them every candidate whose first-stage estimate is within three standard deviations of
-    /// that stage's error (measured on those 10·k) of the k-th best (on a GPU, the 10·k best
-    /// alone). A fixed pool rescores exactly that many: smaller ones are faster and lose recall
-    /// only where the first stage ranks poorly.
+    /// that stage's error (measured on those 10·k) of the k-th best (CPU and GPUs alike). A
+    /// fixed pool rescores exactly that many: smaller ones are faster and lose recall only
+    /// where the first stage ranks poorly.
     #[arg(long, default_value_t = 0)]
     pub rerank: usize,
     /// Adaptive probing, comma separated margins (each measured at every --nprobe, which then

@@ -1,5 +1,7 @@
 // Batched inverted-list search, one thread block per query: rank the anchors, scan the probed
-// lists with the primary code, keep a candidate pool, rescore it with the second stage, top k.
+// lists with the primary code, keep a candidate pool, rescore it with the second stage, top k;
+// with the automatic pool, then rescore the scanned candidates beyond it that the first stage's
+// error may have pushed out.
 // The same steps and estimators as the CPU search (vlc-core src/search.rs), in float.
 //
 // Candidates are ordered by a 64-bit key: the distance's bits made order-preserving in the high
@@ -49,6 +51,7 @@ struct SearchArgs {
     float probe_margin;           // adaptive probing: margin x energy, +inf for fixed nprobe
     float pca_scale;              // pcaq: 2 / sqrt(active dimensions)
     int tables;                   // nibble tables in shared memory: 2 for pcaq, else 1
+    float error_margin;           // automatic pool: vlc's ERROR_MARGIN; 0 for a fixed pool
 };
 
 __device__ __forceinline__ u64 order_key(float d, u32 id) {
@@ -128,6 +131,20 @@ __device__ __forceinline__ void offer(bool valid, float d, u32 id, u32 tag, u64*
     int c = *count;
     __syncthreads();  // every thread has read the count before anyone appends again
     if (c > cap - (int)blockDim.x) compact(keys, aux, count, threshold, keep, cap);
+}
+
+// The sum of each thread's `v` over the block (of whole warps), for thread 0, in a fixed order
+// (within warps by shuffles, then the warps' sums in turn), so that it does not vary from run to
+// run. `parts` holds one float per warp.
+__device__ float block_sum(float v, float* parts) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    if ((threadIdx.x & 31) == 0) parts[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0.f;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += parts[w];
+    __syncthreads();
+    return s;
 }
 
 // sum over the bytes of one bit plane of table[2i][low nibble] + table[2i+1][high nibble].
@@ -263,6 +280,8 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     __shared__ float constant;
     __shared__ float constant2;
     __shared__ int scanned;
+    __shared__ float parts[32];
+    __shared__ float margin;
 
     // 1. The nprobe nearest anchors.
     if (tid == 0) {
@@ -390,6 +409,12 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     // 3. Rescore the pool with the second stage, then the top k.
     const int found = count;
     if (a.kind2 != KIND_NONE) {
+        // The automatic pool (vlc's SearchParams::pool_size): only a full pool leaves
+        // candidates out, those whose first-stage keys are above its largest.
+        const bool extend = a.error_margin > 0.f && found == a.pool_size;
+        const u64 boundary = found > 0 ? keys[found - 1] : 0;
+        __syncthreads();  // every thread has read it before the keys are rescored
+        float sum = 0.f, sum_sq = 0.f;
         for (int i = tid; i < found; i += bd) {
             u32 position = (u32)keys[i];
             u32 pr = aux[i];
@@ -397,10 +422,56 @@ extern "C" __global__ void search_queries(SearchArgs a) {
                             a.codes2 + (size_t)position * a.code_size2, table, c_q, c_q2, q,
                             a.lo2, a.step2, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr],
                             probe_dist[pr]);
+            float error = d - key_dist(keys[i]);
+            sum += error;
+            sum_sq += error * error;
             keys[i] = order_key(d, position);
         }
         __syncthreads();
         compact(keys, aux, &count, &threshold, a.k, a.cap);
+        if (extend) {
+            // The first stage's error over the pool (its standard deviation), and whether the
+            // pool's worst estimate is under the k-th best plus its margin.
+            sum = block_sum(sum, parts);
+            sum_sq = block_sum(sum_sq, parts);
+            if (tid == 0) {
+                float mean = sum / (float)found;
+                float spread = sqrtf(fmaxf(sum_sq / (float)found - mean * mean, 0.f));
+                margin = key_dist(boundary) < threshold + a.error_margin * spread
+                             ? a.error_margin * spread
+                             : -1.f;
+            }
+            __syncthreads();
+            // 4. Rescore every scanned candidate beyond the pool whose first-stage estimate
+            // (scored again, the same as in step 2) is under the k-th best plus the margin.
+            if (margin >= 0.f) {
+                int p = 0;
+                for (u32 base = 0; base < total; base += bd) {
+                    u32 t = base + tid;
+                    bool valid = t < total;
+                    float d = 0.f;
+                    u32 position = 0;
+                    if (valid) {
+                        while (prefix[p + 1] <= t) ++p;
+                        position = probe_start[p] + (t - prefix[p]);
+                        float estimate = score(
+                            a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
+                            a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q,
+                            a.lo1, a.step1, a.dim, a.padded_dim, a.pca_planes, probe_anchor[p],
+                            probe_dist[p]);
+                        valid = order_key(estimate, position) > boundary &&
+                                estimate < threshold + margin;
+                        if (valid)
+                            d = score(a.kind2, a.bits2, true, a.code_size2, a.per_anchor2,
+                                      a.codes2 + (size_t)position * a.code_size2, table, c_q,
+                                      c_q2, q, a.lo2, a.step2, a.dim, a.padded_dim,
+                                      a.pca_planes, probe_anchor[p], probe_dist[p]);
+                    }
+                    offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.k, a.cap);
+                }
+                compact(keys, aux, &count, &threshold, a.k, a.cap);
+            }
+        }
     }
     for (int i = tid; i < a.k; i += bd) {
         size_t o = (size_t)query * a.k + i;

@@ -1,6 +1,7 @@
 // Batched inverted-list search, one workgroup per query: rank the anchors, scan the probed lists
-// with the primary code, keep a candidate pool, rescore it with the second stage, top k. The
-// same steps and estimators as the CUDA kernel (vlc-cuda kernels/search.cu) and the CPU search
+// with the primary code, keep a candidate pool, rescore it with the second stage, top k; with
+// the automatic pool, then rescore the scanned candidates beyond it that the first stage's error
+// may have pushed out. The same steps and estimators as the CUDA kernel (vlc-cuda kernels/search.cu) and the CPU search
 // (vlc-core src/search.rs), in f32.
 //
 // Two tiled matrix products run first, over the whole batch, as CUDA's two cuBLAS GEMMs do:
@@ -65,7 +66,9 @@ struct Params {
     pca_scale: f32,
     // u32 words of each pool array in `scratch`: `cap`, or 0 with the pool in workgroup memory.
     pool_words: u32,
-    pad1: u32,
+    // The automatic pool (vlc's SearchParams::automatic_pool): vlc's ERROR_MARGIN; 0 for a
+    // fixed pool.
+    error_margin: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -94,6 +97,8 @@ var<workgroup> pool_count: atomic<u32>;
 var<workgroup> count_plain: u32;
 var<workgroup> threshold: u32;
 var<workgroup> total_plain: u32;
+// The automatic pool's margin, or -1 where no candidate beyond the pool can make the top k.
+var<workgroup> margin_plain: f32;
 var<workgroup> partial: array<f32, WG>;
 
 // The candidate pool in workgroup memory: key high words, key low words, aux, `POOL_SLOTS`
@@ -719,15 +724,70 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
     // 3. Rescore the pool with the second stage, then the top k.
     let found = workgroupUniformLoad(&count_plain);
     if (p.kind2 != KIND_NONE) {
+        // The automatic pool (vlc's SearchParams::pool_size): only a full pool leaves
+        // candidates out, those whose first-stage keys are above its largest.
+        let extend = p.error_margin > 0.0 && found == p.pool_size;
+        var boundary_hi = 0u;
+        var boundary_lo = 0u;
+        if (found > 0u) {
+            boundary_hi = get_hi(found - 1u);
+            boundary_lo = get_lo(found - 1u);
+        }
+        pool_barrier();  // every invocation has read it before the keys are rescored
+        var sum = 0.0;
+        var sum_sq = 0.0;
         for (var i = tid; i < found; i = i + WG) {
             let position = get_lo(i);
             let at = get_aux(i);
             let dist = score(2u, true, position, scratch[probe_anchor + at],
                              bitcast<f32>(scratch[probe_dist + at]), constant, constant2);
+            let error = dist - unordered(get_hi(i));
+            sum = sum + error;
+            sum_sq = sum_sq + error * error;
             set_hi(i, ordered(dist));
         }
         pool_barrier();
         compact(p.k, tid);
+        if (extend) {
+            // The first stage's error over the pool (its standard deviation), and whether the
+            // pool's worst estimate is under the k-th best plus its margin.
+            let mean = sum_over_workgroup(sum, tid) / f32(found);
+            let mean_sq = sum_over_workgroup(sum_sq, tid) / f32(found);
+            if (tid == 0u) {
+                let m = p.error_margin * sqrt(max(mean_sq - mean * mean, 0.0));
+                margin_plain = select(-1.0, m, unordered(boundary_hi) < unordered(threshold) + m);
+            }
+            // 4. Rescore every scanned candidate beyond the pool whose first-stage estimate
+            // (scored again, the same as in step 2) is under the k-th best plus the margin.
+            let margin = workgroupUniformLoad(&margin_plain);
+            if (margin >= 0.0) {
+                var pr = 0u;
+                for (var b = 0u; b < total; b = b + WG) {
+                    let t = b + tid;
+                    var valid = t < total;
+                    var dist = 0.0;
+                    var position = 0u;
+                    if (valid) {
+                        while (scratch[prefix + pr + 1u] <= t) {
+                            pr = pr + 1u;
+                        }
+                        position = scratch[probe_start + pr] + (t - scratch[prefix + pr]);
+                        let anchor = scratch[probe_anchor + pr];
+                        let anchor_dist = bitcast<f32>(scratch[probe_dist + pr]);
+                        let estimate = score(1u, false, position, anchor, anchor_dist, constant,
+                                             constant2);
+                        valid = after(ordered(estimate), position, boundary_hi, boundary_lo)
+                            && estimate < unordered(threshold) + margin;
+                        if (valid) {
+                            dist = score(2u, true, position, anchor, anchor_dist, constant,
+                                         constant2);
+                        }
+                    }
+                    offer(valid, dist, position, pr, p.k, tid);
+                }
+                compact(p.k, tid);
+            }
+        }
     }
     for (var i = tid; i < p.k; i = i + WG) {
         let o = query * p.k + i;
