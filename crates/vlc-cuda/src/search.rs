@@ -332,7 +332,7 @@ impl<'b> CudaIndex<'b> {
         let cap = (pool_size.max(nprobe) + BLOCK).next_power_of_two();
         let tables = if self.pca.is_some() { 2 } else { 1 };
         let shared =
-            cap * 12 + nprobe * 12 + (nprobe + 1) * 4 + 16 * tables * self.padded_dim + 4 * dim;
+            cap * 12 + nprobe * 16 + (nprobe + 1) * 8 + 16 * tables * self.padded_dim + 4 * dim;
         let kernel = b.search_kernel()?;
         let limit = b
             .ctx

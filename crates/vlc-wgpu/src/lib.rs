@@ -201,9 +201,10 @@ struct SearchPipelines {
 }
 
 /// Bytes of workgroup memory that search.wgsl declares besides its pool (the matrix products'
-/// two 16 x 64 f32 tiles, the workgroup sum's 256 floats, four words of pool state), all
-/// counted although each entry point uses only some.
-const SEARCH_WORKGROUP_BYTES: usize = 2 * 1024 * 4 + 256 * 4 + 16;
+/// two 16 x 64 f32 tiles, the workgroup sum's 256 floats, 1,024 probed lists' smallest
+/// estimates, five words of pool state), all counted although each entry point uses only
+/// some.
+const SEARCH_WORKGROUP_BYTES: usize = 2 * 1024 * 4 + 256 * 4 + 1024 * 4 + 20;
 /// Bytes of workgroup memory per pool slot (key high and low words, aux).
 const POOL_SLOT_BYTES: usize = 12;
 /// The largest pool kept in workgroup memory: 1,024 slots. On an H100 a pool of 2,048 slots

@@ -266,14 +266,18 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     const int tid = threadIdx.x;
     const int bd = blockDim.x;
     // Shared layout (8-byte aligned first): keys, aux, probe anchors, probe distances, probe
-    // list starts, prefix sums of probe sizes, nibble tables (RaBitQ: 1, pcaq: 2), query.
+    // list starts, prefix sums of probe sizes, for the automatic pool each probed list's
+    // smallest first-stage estimate (the high word of its order key) and the prefix sums of the
+    // sizes of the lists it rescores, nibble tables (RaBitQ: 1, pcaq: 2), query.
     u64* keys = (u64*)smem;
     u32* aux = (u32*)(keys + a.cap);
     u32* probe_anchor = aux + a.cap;
     float* probe_dist = (float*)(probe_anchor + a.nprobe);
     u32* probe_start = (u32*)(probe_dist + a.nprobe);
     u32* prefix = probe_start + a.nprobe;               // (nprobe + 1,)
-    float* table = (float*)(prefix + a.nprobe + 1);     // (tables, padded_dim / 4, 16)
+    u32* list_min = prefix + a.nprobe + 1;               // (nprobe,)
+    u32* live = list_min + a.nprobe;                    // (nprobe + 1,)
+    float* table = (float*)(live + a.nprobe + 1);       // (tables, padded_dim / 4, 16)
     float* q = table + 4 * a.tables * a.padded_dim;      // (dim,)
     __shared__ int count;
     __shared__ float threshold;
@@ -303,6 +307,7 @@ extern "C" __global__ void search_queries(SearchArgs a) {
         probe_anchor[i] = anchor;
         probe_dist[i] = key_dist(keys[i]);
         probe_start[i] = (u32)a.list_offsets[anchor];
+        list_min[i] = 0xffffffffu;
         prefix[i + 1] = (u32)(a.list_offsets[anchor + 1] - a.list_offsets[anchor]);
     }
     // The query and its tables.
@@ -401,6 +406,8 @@ extern "C" __global__ void search_queries(SearchArgs a) {
             d = score(a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
                       a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q, a.lo1,
                       a.step1, a.dim, a.padded_dim, a.pca_planes, probe_anchor[p], probe_dist[p]);
+            // The automatic pool's step 4 skips the lists whose every estimate is too large.
+            if (a.error_margin > 0.f) atomicMin(&list_min[p], (u32)(order_key(d, 0) >> 32));
         }
         offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.pool_size, a.cap);
     }
@@ -443,17 +450,38 @@ extern "C" __global__ void search_queries(SearchArgs a) {
             }
             __syncthreads();
             // 4. Rescore every scanned candidate beyond the pool whose first-stage estimate
-            // (scored again, the same as in step 2) is under the k-th best plus the margin.
+            // (scored again, the same as in step 2) is under the k-th best plus the margin,
+            // in the lists whose smallest estimate is (one flat range of them, as in step 2).
             if (margin >= 0.f) {
+                const int lists = scanned;
+                const float bound = threshold + margin;
+                if (tid < 32) {
+                    u32 carry = 0;
+                    if (tid == 0) live[0] = 0;
+                    for (int c = 0; c < lists; c += 32) {
+                        int i = c + tid;
+                        u32 v = i < lists && key_dist((u64)list_min[i] << 32) < bound
+                                    ? prefix[i + 1] - prefix[i]
+                                    : 0;
+                        for (int o = 1; o < 32; o <<= 1) {
+                            u32 n = __shfl_up_sync(0xffffffff, v, o);
+                            if (tid >= o) v += n;
+                        }
+                        if (i < lists) live[i + 1] = carry + v;
+                        carry += __shfl_sync(0xffffffff, v, 31);
+                    }
+                }
+                __syncthreads();
+                const u32 live_total = live[lists];
                 int p = 0;
-                for (u32 base = 0; base < total; base += bd) {
+                for (u32 base = 0; base < live_total; base += bd) {
                     u32 t = base + tid;
-                    bool valid = t < total;
+                    bool valid = t < live_total;
                     float d = 0.f;
                     u32 position = 0;
                     if (valid) {
-                        while (prefix[p + 1] <= t) ++p;
-                        position = probe_start[p] + (t - prefix[p]);
+                        while (live[p + 1] <= t) ++p;
+                        position = probe_start[p] + (t - live[p]);
                         float estimate = score(
                             a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
                             a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q,

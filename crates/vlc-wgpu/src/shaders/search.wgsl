@@ -99,6 +99,11 @@ var<workgroup> threshold: u32;
 var<workgroup> total_plain: u32;
 // The automatic pool's margin, or -1 where no candidate beyond the pool can make the top k.
 var<workgroup> margin_plain: f32;
+// For the automatic pool: the smallest first-stage estimate (its ordered word) of each of the
+// first LIST_MIN_SLOTS probed lists, so that step 4 skips the lists where it is too large
+// (lists past them are always scored again).
+const LIST_MIN_SLOTS: u32 = 1024u;
+var<workgroup> list_min: array<atomic<u32>, LIST_MIN_SLOTS>;
 var<workgroup> partial: array<f32, WG>;
 
 // The candidate pool in workgroup memory: key high words, key low words, aux, `POOL_SLOTS`
@@ -633,6 +638,9 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         scratch[probe_anchor + i] = anchor;
         scratch[probe_dist + i] = bitcast<u32>(unordered(get_hi(i)));
         scratch[probe_start + i] = lists[anchor];
+        if (i < LIST_MIN_SLOTS) {
+            atomicStore(&list_min[i], 0xffffffffu);
+        }
         scratch[prefix + i + 1u] = lists[anchor + 1u] - lists[anchor];
     }
     // The rotated query's (from `rotate_queries`) lookup tables and the grid-centre constants:
@@ -716,6 +724,10 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             position = scratch[probe_start + pr] + (t - scratch[prefix + pr]);
             dist = score(1u, false, position, scratch[probe_anchor + pr],
                          bitcast<f32>(scratch[probe_dist + pr]), constant, constant2);
+            // The automatic pool's step 4 skips the lists whose every estimate is too large.
+            if (p.error_margin > 0.0 && pr < LIST_MIN_SLOTS) {
+                atomicMin(&list_min[pr], ordered(dist));
+            }
         }
         offer(valid, dist, position, pr, p.pool_size, tid);
     }
@@ -758,13 +770,34 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                 margin_plain = select(-1.0, m, unordered(boundary_hi) < unordered(threshold) + m);
             }
             // 4. Rescore every scanned candidate beyond the pool whose first-stage estimate
-            // (scored again, the same as in step 2) is under the k-th best plus the margin.
+            // (scored again, the same as in step 2) is under the k-th best plus the margin,
+            // in the lists whose smallest estimate is: the probe prefix sums are rewritten to
+            // count only those lists' vectors (one flat range of them, as in step 2).
             let margin = workgroupUniformLoad(&margin_plain);
             if (margin >= 0.0) {
+                if (tid == 0u) {
+                    let bound = unordered(threshold) + margin;
+                    var run = 0u;
+                    var end = 0u;
+                    for (var i = 0u; i < p.nprobe; i = i + 1u) {
+                        let next = scratch[prefix + i + 1u];
+                        if (next > total) {
+                            break;  // past the lists scanned
+                        }
+                        let live = i >= LIST_MIN_SLOTS
+                            || unordered(atomicLoad(&list_min[i])) < bound;
+                        run = run + select(0u, next - end, live);
+                        end = next;
+                        scratch[prefix + i + 1u] = run;
+                    }
+                    total_plain = run;
+                }
+                storageBarrier();
+                let live_total = workgroupUniformLoad(&total_plain);
                 var pr = 0u;
-                for (var b = 0u; b < total; b = b + WG) {
+                for (var b = 0u; b < live_total; b = b + WG) {
                     let t = b + tid;
-                    var valid = t < total;
+                    var valid = t < live_total;
                     var dist = 0.0;
                     var position = 0u;
                     if (valid) {
