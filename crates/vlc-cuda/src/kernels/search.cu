@@ -394,6 +394,18 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     const u32 total = prefix[scanned];
     const float c_q = rabitq ? constant : 0.f;
     const float c_q2 = pca ? constant2 : 0.f;
+    // The first stage's estimate and the second stage's distance of the vector at `position`
+    // of probed list `pr`.
+    auto first_stage = [&](u32 position, int pr) {
+        return score(a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
+                     a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q, a.lo1,
+                     a.step1, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr], probe_dist[pr]);
+    };
+    auto second_stage = [&](u32 position, int pr) {
+        return score(a.kind2, a.bits2, true, a.code_size2, a.per_anchor2,
+                     a.codes2 + (size_t)position * a.code_size2, table, c_q, c_q2, q, a.lo2,
+                     a.step2, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr], probe_dist[pr]);
+    };
     int p = 0;
     for (u32 base = 0; base < total; base += bd) {
         u32 t = base + tid;
@@ -403,9 +415,7 @@ extern "C" __global__ void search_queries(SearchArgs a) {
         if (valid) {
             while (prefix[p + 1] <= t) ++p;
             position = probe_start[p] + (t - prefix[p]);
-            d = score(a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
-                      a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q, a.lo1,
-                      a.step1, a.dim, a.padded_dim, a.pca_planes, probe_anchor[p], probe_dist[p]);
+            d = first_stage(position, p);
             // The automatic pool's step 4 skips the lists whose every estimate is too large.
             if (a.error_margin > 0.f) atomicMin(&list_min[p], (u32)(order_key(d, 0) >> 32));
         }
@@ -424,11 +434,7 @@ extern "C" __global__ void search_queries(SearchArgs a) {
         float sum = 0.f, sum_sq = 0.f;
         for (int i = tid; i < found; i += bd) {
             u32 position = (u32)keys[i];
-            u32 pr = aux[i];
-            float d = score(a.kind2, a.bits2, true, a.code_size2, a.per_anchor2,
-                            a.codes2 + (size_t)position * a.code_size2, table, c_q, c_q2, q,
-                            a.lo2, a.step2, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr],
-                            probe_dist[pr]);
+            float d = second_stage(position, (int)aux[i]);
             float error = d - key_dist(keys[i]);
             sum += error;
             sum_sq += error * error;
@@ -482,18 +488,10 @@ extern "C" __global__ void search_queries(SearchArgs a) {
                     if (valid) {
                         while (live[p + 1] <= t) ++p;
                         position = probe_start[p] + (t - live[p]);
-                        float estimate = score(
-                            a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
-                            a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q,
-                            a.lo1, a.step1, a.dim, a.padded_dim, a.pca_planes, probe_anchor[p],
-                            probe_dist[p]);
+                        float estimate = first_stage(position, p);
                         valid = order_key(estimate, position) > boundary &&
                                 estimate < threshold + margin;
-                        if (valid)
-                            d = score(a.kind2, a.bits2, true, a.code_size2, a.per_anchor2,
-                                      a.codes2 + (size_t)position * a.code_size2, table, c_q,
-                                      c_q2, q, a.lo2, a.step2, a.dim, a.padded_dim,
-                                      a.pca_planes, probe_anchor[p], probe_dist[p]);
+                        if (valid) d = second_stage(position, p);
                     }
                     offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.k, a.cap);
                 }

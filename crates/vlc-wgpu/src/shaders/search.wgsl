@@ -609,6 +609,22 @@ fn score(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32, c
     return anchor_dist + code_f32(stage, start + packed) - 2.0 * ip;
 }
 
+// The position in the index of item `t` of the flat range over the probed lists that the probe
+// prefix sums describe, with `pr` moved on (never back) to its probed list.
+fn locate(t: u32, pr: ptr<function, u32>) -> u32 {
+    while (scratch[prefix + *pr + 1u] <= t) {
+        *pr = *pr + 1u;
+    }
+    return scratch[probe_start + *pr] + (t - scratch[prefix + *pr]);
+}
+
+// The first stage's estimate (`stage` 1) or the second stage's distance (2) of the vector at
+// `position` of probed list `pr`.
+fn score_in_list(stage: u32, position: u32, pr: u32, constant: f32, constant2: f32) -> f32 {
+    return score(stage, stage == 2u, position, scratch[probe_anchor + pr],
+                 bitcast<f32>(scratch[probe_dist + pr]), constant, constant2);
+}
+
 @compute @workgroup_size(256)
 fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let query = wg.x;
@@ -718,12 +734,8 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         var dist = 0.0;
         var position = 0u;
         if (valid) {
-            while (scratch[prefix + pr + 1u] <= t) {
-                pr = pr + 1u;
-            }
-            position = scratch[probe_start + pr] + (t - scratch[prefix + pr]);
-            dist = score(1u, false, position, scratch[probe_anchor + pr],
-                         bitcast<f32>(scratch[probe_dist + pr]), constant, constant2);
+            position = locate(t, &pr);
+            dist = score_in_list(1u, position, pr, constant, constant2);
             // The automatic pool's step 4 skips the lists whose every estimate is too large.
             if (p.error_margin > 0.0 && pr < LIST_MIN_SLOTS) {
                 atomicMin(&list_min[pr], ordered(dist));
@@ -750,9 +762,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         var sum_sq = 0.0;
         for (var i = tid; i < found; i = i + WG) {
             let position = get_lo(i);
-            let at = get_aux(i);
-            let dist = score(2u, true, position, scratch[probe_anchor + at],
-                             bitcast<f32>(scratch[probe_dist + at]), constant, constant2);
+            let dist = score_in_list(2u, position, get_aux(i), constant, constant2);
             let error = dist - unordered(get_hi(i));
             sum = sum + error;
             sum_sq = sum_sq + error * error;
@@ -801,19 +811,12 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                     var dist = 0.0;
                     var position = 0u;
                     if (valid) {
-                        while (scratch[prefix + pr + 1u] <= t) {
-                            pr = pr + 1u;
-                        }
-                        position = scratch[probe_start + pr] + (t - scratch[prefix + pr]);
-                        let anchor = scratch[probe_anchor + pr];
-                        let anchor_dist = bitcast<f32>(scratch[probe_dist + pr]);
-                        let estimate = score(1u, false, position, anchor, anchor_dist, constant,
-                                             constant2);
+                        position = locate(t, &pr);
+                        let estimate = score_in_list(1u, position, pr, constant, constant2);
                         valid = after(ordered(estimate), position, boundary_hi, boundary_lo)
                             && estimate < unordered(threshold) + margin;
                         if (valid) {
-                            dist = score(2u, true, position, anchor, anchor_dist, constant,
-                                         constant2);
+                            dist = score_in_list(2u, position, pr, constant, constant2);
                         }
                     }
                     offer(valid, dist, position, pr, p.k, tid);
