@@ -1,8 +1,8 @@
 // Batched inverted-list search, one workgroup per query: rank the anchors, scan the probed lists
 // with the primary code, keep a candidate pool, rescore it with the second stage, top k; with
 // the automatic pool, then rescore the scanned candidates beyond it that the first stage's error
-// may have pushed out. The same steps and estimators as the CUDA kernel (vlc-cuda kernels/search.cu) and the CPU search
-// (vlc-core src/search.rs), in f32.
+// may have pushed out. The same steps and estimators as the CUDA kernel (vlc-cuda
+// kernels/search.cu) and the CPU search (vlc-core src/search.rs), in f32.
 //
 // Two tiled matrix products run first, over the whole batch, as CUDA's two cuBLAS GEMMs do:
 // `query_dots` (query . anchor for every anchor) and `rotate_queries` (the RaBitQ or pcaq query
