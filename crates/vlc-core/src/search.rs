@@ -171,6 +171,16 @@ impl SearchParams {
     pub fn automatic_pool(&self, has_second_stage: bool) -> bool {
         has_second_stage && self.rerank == 0
     }
+
+    /// The GPU kernels' `error_margin`: [`ERROR_MARGIN`] with the automatic pool
+    /// ([`SearchParams::automatic_pool`]), 0 for a fixed one.
+    pub fn error_margin(&self, has_second_stage: bool) -> f32 {
+        if self.automatic_pool(has_second_stage) {
+            ERROR_MARGIN
+        } else {
+            0.0
+        }
+    }
 }
 
 /// With the automatic pool ([`SearchParams::pool_size`]), a candidate beyond the pool is

@@ -68,8 +68,7 @@ struct SearchArgs {
     pca_scale: f32,
     /// Nibble tables in shared memory: 2 for `pcaq`, else 1.
     tables: i32,
-    /// The automatic pool ([`SearchParams::automatic_pool`]): [`vlc::search::ERROR_MARGIN`];
-    /// 0 for a fixed pool.
+    /// The automatic pool's margin ([`SearchParams::error_margin`]); 0 for a fixed pool.
     error_margin: f32,
 }
 
@@ -477,11 +476,7 @@ impl<'b> CudaIndex<'b> {
                     probe_margin,
                     pca_scale: self.pca.as_ref().map_or(0.0, |t| t.scale),
                     tables: tables as i32,
-                    error_margin: if params.automatic_pool(self.has_second_stage) {
-                        vlc::search::ERROR_MARGIN
-                    } else {
-                        0.0
-                    },
+                    error_margin: params.error_margin(self.has_second_stage),
                 };
                 let cfg = LaunchConfig {
                     grid_dim: (rows as u32, 1, 1),

@@ -305,12 +305,7 @@ impl<'b> WgpuIndex<'b> {
                     self.off_pca,
                     self.pca_scale.to_bits(),
                     pool_words as u32,
-                    if params.automatic_pool(self.has_second_stage) {
-                        vlc::search::ERROR_MARGIN
-                    } else {
-                        0.0
-                    }
-                    .to_bits(),
+                    params.error_margin(self.has_second_stage).to_bits(),
                 ];
                 let uniform = b.uniform(&words);
                 let products = [

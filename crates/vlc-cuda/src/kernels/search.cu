@@ -147,6 +147,26 @@ __device__ float block_sum(float v, float* parts) {
     return s;
 }
 
+// Called by the 32 threads of warp 0: out[0] = 0 and out[i + 1] = value(0) + ... + value(i)
+// for i < n. Each lane reads its value(i) before it writes out[i + 1], so value may read
+// out[i + 1] itself (an in-place scan of sizes stored there).
+template <typename F>
+__device__ void warp_prefix_sums(u32* out, int n, F value) {
+    const int lane = threadIdx.x;
+    u32 carry = 0;
+    if (lane == 0) out[0] = 0;
+    for (int c = 0; c < n; c += 32) {
+        int i = c + lane;
+        u32 v = i < n ? value(i) : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            u32 below = __shfl_up_sync(0xffffffff, v, o);
+            if (lane >= o) v += below;
+        }
+        if (i < n) out[i + 1] = carry + v;
+        carry += __shfl_sync(0xffffffff, v, 31);
+    }
+}
+
 // sum over the bytes of one bit plane of table[2i][low nibble] + table[2i+1][high nibble].
 __device__ __forceinline__ float plane_sum(const unsigned char* plane, int nb, bool words,
                                            const float* table) {
@@ -333,18 +353,7 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     __syncthreads();
     if (tid < 32) {
         // Prefix sums of the probed list sizes (warp 0), then the RaBitQ constant -sum(Pq)/sqrt(D).
-        u32 carry = 0;
-        if (tid == 0) prefix[0] = 0;
-        for (int c = 0; c < a.nprobe; c += 32) {
-            int i = c + tid;
-            u32 v = i < a.nprobe ? prefix[i + 1] : 0;
-            for (int o = 1; o < 32; o <<= 1) {
-                u32 n = __shfl_up_sync(0xffffffff, v, o);
-                if (tid >= o) v += n;
-            }
-            if (i < a.nprobe) prefix[i + 1] = carry + v;
-            carry += __shfl_sync(0xffffffff, v, 31);
-        }
+        warp_prefix_sums(prefix, a.nprobe, [&](int i) { return prefix[i + 1]; });
         if (pca) {
             // Grid-centre terms of the first stage and of the full code.
             const float* rq = a.rotated + (size_t)query * a.padded_dim;
@@ -461,22 +470,11 @@ extern "C" __global__ void search_queries(SearchArgs a) {
             if (margin >= 0.f) {
                 const int lists = scanned;
                 const float bound = threshold + margin;
-                if (tid < 32) {
-                    u32 carry = 0;
-                    if (tid == 0) live[0] = 0;
-                    for (int c = 0; c < lists; c += 32) {
-                        int i = c + tid;
-                        u32 v = i < lists && key_dist((u64)list_min[i] << 32) < bound
-                                    ? prefix[i + 1] - prefix[i]
-                                    : 0;
-                        for (int o = 1; o < 32; o <<= 1) {
-                            u32 n = __shfl_up_sync(0xffffffff, v, o);
-                            if (tid >= o) v += n;
-                        }
-                        if (i < lists) live[i + 1] = carry + v;
-                        carry += __shfl_sync(0xffffffff, v, 31);
-                    }
-                }
+                if (tid < 32)
+                    warp_prefix_sums(live, lists, [&](int i) {
+                        return key_dist((u64)list_min[i] << 32) < bound ? prefix[i + 1] - prefix[i]
+                                                                       : 0u;
+                    });
                 __syncthreads();
                 const u32 live_total = live[lists];
                 int p = 0;
