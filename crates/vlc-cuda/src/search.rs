@@ -11,10 +11,19 @@ use std::sync::Mutex;
 use vlc::device_view::{DeviceStage, StageCodec};
 use vlc::{Index, Metric, Result, SearchParams, SearchResults, VlcError};
 
-/// Threads per query block.
+/// Threads per query block: search.cu's `__launch_bounds__` is written for it.
 const BLOCK: usize = 256;
 /// Queries per kernel launch at most (the dot-product tile is also kept under 256 MiB).
 const MAX_QUERIES_PER_LAUNCH: usize = 16_384;
+
+/// Lanes of a warp that score one second-stage code together in the search kernel: a power of
+/// two, with at least 16 bytes of the code each (one lane for codes under 32 bytes, a whole
+/// warp from 512), so that a long code is read in a few wide, coalesced steps rather than byte
+/// by byte by one thread.
+fn second_stage_group(code_size: usize) -> i32 {
+    let units = (code_size / 16).max(1);
+    (1usize << units.ilog2()).min(32) as i32
+}
 
 const KIND_NONE: i32 = 0;
 const KIND_ANCHOR_ONLY: i32 = 1;
@@ -54,6 +63,8 @@ struct SearchArgs {
     pool_size: i32,
     k: i32,
     cap: i32,
+    cap_rescore: i32,
+    slots: i32,
     kind1: i32,
     bits1: i32,
     code_size1: i32,
@@ -70,6 +81,8 @@ struct SearchArgs {
     tables: i32,
     /// The automatic pool's margin ([`SearchParams::error_margin`]); 0 for a fixed pool.
     error_margin: f32,
+    /// Lanes that score one second-stage code together ([`second_stage_group`]).
+    group: i32,
 }
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct (u64 device pointers, then
@@ -327,11 +340,24 @@ impl<'b> CudaIndex<'b> {
             .probe_margin
             .map_or(f32::INFINITY, |m| m * self.energy);
         let nq = queries.len() / dim;
-        // Pool slots: the larger of the two selections plus one round of the block.
+        // Pool slots: the larger of the two selections plus one round of the block; steps 3
+        // and 4 (the top k) need only the pool's.
         let cap = (pool_size.max(nprobe) + BLOCK).next_power_of_two();
+        let cap_rescore = (pool_size + BLOCK).next_power_of_two();
         let tables = if self.pca.is_some() { 2 } else { 1 };
+        let error_margin = params.error_margin(self.has_second_stage);
+        // The automatic pool stages up to two rounds of candidates for rescoring (position and
+        // probe in a key slot, distance in an aux slot) past the top k's slots: free where
+        // nprobe sets the pool's slots, else added. (Adding 6 KiB where they were free cost
+        // a quarter of the speed of the 384-d dev set's pcaq3 at nprobe 1024, a block less
+        // per multiprocessor: docs/history.md, session 61.)
+        let slots = if error_margin > 0.0 {
+            cap.max(cap_rescore + 2 * BLOCK)
+        } else {
+            cap
+        };
         let shared =
-            cap * 12 + nprobe * 16 + (nprobe + 1) * 8 + 16 * tables * self.padded_dim + 4 * dim;
+            slots * 12 + nprobe * 16 + (nprobe + 1) * 8 + 16 * tables * self.padded_dim + 4 * dim;
         let kernel = b.search_kernel()?;
         let limit = b
             .ctx
@@ -465,6 +491,8 @@ impl<'b> CudaIndex<'b> {
                     pool_size: pool_size as i32,
                     k: k as i32,
                     cap: cap as i32,
+                    cap_rescore: cap_rescore as i32,
+                    slots: slots as i32,
                     kind1: self.primary.kind,
                     bits1: self.primary.bits,
                     code_size1: self.primary.code_size as i32,
@@ -476,7 +504,8 @@ impl<'b> CudaIndex<'b> {
                     probe_margin,
                     pca_scale: self.pca.as_ref().map_or(0.0, |t| t.scale),
                     tables: tables as i32,
-                    error_margin: params.error_margin(self.has_second_stage),
+                    error_margin,
+                    group: second.map_or(1, |st| second_stage_group(st.code_size)),
                 };
                 let cfg = LaunchConfig {
                     grid_dim: (rows as u32, 1, 1),

@@ -46,12 +46,18 @@ struct SearchArgs {
     float* out_dists;             // (num_queries, k); +inf pads
     int num_queries, num_anchors, dim, padded_dim;
     int nprobe, pool_size, k, cap;
+    int cap_rescore;              // pool slots of steps 3 and 4: a power of two, at least
+                                  // pool_size + blockDim (the automatic pool's staging follows)
+    int slots;                    // slots of keys and aux: at least cap, and for the automatic
+                                  // pool at least cap_rescore + 2 blockDim
     int kind1, bits1, code_size1, per_anchor1;
     int kind2, bits2, code_size2, per_anchor2;
     float probe_margin;           // adaptive probing: margin x energy, +inf for fixed nprobe
     float pca_scale;              // pcaq: 2 / sqrt(active dimensions)
     int tables;                   // nibble tables in shared memory: 2 for pcaq, else 1
     float error_margin;           // automatic pool: vlc's ERROR_MARGIN; 0 for a fixed pool
+    int group;                    // lanes that score one second-stage code together: a power
+                                  // of two, at most 32
 };
 
 __device__ __forceinline__ u64 order_key(float d, u32 id) {
@@ -167,13 +173,28 @@ __device__ void warp_prefix_sums(u32* out, int n, F value) {
     }
 }
 
-// sum over the bytes of one bit plane of table[2i][low nibble] + table[2i+1][high nibble].
+// Items [0, n) by groups of `group` lanes, each group's item by `visit(item, whether it is
+// real)`: every lane of a warp makes the same number of calls (a group past the end repeats
+// item n - 1), so that shuffles within the groups see whole warps.
+template <typename F>
+__device__ __forceinline__ void by_groups(int n, int group, F visit) {
+    const int per_warp = 32 / group;
+    const int in_warp = (threadIdx.x & 31) / group;
+    for (int base = (threadIdx.x >> 5) * per_warp; base < n;
+         base += (blockDim.x >> 5) * per_warp) {
+        int item = base + in_warp;
+        visit(item < n ? item : n - 1, item < n);
+    }
+}
+
+// One lane's share of the sum over the bytes of one bit plane of table[2i][low nibble] +
+// table[2i+1][high nibble]: the words (or bytes) first, first + stride, ... (0 and 1: all).
 __device__ __forceinline__ float plane_sum(const unsigned char* plane, int nb, bool words,
-                                           const float* table) {
+                                           const float* table, int first, int stride) {
     float s = 0.f;
     if (words) {
         const u32* w = (const u32*)plane;
-        for (int i = 0; i < (nb >> 2); ++i) {
+        for (int i = first; i < (nb >> 2); i += stride) {
             u32 v = w[i];
             const float* t = table + i * 128;
 #pragma unroll
@@ -183,7 +204,7 @@ __device__ __forceinline__ float plane_sum(const unsigned char* plane, int nb, b
             }
         }
     } else {
-        for (int i = 0; i < nb; ++i) {
+        for (int i = first; i < nb; i += stride) {
             u32 byte = plane[i];
             s += table[i * 32 + (byte & 15)] + table[i * 32 + 16 + (byte >> 4)];
         }
@@ -191,61 +212,74 @@ __device__ __forceinline__ float plane_sum(const unsigned char* plane, int nb, b
     return s;
 }
 
+// Lanes that score one code together: each takes a share of the code (`first`, `stride`: all
+// of it for a lone thread), `reduce` adds the shares over the lanes (the identity for a lone
+// thread), and the code's factors finish the estimate.
+
 // pcaq (vlc's StageCodec::Pca, whose planes and factors start on 4-byte boundaries): the first
 // stage reads the sign plane and the planes below it against the top-bit table `table` (plane j
 // below the sign at 2^-(j+1)), the full code adds the remaining planes against the plain table
 // `table + 4 * padded_dim` (plane j at 2^j).
-__device__ float score_pca(bool full, const unsigned char* code, const float* table,
-                           int padded_dim, const int* planes, float constant1,
-                           float constant2, float anchor_dist) {
+template <typename R>
+__device__ __forceinline__ float score_pca(bool full, const unsigned char* code,
+                                           const float* table, int padded_dim, const int* planes,
+                                           float constant1, float constant2, float anchor_dist,
+                                           int first, int stride, R reduce) {
     const int e = planes[0], l = planes[1];
     int at = padded_dim >> 3;
-    float top = plane_sum(code, at, true, table);
+    float top = plane_sum(code, at, true, table, first, stride);
     for (int j = 0; j < e; ++j) {
         int n = ((planes[2 + j] + 31) >> 5) << 2;
-        top += ldexpf(plane_sum(code + at, n, true, table), -(j + 1));
+        top += ldexpf(plane_sum(code + at, n, true, table, first, stride), -(j + 1));
         at += n;
     }
-    if (!full)
+    if (!full) {
+        top = reduce(top);
         return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * (constant1 + top);
+    }
     at += 8;
     const float* plain = table + 4 * padded_dim;
     float low = 0.f;
     for (int j = 0; j < l; ++j) {
         int n = ((planes[2 + e + j] + 31) >> 5) << 2;
-        low += (float)(1 << j) * plane_sum(code + at, n, true, plain);
+        low += (float)(1 << j) * plane_sum(code + at, n, true, plain, first, stride);
         at += n;
     }
+    top = reduce(top);
+    low = reduce(low);
     return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * (constant2 + top + low);
 }
 
 // Estimated squared distance of one code (see the codec docs in vlc-core).
 // `full`: for RaBitQ, all bits (else only the leading 1-bit code); for pcaq, the full code (else
 // its first stage).
-
-__device__ float score(int kind, int bits, bool full, int code_size, int per_anchor,
-                       const unsigned char* code, const float* table, float constant,
-                       float constant2, const float* q, const float* lo, const float* step,
-                       int dim, int padded_dim, const int* planes, u32 anchor,
-                       float anchor_dist) {
+template <typename R>
+__device__ __forceinline__ float score(int kind, int bits, bool full, int code_size,
+                                       int per_anchor, const unsigned char* code,
+                                       const float* table, float constant, float constant2,
+                                       const float* q, const float* lo, const float* step, int dim,
+                                       int padded_dim, const int* planes, u32 anchor,
+                                       float anchor_dist, int first, int stride, R reduce) {
     if (kind == KIND_ANCHOR_ONLY) return anchor_dist;
     if (kind == KIND_PCA)
         return score_pca(full && bits > 1, code, table, padded_dim, planes, constant, constant2,
-                         anchor_dist);
+                         anchor_dist, first, stride, reduce);
     if (kind == KIND_RABITQ) {
         int nb = (dim + 7) >> 3;
         bool words = (nb & 3) == 0 && (code_size & 3) == 0;
         float ip;
         int at;
         if (!full || bits == 1) {
-            ip = constant + plane_sum(code, nb, words, table);
+            ip = constant + reduce(plane_sum(code, nb, words, table, first, stride));
             at = nb;
         } else {
             int low = bits - 1;
             int ex = nb + 8;
-            ip = (float)((1 << bits) - 1) * constant + (float)(1 << low) * plane_sum(code, nb, words, table);
+            float planes_ip = (float)(1 << low) * plane_sum(code, nb, words, table, first, stride);
             for (int j = 0; j < low; ++j)
-                ip += (float)(1 << j) * plane_sum(code + ex + j * nb, nb, words, table);
+                planes_ip += (float)(1 << j) *
+                             plane_sum(code + ex + j * nb, nb, words, table, first, stride);
+            ip = (float)((1 << bits) - 1) * constant + reduce(planes_ip);
             at = ex + low * nb;
         }
         return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * ip;
@@ -254,12 +288,12 @@ __device__ float score(int kind, int bits, bool full, int code_size, int per_anc
         // Float residuals: distance = |q - c|^2 + factor - 2 <q, r>, r stored as is.
         float ip = 0.f;
         if (bits == 16) {
-            for (int d = 0; d < dim; ++d)
+            for (int d = first; d < dim; d += stride)
                 ip += q[d] * half_to_float((u32)code[2 * d] | ((u32)code[2 * d + 1] << 8));
         } else {
-            for (int d = 0; d < dim; ++d) ip += q[d] * load_f32(code + 4 * d);
+            for (int d = first; d < dim; d += stride) ip += q[d] * load_f32(code + 4 * d);
         }
-        return anchor_dist + load_f32(code + (bits / 8) * dim) - 2.f * ip;
+        return anchor_dist + load_f32(code + (bits / 8) * dim) - 2.f * reduce(ip);
     }
     // Scalar: r = lo + step * level; distance = |q - c|^2 + factor - 2 <q, r>.
     size_t row = per_anchor ? (size_t)anchor * dim : 0;
@@ -268,19 +302,21 @@ __device__ float score(int kind, int bits, bool full, int code_size, int per_anc
     float ip = 0.f;
     int packed;
     if (bits == 8) {
-        for (int d = 0; d < dim; ++d) ip += q[d] * (l[d] + s[d] * (float)code[d]);
+        for (int d = first; d < dim; d += stride) ip += q[d] * (l[d] + s[d] * (float)code[d]);
         packed = dim;
     } else {
-        for (int d = 0; d < dim; ++d) {
+        for (int d = first; d < dim; d += stride) {
             u32 level = (code[d >> 1] >> ((d & 1) * 4)) & 15;
             ip += q[d] * (l[d] + s[d] * (float)level);
         }
         packed = (dim + 1) >> 1;
     }
-    return anchor_dist + load_f32(code + packed) - 2.f * ip;
+    return anchor_dist + load_f32(code + packed) - 2.f * reduce(ip);
 }
 
-extern "C" __global__ void search_queries(SearchArgs a) {
+// Blocks of 256 threads (the host's BLOCK), four per multiprocessor at least: the register
+// budget that keeps the second stage's inlined group scoring from halving the occupancy.
+extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a) {
     extern __shared__ unsigned char smem[];
     const int query = blockIdx.x;
     const int tid = threadIdx.x;
@@ -288,10 +324,12 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     // Shared layout (8-byte aligned first): keys, aux, probe anchors, probe distances, probe
     // list starts, prefix sums of probe sizes, for the automatic pool each probed list's
     // smallest first-stage estimate (the high word of its order key) and the prefix sums of the
-    // sizes of the lists it rescores, nibble tables (RaBitQ: 1, pcaq: 2), query.
+    // sizes of the lists it rescores, nibble tables (RaBitQ: 1, pcaq: 2), query. The automatic
+    // pool stages the candidates it rescores (their positions, probe indices and distances, 2
+    // blockDim each) in the keys and aux slots past those its top k uses.
     u64* keys = (u64*)smem;
-    u32* aux = (u32*)(keys + a.cap);
-    u32* probe_anchor = aux + a.cap;
+    u32* aux = (u32*)(keys + a.slots);
+    u32* probe_anchor = aux + a.slots;
     float* probe_dist = (float*)(probe_anchor + a.nprobe);
     u32* probe_start = (u32*)(probe_dist + a.nprobe);
     u32* prefix = probe_start + a.nprobe;               // (nprobe + 1,)
@@ -299,6 +337,10 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     u32* live = list_min + a.nprobe;                    // (nprobe + 1,)
     float* table = (float*)(live + a.nprobe + 1);       // (tables, padded_dim / 4, 16)
     float* q = table + 4 * a.tables * a.padded_dim;      // (dim,)
+    // The automatic pool's staging, in slots that steps 3 and 4 leave free:
+    u32* staged_position = (u32*)(keys + a.cap_rescore);  // (2 blockDim,)
+    u32* staged_probe = staged_position + 2 * bd;         // (2 blockDim,)
+    float* staged_dist = (float*)(aux + a.cap_rescore);   // (2 blockDim,)
     __shared__ int count;
     __shared__ float threshold;
     __shared__ float constant;
@@ -306,6 +348,7 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     __shared__ int scanned;
     __shared__ float parts[32];
     __shared__ float margin;
+    __shared__ int staged;
 
     // 1. The nprobe nearest anchors.
     if (tid == 0) {
@@ -403,17 +446,27 @@ extern "C" __global__ void search_queries(SearchArgs a) {
     const u32 total = prefix[scanned];
     const float c_q = rabitq ? constant : 0.f;
     const float c_q2 = pca ? constant2 : 0.f;
-    // The first stage's estimate and the second stage's distance of the vector at `position`
-    // of probed list `pr`.
+    // The first stage's estimate of the vector at `position` of probed list `pr`, by one
+    // thread; its second stage's distance, by the `group` lanes of a warp that share that
+    // vector (each lane's share summed by shuffles within the group, so every lane of the
+    // group returns the same distance).
     auto first_stage = [&](u32 position, int pr) {
         return score(a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
                      a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q, a.lo1,
-                     a.step1, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr], probe_dist[pr]);
+                     a.step1, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr], probe_dist[pr],
+                     0, 1, [](float v) { return v; });
     };
+    const int group = a.group;
+    const int lane = tid & (group - 1);
     auto second_stage = [&](u32 position, int pr) {
         return score(a.kind2, a.bits2, true, a.code_size2, a.per_anchor2,
                      a.codes2 + (size_t)position * a.code_size2, table, c_q, c_q2, q, a.lo2,
-                     a.step2, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr], probe_dist[pr]);
+                     a.step2, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr], probe_dist[pr],
+                     lane, group, [&](float v) {
+                         for (int o = group >> 1; o > 0; o >>= 1)
+                             v += __shfl_xor_sync(0xffffffff, v, o, group);
+                         return v;
+                     });
     };
     int p = 0;
     for (u32 base = 0; base < total; base += bd) {
@@ -441,16 +494,19 @@ extern "C" __global__ void search_queries(SearchArgs a) {
         const u64 boundary = found > 0 ? keys[found - 1] : 0;
         __syncthreads();  // every thread has read it before the keys are rescored
         float sum = 0.f, sum_sq = 0.f;
-        for (int i = tid; i < found; i += bd) {
-            u32 position = (u32)keys[i];
-            float d = second_stage(position, (int)aux[i]);
-            float error = d - key_dist(keys[i]);
-            sum += error;
-            sum_sq += error * error;
-            keys[i] = order_key(d, position);
-        }
+        by_groups(found, group, [&](int i, bool real) {
+            const u64 key = keys[i];
+            float d = second_stage((u32)key, (int)aux[i]);
+            __syncwarp();  // the warp's lanes have read keys[i] before lane 0 rewrites it
+            if (real && lane == 0) {
+                float error = d - key_dist(key);
+                sum += error;
+                sum_sq += error * error;
+                keys[i] = order_key(d, (u32)key);
+            }
+        });
         __syncthreads();
-        compact(keys, aux, &count, &threshold, a.k, a.cap);
+        compact(keys, aux, &count, &threshold, a.k, a.cap_rescore);
         if (extend) {
             // The first stage's error over the pool (its standard deviation), and whether the
             // pool's worst estimate is under the k-th best plus its margin.
@@ -477,23 +533,49 @@ extern "C" __global__ void search_queries(SearchArgs a) {
                     });
                 __syncthreads();
                 const u32 live_total = live[lists];
+                if (tid == 0) staged = 0;
+                __syncthreads();
+                // Groups of lanes rescore the n staged candidates, which are then offered to
+                // the top k, blockDim at a time; called by the whole block.
+                auto rescore_staged = [&](int n) {
+                    by_groups(n, group, [&](int j, bool real) {
+                        float d = second_stage(staged_position[j], (int)staged_probe[j]);
+                        if (real && lane == 0) staged_dist[j] = d;
+                    });
+                    __syncthreads();
+                    for (int base = 0; base < n; base += bd) {
+                        int j = base + tid;
+                        bool valid = j < n;
+                        offer(valid, valid ? staged_dist[j] : 0.f,
+                              valid ? staged_position[j] : 0u, valid ? staged_probe[j] : 0u,
+                              keys, aux, &count, &threshold, a.k, a.cap_rescore);
+                    }
+                    if (tid == 0) staged = 0;
+                    __syncthreads();
+                };
                 int p = 0;
                 for (u32 base = 0; base < live_total; base += bd) {
+                    // Each thread scores one item's first stage and stages it if it passes
+                    // (against the k-th best as of the last rescoring); once more than a
+                    // round's worth is staged, or at the end, they are rescored.
                     u32 t = base + tid;
-                    bool valid = t < live_total;
-                    float d = 0.f;
-                    u32 position = 0;
-                    if (valid) {
+                    if (t < live_total) {
                         while (live[p + 1] <= t) ++p;
-                        position = probe_start[p] + (t - live[p]);
+                        u32 position = probe_start[p] + (t - live[p]);
                         float estimate = first_stage(position, p);
-                        valid = order_key(estimate, position) > boundary &&
-                                estimate < threshold + margin;
-                        if (valid) d = second_stage(position, p);
+                        if (order_key(estimate, position) > boundary &&
+                            estimate < threshold + margin) {
+                            int slot = atomicAdd(&staged, 1);
+                            staged_position[slot] = position;
+                            staged_probe[slot] = (u32)p;
+                        }
                     }
-                    offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.k, a.cap);
+                    __syncthreads();
+                    const int n = staged;
+                    __syncthreads();  // every thread has read the count before more are staged
+                    if (n > bd || (n > 0 && base + bd >= live_total)) rescore_staged(n);
                 }
-                compact(keys, aux, &count, &threshold, a.k, a.cap);
+                compact(keys, aux, &count, &threshold, a.k, a.cap_rescore);
             }
         }
     }
