@@ -37,7 +37,7 @@ use vlc::backend::{
 };
 use vlc::{Result, VlcError};
 
-pub use module::KernelCache;
+pub use module::{KernelCache, KernelSource};
 pub use search::CudaIndex;
 
 /// Matrix-unit precision of the assignment GEMM.
@@ -556,16 +556,15 @@ impl CudaBackend {
             .result()
             .map_err(err)?;
         let cache = KernelCache::new(&ctx)?;
-        let load = |stem: &str, src: &str, names: &[&str]| -> Result<Vec<CudaFunction>> {
-            let module = cache.load(stem, src)?;
+        let load = |kernel: &KernelSource, names: &[&str]| -> Result<Vec<CudaFunction>> {
+            let module = cache.load(kernel)?;
             names
                 .iter()
                 .map(|n| module.load_function(n).map_err(err))
                 .collect()
         };
         let mut f = load(
-            "nearest",
-            include_str!("kernels/nearest.cu"),
+            &module::NEAREST,
             &[
                 "row_norms",
                 "nearest_from_dots",
@@ -600,8 +599,7 @@ impl CudaBackend {
         let nearest_from_dots = f.pop().unwrap();
         let row_norms = f.pop().unwrap();
         let mut f = load(
-            "accumulate",
-            include_str!("kernels/accumulate.cu"),
+            &module::ACCUMULATE,
             &[
                 "count_members",
                 "exclusive_scan",
@@ -619,18 +617,8 @@ impl CudaBackend {
         let scatter_kept = f.pop().unwrap();
         let exclusive_scan = f.pop().unwrap();
         let count_members = f.pop().unwrap();
-        let update_anchors = load(
-            "update",
-            include_str!("kernels/update.cu"),
-            &["update_anchors"],
-        )?
-        .pop()
-        .unwrap();
-        let mut f = load(
-            "split",
-            include_str!("kernels/split.cu"),
-            &["split_far", "split_side", "split_means"],
-        )?;
+        let update_anchors = load(&module::UPDATE, &["update_anchors"])?.pop().unwrap();
+        let mut f = load(&module::SPLIT, &["split_far", "split_side", "split_means"])?;
         let split_means = f.pop().unwrap();
         let split_side = f.pop().unwrap();
         let split_far = f.pop().unwrap();
@@ -740,7 +728,7 @@ impl CudaBackend {
         }
         let f = self
             .cache
-            .load("search", include_str!("kernels/search.cu"))?
+            .load(&module::SEARCH)?
             .load_function("search_queries")
             .map_err(err)?;
         Ok(self.search.get_or_init(|| f).clone())
@@ -754,11 +742,7 @@ impl CudaBackend {
         }
         let f = self
             .cache
-            .load_with(
-                "code_levels",
-                include_str!("kernels/code_levels.cu"),
-                &["--fmad=false"],
-            )?
+            .load(&module::CODE_LEVELS)?
             .load_function("code_levels")
             .map_err(err)?;
         Ok(self.levels.get_or_init(|| f).clone())
