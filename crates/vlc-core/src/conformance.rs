@@ -648,6 +648,25 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
             false,
         ),
         (33, CodecKind::F16, 0.0, None, false, Metric::L2, false),
+        // Long second-stage codes, which CUDA scores by 32 lanes (516 bytes) and by 16 (260).
+        (
+            128,
+            RaBitQ1,
+            0.0,
+            Some(CodecKind::F32),
+            false,
+            Metric::L2,
+            false,
+        ),
+        (
+            128,
+            CodecKind::RaBitQ2,
+            0.0,
+            Some(CodecKind::F16),
+            false,
+            Metric::Cosine,
+            false,
+        ),
         (64, Sq8, 0.0, None, true, Metric::L2, false),
         (35, Sq4, 0.0, None, false, Metric::Cosine, false),
         (
