@@ -63,7 +63,11 @@ struct SearchArgs {
     pool_size: i32,
     k: i32,
     cap: i32,
+    /// Pool slots of the kernel's steps 3 and 4 (the top k): a power of two, at least
+    /// `pool_size` + [`BLOCK`].
     cap_rescore: i32,
+    /// Slots of the kernel's keys and aux arrays: `cap`, or more where the automatic pool's
+    /// staging (two blocks' worth past `cap_rescore`) needs them.
     slots: i32,
     kind1: i32,
     bits1: i32,
