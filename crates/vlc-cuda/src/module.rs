@@ -22,37 +22,24 @@ pub struct KernelSource {
     pub options: &'static [&'static str],
 }
 
-pub const NEAREST: KernelSource = KernelSource {
-    stem: "nearest",
-    src: include_str!("kernels/nearest.cu"),
-    options: &[],
-};
-pub const ACCUMULATE: KernelSource = KernelSource {
-    stem: "accumulate",
-    src: include_str!("kernels/accumulate.cu"),
-    options: &[],
-};
-pub const UPDATE: KernelSource = KernelSource {
-    stem: "update",
-    src: include_str!("kernels/update.cu"),
-    options: &[],
-};
-pub const SPLIT: KernelSource = KernelSource {
-    stem: "split",
-    src: include_str!("kernels/split.cu"),
-    options: &[],
-};
-pub const SEARCH: KernelSource = KernelSource {
-    stem: "search",
-    src: include_str!("kernels/search.cu"),
-    options: &[],
-};
+/// A [`KernelSource`] for `kernels/STEM.cu`, its stem written once.
+macro_rules! kernel_source {
+    ($stem:literal $(, $option:literal)*) => {
+        KernelSource {
+            stem: $stem,
+            src: include_str!(concat!("kernels/", $stem, ".cu")),
+            options: &[$($option),*],
+        }
+    };
+}
+
+pub const NEAREST: KernelSource = kernel_source!("nearest");
+pub const ACCUMULATE: KernelSource = kernel_source!("accumulate");
+pub const UPDATE: KernelSource = kernel_source!("update");
+pub const SPLIT: KernelSource = kernel_source!("split");
+pub const SEARCH: KernelSource = kernel_source!("search");
 /// Compiled without fused multiply-adds: it repeats the CPU reference's roundings one by one.
-pub const CODE_LEVELS: KernelSource = KernelSource {
-    stem: "code_levels",
-    src: include_str!("kernels/code_levels.cu"),
-    options: &["--fmad=false"],
-};
+pub const CODE_LEVELS: KernelSource = kernel_source!("code_levels", "--fmad=false");
 /// Every kernel the backend compiles.
 #[cfg(test)]
 pub const ALL_KERNELS: [&KernelSource; 6] = [
@@ -119,14 +106,7 @@ impl KernelCache {
         let cubin = match cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
             Some(bytes) => bytes,
             None => {
-                let bytes = compile(&self.arch, stem, src, options)
-                    .map_err(|e| {
-                        err(format!(
-                            "NVRTC {}.{}: {e}",
-                            self.nvrtc_version.0, self.nvrtc_version.1
-                        ))
-                    })?
-                    .cubin;
+                let bytes = compile(&self.arch, stem, src, options)?.cubin;
                 if let Some(p) = &cached {
                     // A cache write failure only costs a recompile next time.
                     if std::fs::create_dir_all(p.parent().unwrap()).is_ok() {
@@ -198,7 +178,10 @@ pub fn compile(arch: &str, stem: &str, src: &str, options: &[&str]) -> Result<Co
                 .to_string()
         };
         if compiled.result().is_err() {
-            return Err(err(format!("failed to compile `{stem}` for {arch}: {log}")));
+            let (major, minor) = nvrtc_version()?;
+            return Err(err(format!(
+                "NVRTC {major}.{minor} failed to compile `{stem}` for {arch}: {log}"
+            )));
         }
         // SAFETY: live, compiled program; the buffer has the reported CUBIN size.
         unsafe { nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size) }
@@ -244,7 +227,7 @@ mod tests {
                     .chain(["--ptxas-options=-v"])
                     .collect();
                 let compiled = compile(arch, kernel.stem, kernel.src, &options)
-                    .unwrap_or_else(|e| panic!("NVRTC {major}.{minor}: {e}"));
+                    .unwrap_or_else(|e| panic!("{e}"));
                 assert!(
                     !compiled.cubin.is_empty(),
                     "{} for {arch}: empty CUBIN",
