@@ -87,6 +87,16 @@ pub struct DeviceStage<'a> {
     pub codes: Cow<'a, [u8]>,
 }
 
+/// Threads (CUDA lanes of a warp, WGPU invocations of a workgroup) that score one
+/// second-stage code of `code_size` bytes together in the GPU search kernels: a power of two,
+/// with at least 16 bytes of the code each (one for codes under 32 bytes, 32 from 512 bytes),
+/// so that a long code is read in a few wide, coalesced steps rather than byte by byte by one
+/// thread.
+pub fn second_stage_group(code_size: usize) -> usize {
+    let units = (code_size / 16).max(1);
+    (1usize << units.ilog2()).min(32)
+}
+
 /// Everything a batched device search needs.
 #[derive(Clone, Debug)]
 pub struct DeviceView<'a> {
@@ -293,8 +303,45 @@ impl Index {
 
 #[cfg(test)]
 mod tests {
+    use super::second_stage_group;
     use crate::codec::{CodecKind, ResidualCodec};
     use crate::{BuildParams, CpuBackend, Index};
+
+    #[test]
+    fn second_stage_groups_are_powers_of_two_with_16_bytes_each() {
+        // (code size, group): RaBitQ-1 at 128 d (20 B), sq8 at 128 d (132 B) and 384 d
+        // (388 B), rabitq2 + f16 at 128 d (260 B), f32 at 128 d (516 B), f32 at 1536 d.
+        for (code_size, group) in [
+            (0, 1),
+            (20, 1),
+            (31, 1),
+            (32, 2),
+            (132, 8),
+            (260, 16),
+            (388, 16),
+            (511, 16),
+            (516, 32),
+            (6148, 32),
+        ] {
+            assert_eq!(
+                second_stage_group(code_size),
+                group,
+                "code size {code_size}"
+            );
+        }
+        for code_size in 0..10_000 {
+            let g = second_stage_group(code_size);
+            assert!(g.is_power_of_two() && g <= 32, "{code_size}: {g}");
+            assert!(
+                g == 1 || code_size >= 16 * g,
+                "{code_size}: {g} threads under 16 B each"
+            );
+            assert!(
+                g == 32 || code_size < 32 * g,
+                "{code_size}: {g} threads over 32 B each"
+            );
+        }
+    }
 
     #[test]
     fn rotation_matrix_matches_the_fast_rotation() {

@@ -8,22 +8,13 @@ use cudarc::cublas::{Gemm, GemmConfig};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 use std::sync::Mutex;
-use vlc::device_view::{DeviceStage, StageCodec};
+use vlc::device_view::{second_stage_group, DeviceStage, StageCodec};
 use vlc::{Index, Metric, Result, SearchParams, SearchResults, VlcError};
 
 /// Threads per query block: search.cu's `__launch_bounds__` is written for it.
 const BLOCK: usize = 256;
 /// Queries per kernel launch at most (the dot-product tile is also kept under 256 MiB).
 const MAX_QUERIES_PER_LAUNCH: usize = 16_384;
-
-/// Lanes of a warp that score one second-stage code together in the search kernel: a power of
-/// two, with at least 16 bytes of the code each (one lane for codes under 32 bytes, a whole
-/// warp from 512), so that a long code is read in a few wide, coalesced steps rather than byte
-/// by byte by one thread.
-fn second_stage_group(code_size: usize) -> i32 {
-    let units = (code_size / 16).max(1);
-    (1usize << units.ilog2()).min(32) as i32
-}
 
 const KIND_NONE: i32 = 0;
 const KIND_ANCHOR_ONLY: i32 = 1;
@@ -85,7 +76,8 @@ struct SearchArgs {
     tables: i32,
     /// The automatic pool's margin ([`SearchParams::error_margin`]); 0 for a fixed pool.
     error_margin: f32,
-    /// Lanes that score one second-stage code together ([`second_stage_group`]).
+    /// Lanes that score one second-stage code together
+    /// ([`vlc::device_view::second_stage_group`]).
     group: i32,
 }
 
@@ -509,7 +501,7 @@ impl<'b> CudaIndex<'b> {
                     pca_scale: self.pca.as_ref().map_or(0.0, |t| t.scale),
                     tables: tables as i32,
                     error_margin,
-                    group: second.map_or(1, |st| second_stage_group(st.code_size)),
+                    group: second.map_or(1, |st| second_stage_group(st.code_size) as i32),
                 };
                 let cfg = LaunchConfig {
                     grid_dim: (rows as u32, 1, 1),

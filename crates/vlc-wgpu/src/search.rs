@@ -4,7 +4,7 @@
 //! ranking, query · rotation for the RaBitQ and `pcaq` tables), all in f32.
 
 use crate::{err, WgpuBackend};
-use vlc::device_view::{DeviceStage, StageCodec};
+use vlc::device_view::{second_stage_group, DeviceStage, StageCodec};
 use vlc::{Index, Metric, Result, SearchParams, SearchResults, VlcError};
 
 /// Invocations per workgroup (`WG` in search.wgsl).
@@ -306,6 +306,7 @@ impl<'b> WgpuIndex<'b> {
                     self.pca_scale.to_bits(),
                     pool_words as u32,
                     params.error_margin(self.has_second_stage).to_bits(),
+                    second_stage_group(second.code_size as usize) as u32,
                 ];
                 let uniform = b.uniform(&words);
                 let products = [

@@ -69,6 +69,8 @@ struct Params {
     // The automatic pool (vlc's SearchParams::automatic_pool): vlc's ERROR_MARGIN; 0 for a
     // fixed pool.
     error_margin: f32,
+    // Invocations that score one second-stage code together: a power of two, at most 32.
+    group: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -101,10 +103,16 @@ var<workgroup> total_plain: u32;
 var<workgroup> margin_plain: f32;
 // For the automatic pool: the smallest first-stage estimate (its ordered word) of each of the
 // first LIST_MIN_SLOTS probed lists, so that step 4 skips the lists where it is too large
-// (lists past them are always scored again).
+// (lists past them are always scored again). Once step 4 has chosen its lists, the same words
+// stage the candidates it rescores: their list positions in the first STAGED_SLOTS, their
+// probe indices in the next STAGED_SLOTS.
 const LIST_MIN_SLOTS: u32 = 1024u;
 var<workgroup> list_min: array<atomic<u32>, LIST_MIN_SLOTS>;
-var<workgroup> partial: array<f32, WG>;
+const STAGED_SLOTS: u32 = 2u * WG;
+var<workgroup> staged_count: atomic<u32>;
+var<workgroup> staged_plain: u32;
+// Sums over the workgroup (`sum_over_workgroup`) and over groups of invocations (`group_sum`).
+var<workgroup> partial: array<vec2<f32>, WG>;
 
 // The candidate pool in workgroup memory: key high words, key low words, aux, `POOL_SLOTS`
 // each. The host sets `POOL_SLOTS` per pipeline (see `WgpuIndex::pool_in_workgroup_memory`):
@@ -320,15 +328,22 @@ fn after(ah: u32, al: u32, bh: u32, bl: u32) -> bool {
 }
 
 fn sum_over_workgroup(v: f32, tid: u32) -> f32 {
+    return group_sum(vec2<f32>(v, 0.0), tid, tid, WG).x;
+}
+
+// The sum of `v` over the `group` invocations (a power of two) tid - lane .. tid - lane + group
+// - 1, for each of them: a tree in a fixed order, which gives the sum that CUDA's shuffles
+// (xor butterfly) give. Called by the whole workgroup, in uniform control flow.
+fn group_sum(v: vec2<f32>, tid: u32, lane: u32, group: u32) -> vec2<f32> {
     partial[tid] = v;
     workgroupBarrier();
-    for (var o = WG / 2u; o > 0u; o = o >> 1u) {
-        if (tid < o) {
+    for (var o = group >> 1u; o > 0u; o = o >> 1u) {
+        if (lane < o) {
             partial[tid] = partial[tid] + partial[tid + o];
         }
         workgroupBarrier();
     }
-    let r = partial[0];
+    let r = partial[tid - lane];
     workgroupBarrier();
     return r;
 }
@@ -440,27 +455,37 @@ fn word_sum(w: u32, t: u32) -> f32 {
         + table_at(t + 96u + ((w >> 24u) & 15u)) + table_at(t + 112u + (w >> 28u));
 }
 
-// Sum over the `nb` bytes of one bit plane starting at byte `start` of
-// table[2i][low nibble] + table[2i+1][high nibble], the table `tab` words into the tables,
-// reading whole words. A plane on word boundaries (every pcaq plane; RaBitQ's where the code
-// size and the plane are multiples of 4 bytes) takes the word loop, one per code buffer.
-fn plane_sum(stage: u32, start: u32, nb: u32, tab: u32) -> f32 {
+// One invocation's share of the sum over the `nb` bytes of one bit plane starting at byte
+// `start` of table[2i][low nibble] + table[2i+1][high nibble], the table `tab` words into the
+// tables: the plane's words (or bytes) `first`, `first + stride`, ... (0 and 1: all of them).
+// A plane on word boundaries (every pcaq plane; RaBitQ's where the code size and the plane are
+// multiples of 4 bytes) takes the word loop, one per code buffer.
+fn plane_sum(stage: u32, start: u32, nb: u32, tab: u32, first: u32, stride: u32) -> f32 {
     if (((start | nb) & 3u) == 0u) {
         let w0 = start >> 2u;
         let nw = nb >> 2u;
         var s = 0.0;
         if (stage == 1u) {
-            for (var i = 0u; i < nw; i = i + 1u) {
+            for (var i = first; i < nw; i = i + stride) {
                 s = s + word_sum(codes1[w0 + i], tab + i * 128u);
             }
         } else {
-            for (var i = 0u; i < nw; i = i + 1u) {
+            for (var i = first; i < nw; i = i + stride) {
                 s = s + word_sum(codes2[w0 + i], tab + i * 128u);
             }
         }
         return s;
     }
     var s = 0.0;
+    if (stride > 1u) {
+        for (var i = first; i < nb; i = i + stride) {
+            let byte = code_byte(stage, start + i);
+            let t = tab + i * 32u;
+            s = s + table_at(t + (byte & 15u)) + table_at(t + 16u + (byte >> 4u));
+        }
+        return s;
+    }
+    // A lone invocation reads each word once for its up to four bytes.
     var i = 0u;
     loop {
         if (i >= nb) {
@@ -468,10 +493,10 @@ fn plane_sum(stage: u32, start: u32, nb: u32, tab: u32) -> f32 {
         }
         let o = start + i;
         let w = code_word(stage, o >> 2u);
-        let first = o & 3u;
-        let n = min(4u - first, nb - i);
+        let lead = o & 3u;
+        let n = min(4u - lead, nb - i);
         for (var b = 0u; b < n; b = b + 1u) {
-            let byte = (w >> ((first + b) * 8u)) & 0xffu;
+            let byte = (w >> ((lead + b) * 8u)) & 0xffu;
             let t = tab + (i + b) * 32u;
             s = s + table_at(t + (byte & 15u)) + table_at(t + 16u + (byte >> 4u));
         }
@@ -499,41 +524,56 @@ fn pca_dims(i: u32) -> u32 {
     return u32(floats[p.off_pca + 3u * p.padded_dim + i]);
 }
 
+// One invocation's share of an estimate, which is `outer + scale * (inner + sum.x + sum.y)`,
+// `sum` being `share` summed over the invocations that score the code together (for a lone
+// invocation, its own share): the same terms, in the same order, as CUDA's `score`.
+struct Share {
+    share: vec2<f32>,
+    inner: f32,
+    outer: f32,
+    scale: f32,
+}
+
+fn finish(s: Share, sum: vec2<f32>) -> f32 {
+    return s.outer + s.scale * (s.inner + sum.x + sum.y);
+}
+
 // pcaq (vlc's StageCodec::Pca, whose planes and factors start on 4-byte boundaries): the first
 // stage reads the sign plane and the planes below it against the top-bit table (plane j below
 // the sign at 2^-(j+1)), the full code adds the remaining planes against the plain table (plane
-// j at 2^j).
+// j at 2^j). Shares: the top-bit table's sum, the plain table's.
 fn score_pca(stage: u32, full: bool, start: u32, anchor_dist: f32, constant1: f32,
-             constant2: f32) -> f32 {
+             constant2: f32, first: u32, stride: u32) -> Share {
     let e = pca_dims(0u);
     let l = pca_dims(1u);
     var at = p.padded_dim / 8u;
-    var top = plane_sum(stage, start, at, 0u);
+    var top = plane_sum(stage, start, at, 0u, first, stride);
     for (var j = 0u; j < e; j = j + 1u) {
         let n = (pca_dims(2u + j) + 31u) / 32u * 4u;
-        top = top + ldexp(plane_sum(stage, start + at, n, 0u), -i32(j + 1u));
+        top = top + ldexp(plane_sum(stage, start + at, n, 0u, first, stride), -i32(j + 1u));
         at = at + n;
     }
     if (!full) {
-        let f2 = code_f32(stage, start + at + 4u);
-        return anchor_dist + code_f32(stage, start + at) + f2 * (constant1 + top);
+        return Share(vec2<f32>(top, 0.0), constant1, anchor_dist + code_f32(stage, start + at),
+                     code_f32(stage, start + at + 4u));
     }
     at = at + 8u;
     var low = 0.0;
     for (var j = 0u; j < l; j = j + 1u) {
         let n = (pca_dims(2u + e + j) + 31u) / 32u * 4u;
-        low = low + f32(1u << j) * plane_sum(stage, start + at, n, 4u * p.padded_dim);
+        low = low + f32(1u << j) * plane_sum(stage, start + at, n, 4u * p.padded_dim, first, stride);
         at = at + n;
     }
-    let f2 = code_f32(stage, start + at + 4u);
-    return anchor_dist + code_f32(stage, start + at) + f2 * (constant2 + top + low);
+    return Share(vec2<f32>(top, low), constant2, anchor_dist + code_f32(stage, start + at),
+                 code_f32(stage, start + at + 4u));
 }
 
-// Estimated squared distance of the code at list position `position` (see the codec docs in
-// vlc-core). `full`: for RaBitQ, all bits (else only the leading 1-bit code); for pcaq, the
-// full code (else its first stage).
-fn score(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32, constant: f32,
-         constant2: f32) -> f32 {
+// One invocation's share of the estimated squared distance of the code at list position
+// `position` (see the codec docs in vlc-core): its words, bytes or dimensions `first`, `first +
+// stride`, ... (0 and 1: all of them). `full`: for RaBitQ, all bits (else only the leading
+// 1-bit code); for pcaq, the full code (else its first stage).
+fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32,
+               constant: f32, constant2: f32, first: u32, stride: u32) -> Share {
     var kind = p.kind1;
     var bits = p.bits1;
     var code_size = p.code_size1;
@@ -549,64 +589,71 @@ fn score(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: f32, c
         off_step = p.off_step2;
     }
     if (kind == KIND_ANCHOR_ONLY) {
-        return anchor_dist;
+        return Share(vec2<f32>(0.0), 0.0, anchor_dist, 0.0);
     }
     let start = position * code_size;
     if (kind == KIND_PCA) {
-        return score_pca(stage, full && bits > 1u, start, anchor_dist, constant, constant2);
+        return score_pca(stage, full && bits > 1u, start, anchor_dist, constant, constant2, first,
+                         stride);
     }
     if (kind == KIND_RABITQ) {
         let nb = (p.dim + 7u) / 8u;
-        var ip: f32;
+        var inner: f32;
+        var planes: f32;
         var at: u32;
         if (!full || bits == 1u) {
-            ip = constant + plane_sum(stage, start, nb, 0u);
+            inner = constant;
+            planes = plane_sum(stage, start, nb, 0u, first, stride);
             at = nb;
         } else {
             let low = bits - 1u;
             let ex = nb + 8u;
-            ip = f32((1u << bits) - 1u) * constant + f32(1u << low) * plane_sum(stage, start, nb, 0u);
+            inner = f32((1u << bits) - 1u) * constant;
+            planes = f32(1u << low) * plane_sum(stage, start, nb, 0u, first, stride);
             for (var j = 0u; j < low; j = j + 1u) {
-                ip = ip + f32(1u << j) * plane_sum(stage, start + ex + j * nb, nb, 0u);
+                planes = planes + f32(1u << j) * plane_sum(stage, start + ex + j * nb, nb, 0u, first,
+                                                           stride);
             }
             at = ex + low * nb;
         }
-        return anchor_dist + code_f32(stage, start + at) + code_f32(stage, start + at + 4u) * ip;
+        return Share(vec2<f32>(planes, 0.0), inner, anchor_dist + code_f32(stage, start + at),
+                     code_f32(stage, start + at + 4u));
     }
     if (kind == KIND_FLOAT) {
         // Float residuals: distance = |q - c|^2 + factor - 2 <q, r>, r stored as is.
         var ip = 0.0;
         if (bits == 16u) {
-            for (var d = 0u; d < p.dim; d = d + 1u) {
+            for (var d = first; d < p.dim; d = d + stride) {
                 let o = start + 2u * d;
                 let h = code_byte(stage, o) | (code_byte(stage, o + 1u) << 8u);
                 ip = ip + queries[query_at + d] * half_to_f32(h);
             }
         } else {
-            for (var d = 0u; d < p.dim; d = d + 1u) {
+            for (var d = first; d < p.dim; d = d + stride) {
                 ip = ip + queries[query_at + d] * code_f32(stage, start + 4u * d);
             }
         }
-        return anchor_dist + code_f32(stage, start + (bits / 8u) * p.dim) - 2.0 * ip;
+        return Share(vec2<f32>(ip, 0.0), 0.0,
+                     anchor_dist + code_f32(stage, start + (bits / 8u) * p.dim), -2.0);
     }
     // Scalar: r = lo + step * level; distance = |q - c|^2 + factor - 2 <q, r>.
     let row = select(0u, anchor * p.dim, per_anchor != 0u);
     var ip = 0.0;
     var packed: u32;
     if (bits == 8u) {
-        for (var d = 0u; d < p.dim; d = d + 1u) {
+        for (var d = first; d < p.dim; d = d + stride) {
             let level = f32(code_byte(stage, start + d));
             ip = ip + queries[query_at + d] * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
         }
         packed = p.dim;
     } else {
-        for (var d = 0u; d < p.dim; d = d + 1u) {
+        for (var d = first; d < p.dim; d = d + stride) {
             let level = f32((code_byte(stage, start + (d >> 1u)) >> ((d & 1u) * 4u)) & 15u);
             ip = ip + queries[query_at + d] * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
         }
         packed = (p.dim + 1u) / 2u;
     }
-    return anchor_dist + code_f32(stage, start + packed) - 2.0 * ip;
+    return Share(vec2<f32>(ip, 0.0), 0.0, anchor_dist + code_f32(stage, start + packed), -2.0);
 }
 
 // The position in the index of item `t` of the flat range over the probed lists that the probe
@@ -618,11 +665,40 @@ fn locate(t: u32, pr: ptr<function, u32>) -> u32 {
     return scratch[probe_start + *pr] + (t - scratch[prefix + *pr]);
 }
 
-// The first stage's estimate (`stage` 1) or the second stage's distance (2) of the vector at
-// `position` of probed list `pr`.
-fn score_in_list(stage: u32, position: u32, pr: u32, constant: f32, constant2: f32) -> f32 {
-    return score(stage, stage == 2u, position, scratch[probe_anchor + pr],
-                 bitcast<f32>(scratch[probe_dist + pr]), constant, constant2);
+// The first stage's estimate of the vector at `position` of probed list `pr`, by one invocation.
+fn first_stage(position: u32, pr: u32, constant: f32, constant2: f32) -> f32 {
+    let s = score_share(1u, false, position, scratch[probe_anchor + pr],
+                        bitcast<f32>(scratch[probe_dist + pr]), constant, constant2, 0u, 1u);
+    return finish(s, s.share);
+}
+
+// The second stage's distance of the vector at `position` of probed list `pr`, by the `p.group`
+// invocations tid - lane .. that share it (each one's share summed over the group, so that all
+// of them return the same distance). Called by the whole workgroup, in uniform control flow.
+fn second_stage(position: u32, pr: u32, constant: f32, constant2: f32, tid: u32,
+                lane: u32) -> f32 {
+    let s = score_share(2u, true, position, scratch[probe_anchor + pr],
+                        bitcast<f32>(scratch[probe_dist + pr]), constant, constant2, lane, p.group);
+    return finish(s, group_sum(s.share, tid, lane, p.group));
+}
+
+// Groups of `p.group` invocations rescore the `n` candidates that step 4 staged and offer them
+// to the top k, WG / p.group a round; then the staging is emptied. Called by the whole
+// workgroup, in uniform control flow.
+fn rescore_staged(n: u32, constant: f32, constant2: f32, tid: u32, lane: u32) {
+    let per_round = WG / p.group;
+    for (var base = 0u; base < n; base = base + per_round) {
+        let item = base + tid / p.group;
+        let j = min(item, n - 1u);
+        let position = atomicLoad(&list_min[j]);
+        let pr = atomicLoad(&list_min[STAGED_SLOTS + j]);
+        let dist = second_stage(position, pr, constant, constant2, tid, lane);
+        offer(item < n && lane == 0u, dist, position, pr, p.k, tid);
+    }
+    if (tid == 0u) {
+        atomicStore(&staged_count, 0u);
+    }
+    workgroupBarrier();
 }
 
 @compute @workgroup_size(256)
@@ -735,7 +811,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         var position = 0u;
         if (valid) {
             position = locate(t, &pr);
-            dist = score_in_list(1u, position, pr, constant, constant2);
+            dist = first_stage(position, pr, constant, constant2);
             // The automatic pool's step 4 skips the lists whose every estimate is too large.
             if (p.error_margin > 0.0 && pr < LIST_MIN_SLOTS) {
                 atomicMin(&list_min[pr], ordered(dist));
@@ -758,15 +834,24 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             boundary_lo = get_lo(found - 1u);
         }
         pool_barrier();  // every invocation has read it before the keys are rescored
+        // Groups of `p.group` invocations rescore the pool, WG / p.group entries a round; a
+        // group past the end repeats the last entry, so that every invocation takes part in
+        // every round's sums. The first of each group keeps the first stage's error.
+        let lane = tid & (p.group - 1u);
+        let per_round = WG / p.group;
         var sum = 0.0;
         var sum_sq = 0.0;
-        for (var i = tid; i < found; i = i + WG) {
-            let position = get_lo(i);
-            let dist = score_in_list(2u, position, get_aux(i), constant, constant2);
-            let error = dist - unordered(get_hi(i));
-            sum = sum + error;
-            sum_sq = sum_sq + error * error;
-            set_hi(i, ordered(dist));
+        for (var base = 0u; base < found; base = base + per_round) {
+            let item = base + tid / p.group;
+            let i = min(item, found - 1u);
+            let before = unordered(get_hi(i));
+            let dist = second_stage(get_lo(i), get_aux(i), constant, constant2, tid, lane);
+            if (item < found && lane == 0u) {
+                let error = dist - before;
+                sum = sum + error;
+                sum_sq = sum_sq + error * error;
+                set_hi(i, ordered(dist));
+            }
         }
         pool_barrier();
         compact(p.k, tid);
@@ -804,22 +889,34 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                 }
                 storageBarrier();
                 let live_total = workgroupUniformLoad(&total_plain);
+                if (tid == 0u) {
+                    atomicStore(&staged_count, 0u);
+                }
+                workgroupBarrier();  // from here `list_min` stages candidates
                 var pr = 0u;
                 for (var b = 0u; b < live_total; b = b + WG) {
+                    // Each invocation scores one item's first stage and stages it if it passes
+                    // (against the k-th best as of the last rescoring); once more than a round's
+                    // worth is staged, or at the end, they are rescored.
                     let t = b + tid;
-                    var valid = t < live_total;
-                    var dist = 0.0;
-                    var position = 0u;
-                    if (valid) {
-                        position = locate(t, &pr);
-                        let estimate = score_in_list(1u, position, pr, constant, constant2);
-                        valid = after(ordered(estimate), position, boundary_hi, boundary_lo)
-                            && estimate < unordered(threshold) + margin;
-                        if (valid) {
-                            dist = score_in_list(2u, position, pr, constant, constant2);
+                    if (t < live_total) {
+                        let position = locate(t, &pr);
+                        let estimate = first_stage(position, pr, constant, constant2);
+                        if (after(ordered(estimate), position, boundary_hi, boundary_lo)
+                            && estimate < unordered(threshold) + margin) {
+                            let slot = atomicAdd(&staged_count, 1u);
+                            atomicStore(&list_min[slot], position);
+                            atomicStore(&list_min[STAGED_SLOTS + slot], pr);
                         }
                     }
-                    offer(valid, dist, position, pr, p.k, tid);
+                    workgroupBarrier();
+                    if (tid == 0u) {
+                        staged_plain = atomicLoad(&staged_count);
+                    }
+                    let n = workgroupUniformLoad(&staged_plain);
+                    if (n > WG || (n > 0u && b + WG >= live_total)) {
+                        rescore_staged(n, constant, constant2, tid, lane);
+                    }
                 }
                 compact(p.k, tid);
             }
