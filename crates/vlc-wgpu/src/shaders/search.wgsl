@@ -672,28 +672,36 @@ fn first_stage(position: u32, pr: u32, constant: f32, constant2: f32) -> f32 {
     return finish(s, s.share);
 }
 
-// The second stage's distance of the vector at `position` of probed list `pr`, by the `p.group`
-// invocations tid - lane .. that share it (each one's share summed over the group, so that all
-// of them return the same distance). Called by the whole workgroup, in uniform control flow.
-fn second_stage(position: u32, pr: u32, constant: f32, constant2: f32, tid: u32,
-                lane: u32) -> f32 {
-    let s = score_share(2u, true, position, scratch[probe_anchor + pr],
-                        bitcast<f32>(scratch[probe_dist + pr]), constant, constant2, lane, p.group);
-    return finish(s, group_sum(s.share, tid, lane, p.group));
+// Invocations that score each of `n` second-stage codes together.
+fn group_for(n: u32) -> u32 {
+    return p.group;
 }
 
-// Groups of `p.group` invocations rescore the `n` candidates that step 4 staged and offer them
-// to the top k, WG / p.group a round; then the staging is emptied. Called by the whole
+// The second stage's distance of the vector at `position` of probed list `pr`, by the `group`
+// invocations that share it, tid's lane among them being tid % group (each one's share summed
+// over the group, so that all of them return the same distance). Called by the whole
 // workgroup, in uniform control flow.
-fn rescore_staged(n: u32, constant: f32, constant2: f32, tid: u32, lane: u32) {
-    let per_round = WG / p.group;
+fn second_stage(position: u32, pr: u32, constant: f32, constant2: f32, tid: u32,
+                group: u32) -> f32 {
+    let lane = tid & (group - 1u);
+    let s = score_share(2u, true, position, scratch[probe_anchor + pr],
+                        bitcast<f32>(scratch[probe_dist + pr]), constant, constant2, lane, group);
+    return finish(s, group_sum(s.share, tid, lane, group));
+}
+
+// Groups of invocations (`group_for`) rescore the `n` candidates that step 4 staged and offer
+// them to the top k, one candidate a group each round; then the staging is emptied. Called by
+// the whole workgroup, in uniform control flow.
+fn rescore_staged(n: u32, constant: f32, constant2: f32, tid: u32) {
+    let group = group_for(n);
+    let per_round = WG / group;
     for (var base = 0u; base < n; base = base + per_round) {
-        let item = base + tid / p.group;
+        let item = base + tid / group;
         let j = min(item, n - 1u);
         let position = atomicLoad(&list_min[j]);
         let pr = atomicLoad(&list_min[STAGED_SLOTS + j]);
-        let dist = second_stage(position, pr, constant, constant2, tid, lane);
-        offer(item < n && lane == 0u, dist, position, pr, p.k, tid);
+        let dist = second_stage(position, pr, constant, constant2, tid, group);
+        offer(item < n && tid % group == 0u, dist, position, pr, p.k, tid);
     }
     if (tid == 0u) {
         atomicStore(&staged_count, 0u);
@@ -834,19 +842,19 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             boundary_lo = get_lo(found - 1u);
         }
         pool_barrier();  // every invocation has read it before the keys are rescored
-        // Groups of `p.group` invocations rescore the pool, WG / p.group entries a round; a
-        // group past the end repeats the last entry, so that every invocation takes part in
+        // Groups of invocations (`group_for`) rescore the pool, one entry a group each round;
+        // a group past the end repeats the last entry, so that every invocation takes part in
         // every round's sums. The first of each group keeps the first stage's error.
-        let lane = tid & (p.group - 1u);
-        let per_round = WG / p.group;
+        let group = group_for(found);
+        let per_round = WG / group;
         var sum = 0.0;
         var sum_sq = 0.0;
         for (var base = 0u; base < found; base = base + per_round) {
-            let item = base + tid / p.group;
+            let item = base + tid / group;
             let i = min(item, found - 1u);
             let before = unordered(get_hi(i));
-            let dist = second_stage(get_lo(i), get_aux(i), constant, constant2, tid, lane);
-            if (item < found && lane == 0u) {
+            let dist = second_stage(get_lo(i), get_aux(i), constant, constant2, tid, group);
+            if (item < found && tid % group == 0u) {
                 let error = dist - before;
                 sum = sum + error;
                 sum_sq = sum_sq + error * error;
@@ -915,7 +923,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                     }
                     let n = workgroupUniformLoad(&staged_plain);
                     if (n > WG || (n > 0u && b + WG >= live_total)) {
-                        rescore_staged(n, constant, constant2, tid, lane);
+                        rescore_staged(n, constant, constant2, tid);
                     }
                 }
                 compact(p.k, tid);
