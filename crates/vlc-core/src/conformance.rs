@@ -819,7 +819,7 @@ pub fn compare_search_with_cpu(
 /// best: the device rescores candidates beyond that pool as the CPU does. Behind an exact
 /// (f32) second stage, its i-th distance is never above its fixed pool's of 10·k (it rescores
 /// a superset), some rows differ from that pool's (it did rescore beyond it), its recall@10 is
-/// at least the fixed pool's and at least 0.99, and it returns at least 97% of the CPU's ids
+/// at least the fixed pool's and at least 0.99, and it returns at least 99.8% of the CPU's ids
 /// ([`compare_search_with_cpu`]).
 pub fn check_automatic_pool(open: &OpenSearch<'_>) {
     use crate::{BuildParams, CodecKind, Index, SearchParams};
@@ -878,6 +878,13 @@ pub fn check_automatic_pool(open: &OpenSearch<'_>) {
         &device,
     );
     eprintln!("automatic pool: {overlap:.4} of the CPU's ids");
+    // Behind an exact second stage only near-ties may order differently; a device that drops
+    // some of the candidates it should rescore (e.g. WGPU's staging past its first 256, which
+    // gave 0.9960) falls below this.
+    assert!(
+        overlap >= 0.998,
+        "automatic pool: {overlap} of the CPU's ids behind an exact second stage"
+    );
 }
 
 /// `n` clustered 16-d vectors (8 clusters, spread 0.3, from `seed`) and a CPU index of them

@@ -112,7 +112,8 @@ const STAGED_SLOTS: u32 = 2u * WG;
 var<workgroup> staged_count: atomic<u32>;
 var<workgroup> staged_plain: u32;
 // Sums over the workgroup (`sum_over_workgroup`) and over groups of invocations (`group_sum`).
-var<workgroup> partial: array<vec2<f32>, WG>;
+// (A vec2 per invocation, 1 KiB more, was up to a tenth slower in a scratch build on an H200.)
+var<workgroup> partial: array<f32, WG>;
 
 // The candidate pool in workgroup memory: key high words, key low words, aux, `POOL_SLOTS`
 // each. The host sets `POOL_SLOTS` per pipeline (see `WgpuIndex::pool_in_workgroup_memory`):
@@ -328,13 +329,16 @@ fn after(ah: u32, al: u32, bh: u32, bl: u32) -> bool {
 }
 
 fn sum_over_workgroup(v: f32, tid: u32) -> f32 {
-    return group_sum(vec2<f32>(v, 0.0), tid, tid, WG).x;
+    return group_sum(v, tid, tid, WG);
 }
 
 // The sum of `v` over the `group` invocations (a power of two) tid - lane .. tid - lane + group
 // - 1, for each of them: a tree in a fixed order, which gives the sum that CUDA's shuffles
 // (xor butterfly) give. Called by the whole workgroup, in uniform control flow.
-fn group_sum(v: vec2<f32>, tid: u32, lane: u32, group: u32) -> vec2<f32> {
+fn group_sum(v: f32, tid: u32, lane: u32, group: u32) -> f32 {
+    if (group == 1u) {
+        return v;
+    }
     partial[tid] = v;
     workgroupBarrier();
     for (var o = group >> 1u; o > 0u; o = o >> 1u) {
@@ -524,24 +528,25 @@ fn pca_dims(i: u32) -> u32 {
     return u32(floats[p.off_pca + 3u * p.padded_dim + i]);
 }
 
-// One invocation's share of an estimate, which is `outer + scale * (inner + sum.x + sum.y)`,
-// `sum` being `share` summed over the invocations that score the code together (for a lone
-// invocation, its own share): the same terms, in the same order, as CUDA's `score`.
+// One invocation's share of an estimate, which is `outer + scale * (inner + sum)`, `sum` being
+// `share` summed over the invocations that score the code together (for a lone invocation, its
+// own share): CUDA's `score` in the same terms (a full pcaq code's two table sums are added per
+// invocation here, and summed apart there).
 struct Share {
-    share: vec2<f32>,
+    share: f32,
     inner: f32,
     outer: f32,
     scale: f32,
 }
 
-fn finish(s: Share, sum: vec2<f32>) -> f32 {
-    return s.outer + s.scale * (s.inner + sum.x + sum.y);
+fn finish(s: Share, sum: f32) -> f32 {
+    return s.outer + s.scale * (s.inner + sum);
 }
 
 // pcaq (vlc's StageCodec::Pca, whose planes and factors start on 4-byte boundaries): the first
 // stage reads the sign plane and the planes below it against the top-bit table (plane j below
 // the sign at 2^-(j+1)), the full code adds the remaining planes against the plain table (plane
-// j at 2^j). Shares: the top-bit table's sum, the plain table's.
+// j at 2^j). The share: the top-bit table's sum, plus the plain table's for the full code.
 fn score_pca(stage: u32, full: bool, start: u32, anchor_dist: f32, constant1: f32,
              constant2: f32, first: u32, stride: u32) -> Share {
     let e = pca_dims(0u);
@@ -554,7 +559,7 @@ fn score_pca(stage: u32, full: bool, start: u32, anchor_dist: f32, constant1: f3
         at = at + n;
     }
     if (!full) {
-        return Share(vec2<f32>(top, 0.0), constant1, anchor_dist + code_f32(stage, start + at),
+        return Share(top, constant1, anchor_dist + code_f32(stage, start + at),
                      code_f32(stage, start + at + 4u));
     }
     at = at + 8u;
@@ -564,7 +569,7 @@ fn score_pca(stage: u32, full: bool, start: u32, anchor_dist: f32, constant1: f3
         low = low + f32(1u << j) * plane_sum(stage, start + at, n, 4u * p.padded_dim, first, stride);
         at = at + n;
     }
-    return Share(vec2<f32>(top, low), constant2, anchor_dist + code_f32(stage, start + at),
+    return Share(top + low, constant2, anchor_dist + code_f32(stage, start + at),
                  code_f32(stage, start + at + 4u));
 }
 
@@ -589,7 +594,7 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
         off_step = p.off_step2;
     }
     if (kind == KIND_ANCHOR_ONLY) {
-        return Share(vec2<f32>(0.0), 0.0, anchor_dist, 0.0);
+        return Share(0.0, 0.0, anchor_dist, 0.0);
     }
     let start = position * code_size;
     if (kind == KIND_PCA) {
@@ -616,7 +621,7 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
             }
             at = ex + low * nb;
         }
-        return Share(vec2<f32>(planes, 0.0), inner, anchor_dist + code_f32(stage, start + at),
+        return Share(planes, inner, anchor_dist + code_f32(stage, start + at),
                      code_f32(stage, start + at + 4u));
     }
     if (kind == KIND_FLOAT) {
@@ -633,8 +638,7 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
                 ip = ip + queries[query_at + d] * code_f32(stage, start + 4u * d);
             }
         }
-        return Share(vec2<f32>(ip, 0.0), 0.0,
-                     anchor_dist + code_f32(stage, start + (bits / 8u) * p.dim), -2.0);
+        return Share(ip, 0.0, anchor_dist + code_f32(stage, start + (bits / 8u) * p.dim), -2.0);
     }
     // Scalar: r = lo + step * level; distance = |q - c|^2 + factor - 2 <q, r>.
     let row = select(0u, anchor * p.dim, per_anchor != 0u);
@@ -653,7 +657,7 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
         }
         packed = (p.dim + 1u) / 2u;
     }
-    return Share(vec2<f32>(ip, 0.0), 0.0, anchor_dist + code_f32(stage, start + packed), -2.0);
+    return Share(ip, 0.0, anchor_dist + code_f32(stage, start + packed), -2.0);
 }
 
 // The position in the index of item `t` of the flat range over the probed lists that the probe
@@ -672,9 +676,20 @@ fn first_stage(position: u32, pr: u32, constant: f32, constant2: f32) -> f32 {
     return finish(s, s.share);
 }
 
-// Invocations that score each of `n` second-stage codes together.
+// Invocations that score each of `n` second-stage codes together. Up to WG codes (the pool of
+// step 3), the largest group of at most `p.group` (the host's rule by code size) that scores
+// them all in one round; more (step 4's staged candidates), `p.group`. Scratch builds on an
+// H200 (session 62): `p.group` for the pool too was up to a tenth slower where the pool is
+// short and the lists few; one invocation a code throughout, slower still.
 fn group_for(n: u32) -> u32 {
-    return p.group;
+    if (n > WG) {
+        return p.group;
+    }
+    var g = p.group;
+    while (g > 1u && n * g > WG) {
+        g = g >> 1u;
+    }
+    return g;
 }
 
 // The second stage's distance of the vector at `position` of probed list `pr`, by the `group`
