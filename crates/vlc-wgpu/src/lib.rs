@@ -195,16 +195,17 @@ struct SearchPipelines {
     /// Every query times the RaBitQ or `pcaq` rotation.
     rotate: wgpu::ComputePipeline,
     /// One workgroup per query: probe, scan, rescore, top k. By the shader's `POOL_SLOTS`
-    /// (candidate pool slots in workgroup memory; 1: the pool in the storage buffer), each
-    /// compiled on first use.
-    search: Mutex<HashMap<u32, wgpu::ComputePipeline>>,
+    /// (candidate pool slots in workgroup memory; 1: the pool in the storage buffer) and
+    /// whether the automatic pool is on (`LIST_MIN_SLOTS` 1,024, else 1), each compiled on
+    /// first use.
+    search: Mutex<HashMap<(u32, bool), wgpu::ComputePipeline>>,
 }
 
 /// Bytes of workgroup memory that search.wgsl declares besides its pool (the matrix products'
 /// two 16 x 64 f32 tiles, the workgroup sum's 256 floats, 1,024 probed lists' smallest
-/// estimates, five words of pool state), all counted although each entry point uses only
-/// some.
-const SEARCH_WORKGROUP_BYTES: usize = 2 * 1024 * 4 + 256 * 4 + 1024 * 4 + 20;
+/// estimates with the automatic pool, seven words of pool and staging state), all counted
+/// although each entry point and pipeline uses only some.
+const SEARCH_WORKGROUP_BYTES: usize = 2 * 1024 * 4 + 256 * 4 + 1024 * 4 + 28;
 /// Bytes of workgroup memory per pool slot (key high and low words, aux).
 const POOL_SLOT_BYTES: usize = 12;
 /// The largest pool kept in workgroup memory: 1,024 slots. On an H100 a pool of 2,048 slots
@@ -659,14 +660,21 @@ impl WgpuBackend {
     }
 
     /// The `search_queries` pipeline with `pool_slots` slots of workgroup memory for the
-    /// candidate pool (1: the pool in the storage buffer), compiled on first use; one that
-    /// fails to compile is reported and not kept.
-    fn search_pipeline(&self, pool_slots: u32) -> Result<wgpu::ComputePipeline> {
+    /// candidate pool (1: the pool in the storage buffer), with the automatic pool's per-list
+    /// minima and staging in workgroup memory where `automatic_pool`, compiled on first use;
+    /// one that fails to compile is reported and not kept.
+    fn search_pipeline(
+        &self,
+        pool_slots: u32,
+        automatic_pool: bool,
+    ) -> Result<wgpu::ComputePipeline> {
         let pipelines = self.search_pipelines();
         let mut cache = pipelines.search.lock().unwrap();
-        if let Some(pipeline) = cache.get(&pool_slots) {
+        let key = (pool_slots, automatic_pool);
+        if let Some(pipeline) = cache.get(&key) {
             return Ok(pipeline.clone());
         }
+        let list_min_slots = if automatic_pool { 1024.0 } else { 1.0 };
         let pipeline = self
             .scoped(|| {
                 Ok(self
@@ -677,7 +685,10 @@ impl WgpuBackend {
                         module: &pipelines.module,
                         entry_point: Some("search_queries"),
                         compilation_options: wgpu::PipelineCompilationOptions {
-                            constants: &[("POOL_SLOTS", f64::from(pool_slots))],
+                            constants: &[
+                                ("POOL_SLOTS", f64::from(pool_slots)),
+                                ("LIST_MIN_SLOTS", list_min_slots),
+                            ],
                             ..Default::default()
                         },
                         cache: None,
@@ -688,7 +699,7 @@ impl WgpuBackend {
                     "the search pipeline with a {pool_slots}-slot pool failed to compile: {e}"
                 ))
             })?;
-        cache.insert(pool_slots, pipeline.clone());
+        cache.insert(key, pipeline.clone());
         Ok(pipeline)
     }
 

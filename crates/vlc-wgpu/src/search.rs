@@ -166,14 +166,18 @@ impl<'b> WgpuIndex<'b> {
         // Compile the search pipelines now, so that the first search is not slower: the matrix
         // products and the scan with the default parameters' pool (a compile error is returned
         // here, not raised by wgpu's default handler).
-        let usual = index.pool_cap(&index.resolve_or_as_is(&SearchParams::default()));
+        let usual_params = index.resolve_or_as_is(&SearchParams::default());
+        let usual = index.pool_cap(&usual_params);
         backend.scoped(|| {
             backend.search_pipelines();
-            backend.search_pipeline(if backend.pool_fits_workgroup(usual) {
-                usual as u32
-            } else {
-                1
-            })?;
+            backend.search_pipeline(
+                if backend.pool_fits_workgroup(usual) {
+                    usual as u32
+                } else {
+                    1
+                },
+                usual_params.error_margin(index.has_second_stage) > 0.0,
+            )?;
             Ok(())
         })?;
         Ok(index)
@@ -253,7 +257,10 @@ impl<'b> WgpuIndex<'b> {
         let codes2 = self.refine_codes.as_ref().unwrap_or(&self.codes);
         b.scoped(|| {
             let pipelines = b.search_pipelines();
-            let search = b.search_pipeline(if in_workgroup { cap as u32 } else { 1 })?;
+            let search = b.search_pipeline(
+                if in_workgroup { cap as u32 } else { 1 },
+                params.error_margin(self.has_second_stage) > 0.0,
+            )?;
             // Device buffers from the backend's pool, reused by every chunk and call: wgpu zeroes
             // a fresh allocation, work that grows with the scratch (which holds every query's
             // dot products with the anchors). The shaders write every word they read.

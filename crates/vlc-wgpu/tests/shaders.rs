@@ -62,6 +62,13 @@ fn fp32_shaders_validate() {
         Capabilities::empty(),
         &[("POOL_SLOTS", 2048.0)],
     );
+    // ... and without the automatic pool's per-list minima (a fixed pool).
+    check_with(
+        "search",
+        include_str!("../src/shaders/search.wgsl"),
+        Capabilities::empty(),
+        &[("POOL_SLOTS", 1024.0), ("LIST_MIN_SLOTS", 1.0)],
+    );
 }
 
 #[test]

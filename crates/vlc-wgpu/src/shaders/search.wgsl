@@ -105,8 +105,10 @@ var<workgroup> margin_plain: f32;
 // first LIST_MIN_SLOTS probed lists, so that step 4 skips the lists where it is too large
 // (lists past them are always scored again). Once step 4 has chosen its lists, the same words
 // stage the candidates it rescores: their list positions in the first STAGED_SLOTS, their
-// probe indices in the next STAGED_SLOTS.
-const LIST_MIN_SLOTS: u32 = 1024u;
+// probe indices in the next STAGED_SLOTS. The host sets LIST_MIN_SLOTS per pipeline: 1,024
+// with the automatic pool, else 1 (step 4 never runs), which leaves 4 KiB of workgroup memory
+// free (session 62, H200: a fixed pool searched up to 13% faster so).
+override LIST_MIN_SLOTS: u32 = 1024u;
 var<workgroup> list_min: array<atomic<u32>, LIST_MIN_SLOTS>;
 const STAGED_SLOTS: u32 = 2u * WG;
 var<workgroup> staged_count: atomic<u32>;
