@@ -309,8 +309,9 @@ mod tests {
 
     #[test]
     fn second_stage_groups_are_powers_of_two_with_16_bytes_each() {
-        // (code size, group): RaBitQ-1 at 128 d (20 B), sq8 at 128 d (132 B) and 384 d
-        // (388 B), rabitq2 + f16 at 128 d (260 B), f32 at 128 d (516 B), f32 at 1536 d.
+        // (code size, group): the edges of the rule, and the second stages sq8 at 128 d
+        // (132 B) and 384 d (388 B), f16 at 128 d (260 B), f32 at 128 d (516 B) and 1536 d
+        // (6,148 B).
         for (code_size, group) in [
             (0, 1),
             (20, 1),
