@@ -107,7 +107,7 @@ var<workgroup> margin_plain: f32;
 // stage the candidates it rescores: their list positions in the first STAGED_SLOTS, their
 // probe indices in the next STAGED_SLOTS. The host sets LIST_MIN_SLOTS per pipeline: 1,024
 // with the automatic pool, else 1 (step 4 never runs), which leaves 4 KiB of workgroup memory
-// free (session 62, H200: a fixed pool searched up to 13% faster so).
+// free (session 62, H200: a fixed pool searched up to 14% faster so).
 override LIST_MIN_SLOTS: u32 = 1024u;
 var<workgroup> list_min: array<atomic<u32>, LIST_MIN_SLOTS>;
 const STAGED_SLOTS: u32 = 2u * WG;
