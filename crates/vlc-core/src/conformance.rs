@@ -899,8 +899,9 @@ fn small_index(n: usize, codec: crate::CodecKind, seed: u64) -> (Vec<f32>, crate
 }
 
 /// A device search refuses what the CPU search refuses: k = 0, nprobe = 0, a negative or
-/// non-finite probe margin, queries of the wrong dim, NaN, and in a cosine index a zero query
-/// (named by its row, as the CPU names it).
+/// non-finite probe margin, queries of the wrong dim, NaN, a query past
+/// [`crate::vectors::MAX_SQUARED_LENGTH`] (one within it is answered in full), and in a
+/// cosine index a zero query (named by its row, as the CPU names it).
 pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
     use crate::{CodecKind, SearchParams};
     let dim = 16;
@@ -937,6 +938,36 @@ pub fn check_search_rejects_bad_parameters(open: &OpenSearch<'_>) {
         ..SearchParams::default()
     };
     assert!(device(&nan, &p).is_err());
+    // A query long enough for squared distances to overflow f32 is refused, naming its row;
+    // one just within the limit is answered in full, with finite distances, like the CPU.
+    let squared_length: f32 = data[dim..2 * dim].iter().map(|v| v * v).sum();
+    let within = (0.9 * crate::vectors::MAX_SQUARED_LENGTH / squared_length).sqrt();
+    let scaled = |scale: f32| -> Vec<f32> {
+        let mut rows = data[..2 * dim].to_vec();
+        rows[dim..].iter_mut().for_each(|v| *v *= scale);
+        rows
+    };
+    for e in [
+        device(&scaled(2.0 * within), &p).unwrap_err(),
+        index
+            .search_batch(&scaled(2.0 * within), &p, &CpuBackend)
+            .unwrap_err(),
+    ] {
+        assert!(matches!(e, crate::VlcError::TooLarge { row: 1, .. }), "{e}");
+    }
+    for result in [
+        device(&scaled(within), &p).unwrap(),
+        index
+            .search_batch(&scaled(within), &p, &CpuBackend)
+            .unwrap(),
+    ] {
+        assert!(result.ids.iter().all(|&id| id >= 0), "{:?}", result.ids);
+        assert!(
+            result.distances.iter().all(|d| d.is_finite()),
+            "{:?}",
+            result.distances
+        );
+    }
 
     let cosine = crate::BuildParams::default()
         .with_metric(crate::Metric::Cosine)

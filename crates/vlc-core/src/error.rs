@@ -22,6 +22,25 @@ pub enum VlcError {
         column: usize,
         value: f32,
     },
+    /// A row so long that squared distances to it could overflow f32 (see
+    /// [`crate::vectors::MAX_SQUARED_LENGTH`]).
+    #[error("vector too large in {what} at row {row}: its squared length {squared_length:.3e} exceeds {limit:.3e}, past which squared distances in f32 can overflow; scale the vectors down (e.g. normalise them)")]
+    TooLarge {
+        what: String,
+        row: usize,
+        /// The row's squared length, summed in f64.
+        squared_length: f64,
+        limit: f32,
+    },
+    /// Build input whose rows lie so close together that squared distances between them fall
+    /// below f32's normal range (see [`crate::vectors::MIN_SPREAD`]).
+    #[error("vectors too close together in {what}: their spread (mean squared distance to their mean, {spread:.3e} over a sample) is below {limit:.3e}, where squared distances in f32 lose their precision; scale the vectors up (e.g. normalise them)")]
+    TooSmall {
+        what: String,
+        /// The sample's mean squared distance to its mean, summed in f64.
+        spread: f64,
+        limit: f32,
+    },
     /// A row of zero length where the cosine metric must scale every row to unit length.
     #[error("zero vector in {what} at row {row}: the cosine metric needs a direction (remove the row, or use the l2 metric)")]
     ZeroVector { what: String, row: usize },

@@ -160,6 +160,15 @@ fn adding_refuses_bad_input() {
         ),
         "{err}"
     );
+    bad[4 * DIM + 9] = 1e30;
+    let err = base
+        .add_from(
+            &SliceSource::new(&bad, DIM).unwrap(),
+            &CpuBackend,
+            &mut |_| {},
+        )
+        .unwrap_err();
+    assert!(matches!(err, VlcError::TooLarge { row: 4, .. }), "{err}");
     // The index itself is untouched.
     assert_eq!(base.len(), 1000);
 }

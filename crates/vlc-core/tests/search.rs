@@ -440,6 +440,54 @@ fn build_rejects_bad_input() {
         } => {}
         e => panic!("unexpected {e}"),
     }
+    // Finite values whose squared length overflows f32 (2 · 1e19² = 2e38, past the limit of
+    // about 2.1e37) are refused too, naming the row and the length summed in f64.
+    data[13 * dim + 2] = 0.0;
+    data[21 * dim..22 * dim].copy_from_slice(&[1e19, -1e19, 0.0, 0.0]);
+    match Index::build(
+        &data,
+        dim,
+        &BuildParams::default(),
+        &CpuBackend,
+        &mut |_| {},
+    )
+    .unwrap_err()
+    {
+        VlcError::TooLarge {
+            row: 21,
+            squared_length,
+            ..
+        } => assert!(
+            (squared_length / 2e38 - 1.0).abs() < 1e-6,
+            "{squared_length}"
+        ),
+        e => panic!("unexpected {e}"),
+    }
+    // Rows so close together that squared distances between them are subnormal in f32 are
+    // refused; rows that are all the same (spread 0) are a valid, if degenerate, set.
+    data[21 * dim..22 * dim].fill(0.5);
+    let tiny: Vec<f32> = data.iter().map(|v| v * 1e-21).collect();
+    match Index::build(
+        &tiny,
+        dim,
+        &BuildParams::default(),
+        &CpuBackend,
+        &mut |_| {},
+    )
+    .unwrap_err()
+    {
+        VlcError::TooSmall { spread, .. } => assert!(spread > 0.0 && spread < 1e-38, "{spread}"),
+        e => panic!("unexpected {e}"),
+    }
+    let same = vec![1e-21; 50 * dim];
+    assert!(Index::build(
+        &same,
+        dim,
+        &BuildParams::default(),
+        &CpuBackend,
+        &mut |_| {}
+    )
+    .is_ok());
     assert!(matches!(
         Index::build(&[], dim, &BuildParams::default(), &CpuBackend, &mut |_| {}),
         Err(VlcError::EmptyInput { .. })
