@@ -4,6 +4,29 @@ use anyhow::{Context, Result};
 use std::path::Path;
 use vlc::io::{npy_bytes, NpyType};
 
+/// Fail, before any work, when an output path names the same file as one of the command's
+/// inputs (compared by canonical path, so `./v.npy` and `v.npy` match): writing the result
+/// there would replace data the user still needs, e.g. `vlc build v.npy -o v.npy` would swap
+/// the vectors for their index. `inputs` pairs what each input is with its path. An output
+/// that does not exist yet matches nothing.
+pub fn refuse_overwriting_inputs(outputs: &[&Path], inputs: &[(&str, &Path)]) -> Result<()> {
+    for output in outputs {
+        let Ok(out) = std::fs::canonicalize(output) else {
+            continue;
+        };
+        for (what, input) in inputs {
+            if std::fs::canonicalize(input).is_ok_and(|i| i == out) {
+                anyhow::bail!(
+                    "output {} is the {what} {}: writing it would replace that input; choose another output path",
+                    output.display(),
+                    input.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     vlc::format::write_atomic(path, bytes).with_context(|| format!("writing {}", path.display()))
 }

@@ -352,6 +352,41 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("zero vector").and(predicate::str::contains("row 9")));
+    // A row long enough for squared distances to overflow f32 (row 11), in the vectors and
+    // in the queries; and a set so tightly packed that its distances are subnormal in f32.
+    let mut data = clustered(100, DIM, 4, 0.5, 1);
+    data[11 * DIM] = 1e19;
+    write_f32(&s.p("huge.npy"), 100, DIM, &data);
+    for command in ["build", "search"] {
+        let mut cmd = vlc();
+        cmd.arg(command);
+        if command == "search" {
+            cmd.arg(s.p("good.vlc"));
+        }
+        cmd.arg(s.p("huge.npy"))
+            .arg("-o")
+            .arg(s.p(if command == "build" {
+                "good.vlc"
+            } else {
+                "hits.json"
+            }))
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("too large").and(predicate::str::contains("row 11")));
+    }
+    let tiny: Vec<f32> = clustered(100, DIM, 4, 0.5, 1)
+        .iter()
+        .map(|v| v * 1e-22)
+        .collect();
+    write_f32(&s.p("tiny.npy"), 100, DIM, &tiny);
+    vlc()
+        .arg("build")
+        .arg(s.p("tiny.npy"))
+        .arg("-o")
+        .arg(s.p("good.vlc"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("too close together"));
     // Empty input.
     write_f32(&s.p("empty.npy"), 0, DIM, &[]);
     vlc()
@@ -484,6 +519,98 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
         .collect();
     assert!(stray.is_empty());
+}
+
+/// An output path that names one of the command's inputs, however spelt, is refused before
+/// any work and the input is kept: `build`'s and `add`'s vectors, `search`'s index and
+/// queries (also through the distances file an `.npy` output writes beside it), and
+/// `groundtruth`'s base and queries.
+#[test]
+fn outputs_that_name_an_input_are_refused_and_the_input_kept() {
+    let s = Set::new();
+    vlc()
+        .args(["build", "-q", "--anchors", "16"])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("good.vlc"))
+        .assert()
+        .success();
+    std::fs::copy(s.p("queries.npy"), s.p("hits.distances.npy")).unwrap();
+    let names = ["base.npy", "queries.npy", "good.vlc", "hits.distances.npy"];
+    let before: Vec<Vec<u8>> = names
+        .iter()
+        .map(|n| std::fs::read(s.p(n)).unwrap())
+        .collect();
+    let respelt = s.dir.path().join(".").join("base.npy");
+    let cases: Vec<Vec<std::ffi::OsString>> = vec![
+        vec![
+            "build".into(),
+            s.p("base.npy").into(),
+            "-o".into(),
+            s.p("base.npy").into(),
+        ],
+        vec![
+            "build".into(),
+            s.p("base.npy").into(),
+            "-o".into(),
+            respelt.into(),
+        ],
+        vec![
+            "add".into(),
+            s.p("good.vlc").into(),
+            s.p("queries.npy").into(),
+            "-o".into(),
+            s.p("queries.npy").into(),
+        ],
+        vec![
+            "search".into(),
+            s.p("good.vlc").into(),
+            s.p("queries.npy").into(),
+            "-o".into(),
+            s.p("queries.npy").into(),
+        ],
+        vec![
+            "search".into(),
+            s.p("good.vlc").into(),
+            s.p("queries.npy").into(),
+            "-o".into(),
+            s.p("good.vlc").into(),
+        ],
+        vec![
+            "search".into(),
+            s.p("good.vlc").into(),
+            s.p("hits.distances.npy").into(),
+            "-o".into(),
+            s.p("hits.npy").into(),
+        ],
+        vec![
+            "groundtruth".into(),
+            s.p("base.npy").into(),
+            s.p("queries.npy").into(),
+            "-o".into(),
+            s.p("base.npy").into(),
+        ],
+    ];
+    for args in &cases {
+        vlc()
+            .args(args)
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains("would replace that input"));
+    }
+    for (name, bytes) in names.iter().zip(&before) {
+        assert_eq!(&std::fs::read(s.p(name)).unwrap(), bytes, "{name}");
+    }
+    assert!(!s.p("hits.npy").exists());
+    // A JSON output writes no distances file, so the same queries file is no clash there.
+    vlc()
+        .arg("search")
+        .arg(s.p("good.vlc"))
+        .arg(s.p("hits.distances.npy"))
+        .arg("-o")
+        .arg(s.p("hits.json"))
+        .assert()
+        .success();
 }
 
 /// A new index of a few vectors has fewer than the default k (10) and nprobe (32): search

@@ -40,6 +40,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    let output = a.output.as_ref().unwrap_or(&a.index);
+    crate::output::refuse_overwriting_inputs(&[output], &[("vectors to add", &a.input)])?;
     let index = Index::view(&a.index).with_context(|| format!("opening {}", a.index.display()))?;
     let input = vlc::io::VectorFile::open(&a.input, Some(index.dim()))
         .with_context(|| format!("reading {}", a.input.display()))?;
@@ -49,7 +51,6 @@ pub fn run(a: Args) -> Result<()> {
         .add_from(&input, backend.as_ref(), &mut |e| progress.handle(e))
         .with_context(|| format!("adding {} to {}", a.input.display(), a.index.display()))?;
     progress.finish();
-    let output = a.output.as_ref().unwrap_or(&a.index);
     // The result is complete in memory; `save` writes a temporary file and renames it over
     // `output`, so a mapped `index` of the same path stays valid until then.
     grown

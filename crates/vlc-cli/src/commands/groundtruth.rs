@@ -149,6 +149,10 @@ pub fn id_matrix(truth: &vlc::eval::GroundTruth) -> vlc::io::Matrix<i64> {
 
 pub fn run(a: Args) -> Result<()> {
     let format = id_format(&a.output)?;
+    crate::output::refuse_overwriting_inputs(
+        &[&a.output, &a.output.with_extension("distances.npy")],
+        &[("base vectors", &a.base), ("queries file", &a.queries)],
+    )?;
     if a.k == 0 {
         bail!("-k 0 is out of range: ask for at least 1 neighbour per query");
     }

@@ -51,6 +51,10 @@ fn read_id_file(path: &Path) -> Result<Vec<u32>> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if let Some(ids_file) = &a.ids_file {
+        let output = a.output.as_ref().unwrap_or(&a.index);
+        crate::output::refuse_overwriting_inputs(&[output], &[("ids file", ids_file)])?;
+    }
     let mut ids = a.ids.clone();
     if let Some(path) = &a.ids_file {
         ids.extend(read_id_file(path)?);

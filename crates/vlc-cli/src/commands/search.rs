@@ -56,6 +56,18 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if let Some(p) = &a.output {
+        // An .npy output also writes the distances beside it.
+        let distances = p.with_extension("distances.npy");
+        let outputs = match p.extension().and_then(|e| e.to_str()) {
+            Some("npy") => vec![p.as_path(), &distances],
+            _ => vec![p.as_path()],
+        };
+        crate::output::refuse_overwriting_inputs(
+            &outputs,
+            &[("index", &a.index), ("queries file", &a.queries)],
+        )?;
+    }
     let (index, queries) = super::open_with_queries(&a.index, a.view, &a.queries)?;
     let params = SearchParams {
         k: a.k,
