@@ -109,14 +109,19 @@ __device__ void bitonic_sort(u64* keys, u32* aux, int n) {
 
 // Sort the pool and keep its best `keep`; called by the whole block. Only the occupied slots,
 // padded to a power of two (at most `cap`), are sorted: the last compactions of a query hold
-// far fewer entries than the pool's capacity.
-__device__ void compact(u64* keys, u32* aux, int* count, float* threshold, int keep, int cap) {
+// far fewer entries than the pool's capacity. With `outside` (one word per aux tag), each
+// entry dropped lowers its tag's word to its key's high word (atomicMin).
+__device__ void compact(u64* keys, u32* aux, int* count, float* threshold, int keep, int cap,
+                        u32* outside = nullptr) {
     int c = *count;
     int n = 1;
     while (n < c) n <<= 1;
     for (int i = c + threadIdx.x; i < n; i += blockDim.x) keys[i] = ~0ull;
     __syncthreads();
     bitonic_sort(keys, aux, n);
+    if (outside)
+        for (int i = keep + threadIdx.x; i < c; i += blockDim.x)
+            atomicMin(&outside[aux[i]], (u32)(keys[i] >> 32));
     if (threadIdx.x == 0) {
         *count = c < keep ? c : keep;
         *threshold = c >= keep ? key_dist(keys[keep - 1]) : infinity();
@@ -125,18 +130,25 @@ __device__ void compact(u64* keys, u32* aux, int* count, float* threshold, int k
 }
 
 // Offer one scored item to the pool, then compact when the pool is nearly full. Every thread
-// of the block calls it once per round (valid = false for threads without an item).
+// of the block calls it once per round (valid = false for threads without an item). With
+// `outside` (see `compact`), an item turned away or dropped lowers its tag's word: at the end
+// each word holds the smallest key (high word) of its tag's items outside the pool.
 __device__ __forceinline__ void offer(bool valid, float d, u32 id, u32 tag, u64* keys, u32* aux,
-                                      int* count, float* threshold, int keep, int cap) {
-    if (valid && d < *threshold) {
-        int slot = atomicAdd(count, 1);
-        keys[slot] = order_key(d, id);
-        aux[slot] = tag;
+                                      int* count, float* threshold, int keep, int cap,
+                                      u32* outside = nullptr) {
+    if (valid) {
+        if (d < *threshold) {
+            int slot = atomicAdd(count, 1);
+            keys[slot] = order_key(d, id);
+            aux[slot] = tag;
+        } else if (outside) {
+            atomicMin(&outside[tag], (u32)(order_key(d, 0) >> 32));
+        }
     }
     __syncthreads();
     int c = *count;
     __syncthreads();  // every thread has read the count before anyone appends again
-    if (c > cap - (int)blockDim.x) compact(keys, aux, count, threshold, keep, cap);
+    if (c > cap - (int)blockDim.x) compact(keys, aux, count, threshold, keep, cap, outside);
 }
 
 // The sum of each thread's `v` over the block (of whole warps), for thread 0, in a fixed order
@@ -323,10 +335,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     const int bd = blockDim.x;
     // Shared layout (8-byte aligned first): keys, aux, probe anchors, probe distances, probe
     // list starts, prefix sums of probe sizes, for the automatic pool each probed list's
-    // smallest first-stage estimate (the high word of its order key) and the prefix sums of the
-    // sizes of the lists it rescores, nibble tables (RaBitQ: 1, pcaq: 2), query. The automatic
-    // pool stages the candidates it rescores (their positions, probe indices and distances, 2
-    // blockDim each) in the keys and aux slots past those its top k uses.
+    // smallest first-stage estimate outside the pool (the high word of its order key) and the
+    // prefix sums of the sizes of the lists it rescores, nibble tables (RaBitQ: 1, pcaq: 2),
+    // query. The automatic pool stages the candidates it rescores (their positions, probe
+    // indices and distances, 2 blockDim each) in the keys and aux slots past those its top k
+    // uses.
     u64* keys = (u64*)smem;
     u32* aux = (u32*)(keys + a.slots);
     u32* probe_anchor = aux + a.slots;
@@ -468,6 +481,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
                          return v;
                      });
     };
+    // The automatic pool's step 4 skips the lists whose every estimate outside the pool is too
+    // large: each probed list's smallest such estimate, kept as items are turned away or
+    // dropped from the pool (the pool's own entries are rescored in step 3).
+    u32* outside = a.error_margin > 0.f ? list_min : nullptr;
     int p = 0;
     for (u32 base = 0; base < total; base += bd) {
         u32 t = base + tid;
@@ -478,12 +495,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
             while (prefix[p + 1] <= t) ++p;
             position = probe_start[p] + (t - prefix[p]);
             d = first_stage(position, p);
-            // The automatic pool's step 4 skips the lists whose every estimate is too large.
-            if (a.error_margin > 0.f) atomicMin(&list_min[p], (u32)(order_key(d, 0) >> 32));
         }
-        offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.pool_size, a.cap);
+        offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.pool_size, a.cap,
+              outside);
     }
-    compact(keys, aux, &count, &threshold, a.pool_size, a.cap);
+    compact(keys, aux, &count, &threshold, a.pool_size, a.cap, outside);
 
     // 3. Rescore the pool with the second stage, then the top k.
     const int found = count;
@@ -522,7 +538,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
             __syncthreads();
             // 4. Rescore every scanned candidate beyond the pool whose first-stage estimate
             // (scored again, the same as in step 2) is under the k-th best plus the margin,
-            // in the lists whose smallest estimate is (one flat range of them, as in step 2).
+            // in the lists whose smallest estimate outside the pool is (one flat range of
+            // them, as in step 2).
             if (margin >= 0.f) {
                 const int lists = scanned;
                 const float bound = threshold + margin;

@@ -383,8 +383,9 @@ fn bitonic_sort(n: u32, tid: u32) {
 
 // Sort the pool and keep its best `keep`; called by the whole workgroup with `count_plain`
 // current. Only the occupied slots, padded to a power of two (at most `p.cap`), are sorted:
-// the last compactions of a query hold far fewer entries than the pool's capacity.
-fn compact(keep: u32, tid: u32) {
+// the last compactions of a query hold far fewer entries than the pool's capacity. With
+// `outside`, each entry dropped lowers its probe's `list_min` word to its key's high word.
+fn compact(keep: u32, tid: u32, outside: bool) {
     let c = workgroupUniformLoad(&count_plain);
     let n = select(1u, 1u << (32u - countLeadingZeros(c - 1u)), c > 1u);
     for (var i = c + tid; i < n; i = i + WG) {
@@ -393,6 +394,14 @@ fn compact(keep: u32, tid: u32) {
     }
     pool_barrier();
     bitonic_sort(n, tid);
+    if (outside) {
+        for (var i = keep + tid; i < c; i = i + WG) {
+            let pr = get_aux(i);
+            if (pr < LIST_MIN_SLOTS) {
+                atomicMin(&list_min[pr], get_hi(i));
+            }
+        }
+    }
     if (tid == 0u) {
         let kept = min(c, keep);
         atomicStore(&pool_count, kept);
@@ -403,14 +412,19 @@ fn compact(keep: u32, tid: u32) {
 }
 
 // Offer one scored item to the pool, then compact when the pool is nearly full. Every
-// invocation calls it once per round (valid = false for those without an item).
-fn offer(valid: bool, d: f32, id: u32, tag: u32, keep: u32, tid: u32) {
+// invocation calls it once per round (valid = false for those without an item). With
+// `outside` (`tag` a probe index), an item turned away or dropped lowers its probe's
+// `list_min` word: at the end each word holds the smallest key (high word) of its list's
+// items outside the pool.
+fn offer(valid: bool, d: f32, id: u32, tag: u32, keep: u32, tid: u32, outside: bool) {
     let key = ordered(d);
     if (valid && key < threshold) {
         let slot = atomicAdd(&pool_count, 1u);
         set_hi(slot, key);
         set_lo(slot, id);
         set_aux(slot, tag);
+    } else if (valid && outside && tag < LIST_MIN_SLOTS) {
+        atomicMin(&list_min[tag], key);
     }
     pool_state_barrier();
     if (tid == 0u) {
@@ -418,7 +432,7 @@ fn offer(valid: bool, d: f32, id: u32, tag: u32, keep: u32, tid: u32) {
     }
     let c = workgroupUniformLoad(&count_plain);
     if (c > p.cap - WG) {
-        compact(keep, tid);
+        compact(keep, tid, outside);
     }
 }
 
@@ -718,7 +732,7 @@ fn rescore_staged(n: u32, constant: f32, constant2: f32, tid: u32) {
         let position = atomicLoad(&list_min[j]);
         let pr = atomicLoad(&list_min[STAGED_SLOTS + j]);
         let dist = second_stage(position, pr, constant, constant2, tid, group);
-        offer(item < n && tid % group == 0u, dist, position, pr, p.k, tid);
+        offer(item < n && tid % group == 0u, dist, position, pr, p.k, tid, false);
     }
     if (tid == 0u) {
         atomicStore(&staged_count, 0u);
@@ -747,9 +761,9 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             let dot = bitcast<f32>(scratch[dots + j]);
             dist = max(qn - 2.0 * dot + floats[p.off_norms + j], 0.0);
         }
-        offer(valid, dist, j, 0u, p.nprobe, tid);
+        offer(valid, dist, j, 0u, p.nprobe, tid, false);
     }
-    compact(p.nprobe, tid);
+    compact(p.nprobe, tid, false);
     for (var i = tid; i < p.nprobe; i = i + WG) {
         let anchor = get_lo(i);
         scratch[probe_anchor + i] = anchor;
@@ -828,6 +842,10 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
     let total = workgroupUniformLoad(&total_plain);
 
     // 2. Scan the probed lists as one flat range; each invocation walks its probe cursor on.
+    // The automatic pool's step 4 skips the lists whose every estimate outside the pool is
+    // too large: each probed list's smallest such estimate, kept as items are turned away or
+    // dropped from the pool (the pool's own entries are rescored in step 3).
+    let outside = p.error_margin > 0.0;
     var pr = 0u;
     for (var b = 0u; b < total; b = b + WG) {
         let t = b + tid;
@@ -837,14 +855,10 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         if (valid) {
             position = locate(t, &pr);
             dist = first_stage(position, pr, constant, constant2);
-            // The automatic pool's step 4 skips the lists whose every estimate is too large.
-            if (p.error_margin > 0.0 && pr < LIST_MIN_SLOTS) {
-                atomicMin(&list_min[pr], ordered(dist));
-            }
         }
-        offer(valid, dist, position, pr, p.pool_size, tid);
+        offer(valid, dist, position, pr, p.pool_size, tid, outside);
     }
-    compact(p.pool_size, tid);
+    compact(p.pool_size, tid, outside);
 
     // 3. Rescore the pool with the second stage, then the top k.
     let found = workgroupUniformLoad(&count_plain);
@@ -879,7 +893,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             }
         }
         pool_barrier();
-        compact(p.k, tid);
+        compact(p.k, tid, false);
         if (extend) {
             // The first stage's error over the pool (its standard deviation), and whether the
             // pool's worst estimate is under the k-th best plus its margin.
@@ -891,8 +905,9 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             }
             // 4. Rescore every scanned candidate beyond the pool whose first-stage estimate
             // (scored again, the same as in step 2) is under the k-th best plus the margin,
-            // in the lists whose smallest estimate is: the probe prefix sums are rewritten to
-            // count only those lists' vectors (one flat range of them, as in step 2).
+            // in the lists whose smallest estimate outside the pool is: the probe prefix sums
+            // are rewritten to count only those lists' vectors (one flat range of them, as in
+            // step 2).
             let margin = workgroupUniformLoad(&margin_plain);
             if (margin >= 0.0) {
                 if (tid == 0u) {
@@ -943,7 +958,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                         rescore_staged(n, constant, constant2, tid);
                     }
                 }
-                compact(p.k, tid);
+                compact(p.k, tid, false);
             }
         }
     }
