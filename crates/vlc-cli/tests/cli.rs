@@ -542,58 +542,26 @@ fn outputs_that_name_an_input_are_refused_and_the_input_kept() {
         .map(|n| std::fs::read(s.p(n)).unwrap())
         .collect();
     let respelt = s.dir.path().join(".").join("base.npy");
-    let cases: Vec<Vec<std::ffi::OsString>> = vec![
-        vec![
-            "build".into(),
-            s.p("base.npy").into(),
-            "-o".into(),
-            s.p("base.npy").into(),
-        ],
-        vec![
-            "build".into(),
-            s.p("base.npy").into(),
-            "-o".into(),
-            respelt.into(),
-        ],
-        vec![
-            "add".into(),
-            s.p("good.vlc").into(),
-            s.p("queries.npy").into(),
-            "-o".into(),
-            s.p("queries.npy").into(),
-        ],
-        vec![
-            "search".into(),
-            s.p("good.vlc").into(),
-            s.p("queries.npy").into(),
-            "-o".into(),
-            s.p("queries.npy").into(),
-        ],
-        vec![
-            "search".into(),
-            s.p("good.vlc").into(),
-            s.p("queries.npy").into(),
-            "-o".into(),
-            s.p("good.vlc").into(),
-        ],
-        vec![
-            "search".into(),
-            s.p("good.vlc").into(),
-            s.p("hits.distances.npy").into(),
-            "-o".into(),
-            s.p("hits.npy").into(),
-        ],
-        vec![
-            "groundtruth".into(),
-            s.p("base.npy").into(),
-            s.p("queries.npy").into(),
-            "-o".into(),
-            s.p("base.npy").into(),
-        ],
+    // (command, its inputs in this set, its output)
+    let cases: [(&str, &[&str], PathBuf); 7] = [
+        ("build", &["base.npy"], s.p("base.npy")),
+        ("build", &["base.npy"], respelt),
+        ("add", &["good.vlc", "queries.npy"], s.p("queries.npy")),
+        ("search", &["good.vlc", "queries.npy"], s.p("queries.npy")),
+        ("search", &["good.vlc", "queries.npy"], s.p("good.vlc")),
+        (
+            "search",
+            &["good.vlc", "hits.distances.npy"],
+            s.p("hits.npy"),
+        ),
+        ("groundtruth", &["base.npy", "queries.npy"], s.p("base.npy")),
     ];
-    for args in &cases {
+    for (command, inputs, output) in &cases {
         vlc()
-            .args(args)
+            .arg(command)
+            .args(inputs.iter().map(|name| s.p(name)))
+            .arg("-o")
+            .arg(output)
             .assert()
             .failure()
             .stderr(predicate::str::contains("would replace that input"));

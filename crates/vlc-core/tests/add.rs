@@ -132,23 +132,20 @@ fn adding_refuses_bad_input() {
         ),
         "{err}"
     );
-    let err = base
-        .add_from(
-            &SliceSource::new(&[], DIM).unwrap(),
+    let add = |rows: &[f32]| {
+        base.add_from(
+            &SliceSource::new(rows, DIM).unwrap(),
             &CpuBackend,
             &mut |_| {},
         )
-        .unwrap_err();
+        .map(|_| ())
+        .unwrap_err()
+    };
+    let err = add(&[]);
     assert!(matches!(err, VlcError::EmptyInput { .. }), "{err}");
     let mut bad = data[..5 * DIM].to_vec();
     bad[4 * DIM + 9] = f32::NAN;
-    let err = base
-        .add_from(
-            &SliceSource::new(&bad, DIM).unwrap(),
-            &CpuBackend,
-            &mut |_| {},
-        )
-        .unwrap_err();
+    let err = add(&bad);
     assert!(
         matches!(
             err,
@@ -161,13 +158,7 @@ fn adding_refuses_bad_input() {
         "{err}"
     );
     bad[4 * DIM + 9] = 1e30;
-    let err = base
-        .add_from(
-            &SliceSource::new(&bad, DIM).unwrap(),
-            &CpuBackend,
-            &mut |_| {},
-        )
-        .unwrap_err();
+    let err = add(&bad);
     assert!(matches!(err, VlcError::TooLarge { row: 4, .. }), "{err}");
     // The index itself is untouched.
     assert_eq!(base.len(), 1000);

@@ -424,17 +424,12 @@ fn k_and_nprobe_above_the_index_are_clamped_and_padded() {
 #[test]
 fn build_rejects_bad_input() {
     let dim = 4;
+    let build = |data: &[f32]| {
+        Index::build(data, dim, &BuildParams::default(), &CpuBackend, &mut |_| {}).map(|_| ())
+    };
     let mut data = clustered(50, dim, 2, 0.5, 1);
     data[13 * dim + 2] = f32::INFINITY;
-    match Index::build(
-        &data,
-        dim,
-        &BuildParams::default(),
-        &CpuBackend,
-        &mut |_| {},
-    )
-    .unwrap_err()
-    {
+    match build(&data).unwrap_err() {
         VlcError::NonFinite {
             row: 13, column: 2, ..
         } => {}
@@ -444,15 +439,7 @@ fn build_rejects_bad_input() {
     // about 2.1e37) are refused too, naming the row and the length summed in f64.
     data[13 * dim + 2] = 0.0;
     data[21 * dim..22 * dim].copy_from_slice(&[1e19, -1e19, 0.0, 0.0]);
-    match Index::build(
-        &data,
-        dim,
-        &BuildParams::default(),
-        &CpuBackend,
-        &mut |_| {},
-    )
-    .unwrap_err()
-    {
+    match build(&data).unwrap_err() {
         VlcError::TooLarge {
             row: 21,
             squared_length,
@@ -467,39 +454,14 @@ fn build_rejects_bad_input() {
     // refused; rows that are all the same (spread 0) are a valid, if degenerate, set.
     data[21 * dim..22 * dim].fill(0.5);
     let tiny: Vec<f32> = data.iter().map(|v| v * 1e-21).collect();
-    match Index::build(
-        &tiny,
-        dim,
-        &BuildParams::default(),
-        &CpuBackend,
-        &mut |_| {},
-    )
-    .unwrap_err()
-    {
+    match build(&tiny).unwrap_err() {
         VlcError::TooSmall { spread, .. } => assert!(spread > 0.0 && spread < 1e-38, "{spread}"),
         e => panic!("unexpected {e}"),
     }
-    let same = vec![1e-21; 50 * dim];
-    assert!(Index::build(
-        &same,
-        dim,
-        &BuildParams::default(),
-        &CpuBackend,
-        &mut |_| {}
-    )
-    .is_ok());
+    assert!(build(&vec![1e-21; 50 * dim]).is_ok());
+    assert!(matches!(build(&[]), Err(VlcError::EmptyInput { .. })));
     assert!(matches!(
-        Index::build(&[], dim, &BuildParams::default(), &CpuBackend, &mut |_| {}),
-        Err(VlcError::EmptyInput { .. })
-    ));
-    assert!(matches!(
-        Index::build(
-            &[0.0; 9],
-            dim,
-            &BuildParams::default(),
-            &CpuBackend,
-            &mut |_| {}
-        ),
+        build(&[0.0; 9]),
         Err(VlcError::DimensionMismatch { .. })
     ));
     let ok = clustered(50, dim, 2, 0.5, 1);
