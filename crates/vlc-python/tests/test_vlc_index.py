@@ -187,6 +187,24 @@ def test_non_finite_values_are_named(data):
         index.search(q)
 
 
+def test_vectors_beyond_f32_distances_are_named(data):
+    # Squared lengths past about 2.1e37 could overflow f32 distances; a set whose spread is
+    # subnormal in f32 would lose their precision.
+    base, queries = data
+    big = base[:500].copy()
+    big[40] *= 1e19
+    with pytest.raises(vlc.VlcError, match="too large.*row 40"):
+        vlc.build(big, backend="cpu", anchors=8)
+    with pytest.raises(vlc.VlcError, match="too close together"):
+        vlc.build(base[:500] * np.float32(1e-22), backend="cpu", anchors=8)
+    index = vlc.build(base[:500], codec="sq8", backend="cpu", anchors=8)
+    q = queries[:3].copy()
+    q[1] *= 1e19
+    with pytest.raises(vlc.VlcError, match="too large.*row 1"):
+        index.search(q)
+    assert len(index) == 500
+
+
 def test_zero_vectors_under_cosine_are_named(data):
     base, queries = data
     bad = base[:500].copy()
