@@ -680,6 +680,58 @@ fn demo_runs_on_the_built_in_sample() {
     assert_eq!(j["examples"].as_array().unwrap().len(), 2);
 }
 
+/// Two `vlc add` runs (and two `vlc remove` runs) on one index at once take turns through
+/// the index's lock file, so both changes end up in it. Without the lock both read the same
+/// index and the later rename dropped the earlier run's change, in every one of five tries.
+#[test]
+fn concurrent_changes_to_one_index_take_turns() {
+    let s = Set::new();
+    vlc()
+        .args(["build", "-q", "--anchors", "16"])
+        .arg(s.p("base.npy"))
+        .arg("-o")
+        .arg(s.p("good.vlc"))
+        .assert()
+        .success();
+    let more = clustered(700, DIM, 16, 0.5, 7);
+    write_f32(&s.p("a.npy"), 300, DIM, &more[..300 * DIM]);
+    write_f32(&s.p("b.npy"), 400, DIM, &more[300 * DIM..]);
+    let run_both = |first: &[&str], second: &[&str]| {
+        let spawn = |args: &[&str]| {
+            std::process::Command::new(assert_cmd::cargo::cargo_bin("vlc"))
+                .args(args.iter().map(|a| {
+                    if a.ends_with(".npy") || a.ends_with(".vlc") {
+                        s.p(a).into_os_string()
+                    } else {
+                        a.into()
+                    }
+                }))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let (mut one, mut two) = (spawn(first), spawn(second));
+        assert!(one.wait().unwrap().success(), "{first:?}");
+        assert!(two.wait().unwrap().success(), "{second:?}");
+        vlc::Index::view(s.p("c.vlc")).unwrap()
+    };
+    for round in 0..3 {
+        std::fs::copy(s.p("good.vlc"), s.p("c.vlc")).unwrap();
+        let grown = run_both(
+            &["add", "c.vlc", "a.npy", "--backend", "cpu"],
+            &["add", "c.vlc", "b.npy", "--backend", "cpu"],
+        );
+        assert_eq!(grown.len(), 2700, "round {round}");
+        let smaller = run_both(
+            &["remove", "c.vlc", "--ids", "1,2,3"],
+            &["remove", "c.vlc", "--ids", "2000,2001"],
+        );
+        assert_eq!(smaller.len(), 2695, "round {round}");
+    }
+    assert!(s.p("c.vlc.lock").exists());
+}
+
 #[test]
 fn add_grows_an_index_in_place_or_into_another_file_and_keeps_it_on_errors() {
     let s = Set::new();

@@ -42,6 +42,12 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     let output = a.output.as_ref().unwrap_or(&a.index);
     crate::output::refuse_overwriting_inputs(&[output], &[("vectors to add", &a.input)])?;
+    // Held until the grown index is saved: other runs changing this index wait for it.
+    let _lock = if crate::output::same_file(output, &a.index) {
+        Some(crate::output::lock_index(&a.index, a.quiet || a.json)?)
+    } else {
+        None
+    };
     let index = Index::view(&a.index).with_context(|| format!("opening {}", a.index.display()))?;
     let input = vlc::io::VectorFile::open(&a.input, Some(index.dim()))
         .with_context(|| format!("reading {}", a.input.display()))?;

@@ -62,11 +62,17 @@ pub fn run(a: Args) -> Result<()> {
     if ids.is_empty() {
         bail!("no ids to remove");
     }
+    let output = a.output.as_ref().unwrap_or(&a.index);
+    // Held until the smaller index is saved: other runs changing this index wait for it.
+    let _lock = if crate::output::same_file(output, &a.index) {
+        Some(crate::output::lock_index(&a.index, a.json)?)
+    } else {
+        None
+    };
     let index = Index::view(&a.index).with_context(|| format!("opening {}", a.index.display()))?;
     let (smaller, report) = index
         .remove_ids(&ids)
         .with_context(|| format!("removing from {}", a.index.display()))?;
-    let output = a.output.as_ref().unwrap_or(&a.index);
     smaller
         .save(output)
         .with_context(|| format!("saving {}", output.display()))?;
