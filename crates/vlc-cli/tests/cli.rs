@@ -1390,4 +1390,44 @@ fn groundtruth_and_eval_from_base_name_bad_input() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("holds 1999 vectors"));
+    // A ground truth of another base (an id past the index's, at query 3, column 2), and one
+    // of too few rows, in eval and in bench; -1 (no neighbour) is accepted as padding.
+    let mut ids = vec![0i32; 50 * 10];
+    ids[3 * 10 + 2] = 2000;
+    ids[4 * 10 + 9] = -1;
+    let body: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(s.p("other_gt.npy"), npy_bytes(NpyType::I32, 50, 10, &body)).unwrap();
+    std::fs::write(
+        s.p("short_gt.npy"),
+        npy_bytes(NpyType::I32, 5, 10, &body[..5 * 40]),
+    )
+    .unwrap();
+    for (gt, message) in [
+        ("other_gt.npy", "names id 2000 (query 3, column 2)"),
+        ("short_gt.npy", "has 5 rows but there are 50 queries"),
+    ] {
+        vlc()
+            .arg("eval")
+            .arg(&index)
+            .arg("--queries")
+            .arg(&queries)
+            .arg("--groundtruth")
+            .arg(s.p(gt))
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(message));
+        vlc()
+            .arg("bench")
+            .arg("--base")
+            .arg(&base)
+            .arg("--queries")
+            .arg(&queries)
+            .arg("--groundtruth")
+            .arg(s.p(gt))
+            .arg("--out")
+            .arg(s.p("bench_out"))
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(message));
+    }
 }

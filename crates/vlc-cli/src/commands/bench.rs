@@ -322,13 +322,7 @@ pub fn run(a: Args) -> Result<()> {
         Some(p) => vlc::io::read_ids(p).with_context(|| format!("reading {}", p.display()))?,
         None => computed_truth(&base, &queries, a.metric, &a.out)?,
     };
-    if truth.rows != queries.rows {
-        bail!(
-            "ground truth has {} rows for {} queries",
-            truth.rows,
-            queries.rows
-        );
-    }
+    super::check_truth(&truth, queries.rows, base.rows as u64)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(a.search_threads)
         .build()?;

@@ -265,13 +265,7 @@ pub fn run(a: Args) -> Result<()> {
         (None, Some(base)) => truth_from_base(&index, base, &a.queries, a.json)?,
         (None, None) => bail!("give --groundtruth or --base"),
     };
-    if truth.rows != queries.rows {
-        bail!(
-            "the ground truth has {} rows but there are {} queries",
-            truth.rows,
-            queries.rows
-        );
-    }
+    super::check_truth(&truth, queries.rows, u64::from(index.next_id()))?;
     if truth.cols < 10.min(index.len()) {
         bail!(
             "ground truth has {} neighbours per query; eval needs at least 10 (`vlc groundtruth -k`)",

@@ -78,3 +78,31 @@ pub fn open_with_queries(
         .with_context(|| format!("reading {}", queries.display()))?;
     Ok((idx, q))
 }
+
+/// Check a ground truth file against what it is scored with: one row per query, and every id
+/// -1 (no neighbour, a padding some tools write) or below `id_bound` (the index's next id, or
+/// the base's row count). An id past it means the file was computed on another base set, and
+/// recall measured against it would be wrong without a word.
+pub fn check_truth(truth: &vlc::io::Matrix<i64>, num_queries: usize, id_bound: u64) -> Result<()> {
+    if truth.rows != num_queries {
+        anyhow::bail!(
+            "the ground truth has {} rows but there are {num_queries} queries",
+            truth.rows
+        );
+    }
+    let bad = truth
+        .data
+        .iter()
+        .position(|&id| id < -1 || (id >= 0 && id as u64 >= id_bound));
+    if let Some(at) = bad {
+        anyhow::bail!(
+            "the ground truth names id {} (query {}, column {}), but the ids here run from 0 to {}: \
+             it was computed on another base set (`vlc groundtruth BASE QUERIES -o gt.npy` makes one)",
+            truth.data[at],
+            at / truth.cols.max(1),
+            at % truth.cols.max(1),
+            id_bound.saturating_sub(1)
+        );
+    }
+    Ok(())
+}
