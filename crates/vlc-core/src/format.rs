@@ -300,6 +300,9 @@ pub fn write_index(index: &Index, out: &mut dyn Write) -> std::io::Result<u64> {
 
 /// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename,
 /// fsync of the directory. On any error the temporary file is removed and `path` is untouched.
+/// Where `path` is a symbolic link, the file it leads to is the one replaced (in that file's
+/// directory) and the link stays; where the file exists, the new one gets its permissions
+/// (an index kept private stays private).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic_with(path, &mut |f| f.write_all(bytes))
 }
@@ -309,6 +312,14 @@ pub fn write_atomic_with(
     path: &Path,
     write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
+    // Renaming over a link would replace the link with a file and leave the file it names as
+    // it was. A dangling link has no file to replace: it is replaced itself, as a file would be.
+    let resolved = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path).ok(),
+        _ => None,
+    };
+    let path = resolved.as_deref().unwrap_or(path);
+    let permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
@@ -326,6 +337,9 @@ pub fn write_atomic_with(
             .write(true)
             .create_new(true)
             .open(&tmp)?;
+        if let Some(permissions) = &permissions {
+            f.set_permissions(permissions.clone())?;
+        }
         let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut f);
         write(&mut buffered)?;
         buffered.flush()?;

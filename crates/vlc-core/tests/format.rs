@@ -622,6 +622,39 @@ fn failed_save_leaves_the_old_index_and_no_temp_files() {
     assert_eq!(names.len(), 2, "stray files: {names:?}");
 }
 
+/// Saving through a symbolic link replaces the file it leads to, in that file's directory, and
+/// keeps the link (a rename over the link replaced the link with a file and left the file it
+/// named as it was); a saved file keeps the permissions of the one it replaces.
+#[cfg(unix)]
+#[test]
+fn saves_follow_links_and_keep_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let target = real.join("index.vlc");
+    small_index(CodecKind::Sq8, None).save(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let link = dir.path().join("link.vlc");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let newer = small_index(CodecKind::RaBitQ1, None);
+    newer.save(&link).unwrap();
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&target).unwrap(), to_bytes(&newer));
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    for d in [dir.path(), real.as_path()] {
+        let names: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), if d == real { 1 } else { 2 }, "{names:?}");
+    }
+}
+
 #[test]
 fn unreadable_paths_are_io_errors() {
     assert!(matches!(
