@@ -30,10 +30,10 @@ pub fn refuse_overwriting_inputs(outputs: &[&Path], inputs: &[(&str, &Path)]) ->
 /// An exclusive advisory lock on `INDEX.lock` (beside the file `index` names, links followed;
 /// created if missing and left in place, since removing it would let a waiting run lock a file
 /// no later run sees), held while a command reads an index, changes it and writes it back in
-/// place: two `vlc add` or `vlc remove` runs on one index then take turns. Without it both read the same index and the
-/// later one's rename dropped the earlier one's change (two concurrent adds of 300 and 400
-/// vectors to 3,000 left 3,400). Says so on stderr, unless `quiet`, when it has to wait.
-/// Released when the returned file is dropped.
+/// place: two `vlc add` or `vlc remove` runs on one index then take turns. Without it both
+/// read the same index and the later one's rename dropped the earlier one's change (two
+/// concurrent adds of 300 and 400 vectors to 3,000 left 3,400). Says so on stderr, unless
+/// `quiet`, when it has to wait. Released when the returned file is dropped.
 pub fn lock_index(index: &Path, quiet: bool) -> Result<std::fs::File> {
     // Beside the file itself where `index` is a link, so that every path to it shares one lock.
     let resolved = std::fs::canonicalize(index).ok();

@@ -337,14 +337,15 @@ pub fn write_atomic_with(
             .write(true)
             .create_new(true)
             .open(&tmp)?;
-        if let Some(permissions) = &permissions {
-            f.set_permissions(permissions.clone())?;
-        }
         let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut f);
         write(&mut buffered)?;
         buffered.flush()?;
         drop(buffered);
         f.sync_all()?;
+        // Once written: a read-only original's mode must not stop the writes.
+        if let Some(permissions) = permissions {
+            f.set_permissions(permissions)?;
+        }
         drop(f);
         std::fs::rename(&tmp, path)?;
         if let Ok(d) = std::fs::File::open(&dir) {
