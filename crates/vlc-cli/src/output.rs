@@ -7,15 +7,11 @@ use vlc::io::{npy_bytes, NpyType};
 /// Fail, before any work, when an output path names the same file as one of the command's
 /// inputs (compared by canonical path, so `./v.npy` and `v.npy` match): writing the result
 /// there would replace data the user still needs, e.g. `vlc build v.npy -o v.npy` would swap
-/// the vectors for their index. `inputs` pairs what each input is with its path. An output
-/// that does not exist yet matches nothing.
+/// the vectors for their index. `inputs` pairs what each input is with its path.
 pub fn refuse_overwriting_inputs(outputs: &[&Path], inputs: &[(&str, &Path)]) -> Result<()> {
     for output in outputs {
-        let Ok(out) = std::fs::canonicalize(output) else {
-            continue;
-        };
         for (what, input) in inputs {
-            if std::fs::canonicalize(input).is_ok_and(|i| i == out) {
+            if same_file(output, input) {
                 anyhow::bail!(
                     "output {} is the {what} {}: writing it would replace that input; choose another output path",
                     output.display(),
@@ -66,12 +62,12 @@ pub fn lock_index(index: &Path, quiet: bool) -> Result<std::fs::File> {
     Ok(file)
 }
 
-/// Whether `output` names the same file as `index` (or neither exists yet and the paths are
-/// equal): a command writing there changes the index in place.
-pub fn same_file(output: &Path, index: &Path) -> bool {
-    match (std::fs::canonicalize(output), std::fs::canonicalize(index)) {
-        (Ok(o), Ok(i)) => o == i,
-        _ => output == index,
+/// Whether paths `a` and `b` name the same file, compared by canonical path (links and `./`
+/// seen through); where either does not exist yet, whether the paths are equal.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
     }
 }
 

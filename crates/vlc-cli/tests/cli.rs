@@ -46,6 +46,18 @@ impl Set {
     fn p(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
+    /// `vlc build -q --anchors 16 EXTRA` of this set's `input` into `output`, which must
+    /// succeed.
+    fn build(&self, input: &str, output: &str, extra: &[&str]) {
+        vlc()
+            .args(["build", "-q", "--anchors", "16"])
+            .args(extra)
+            .arg(self.p(input))
+            .arg("-o")
+            .arg(self.p(output))
+            .assert()
+            .success();
+    }
     /// `--queries Q --groundtruth G` of this set.
     fn truth_args(&self) -> [std::ffi::OsString; 4] {
         [
@@ -319,13 +331,7 @@ fn build_json_and_cosine() {
 #[test]
 fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
     let s = Set::new();
-    vlc()
-        .args(["build", "-q", "--anchors", "16"])
-        .arg(s.p("base.npy"))
-        .arg("-o")
-        .arg(s.p("good.vlc"))
-        .assert()
-        .success();
+    s.build("base.npy", "good.vlc", &[]);
     let good = std::fs::read(s.p("good.vlc")).unwrap();
 
     // NaN in row 7.
@@ -528,13 +534,7 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
 #[test]
 fn outputs_that_name_an_input_are_refused_and_the_input_kept() {
     let s = Set::new();
-    vlc()
-        .args(["build", "-q", "--anchors", "16"])
-        .arg(s.p("base.npy"))
-        .arg("-o")
-        .arg(s.p("good.vlc"))
-        .assert()
-        .success();
+    s.build("base.npy", "good.vlc", &[]);
     std::fs::copy(s.p("queries.npy"), s.p("hits.distances.npy")).unwrap();
     let names = ["base.npy", "queries.npy", "good.vlc", "hits.distances.npy"];
     let before: Vec<Vec<u8>> = names
@@ -686,13 +686,7 @@ fn demo_runs_on_the_built_in_sample() {
 #[test]
 fn concurrent_changes_to_one_index_take_turns() {
     let s = Set::new();
-    vlc()
-        .args(["build", "-q", "--anchors", "16"])
-        .arg(s.p("base.npy"))
-        .arg("-o")
-        .arg(s.p("good.vlc"))
-        .assert()
-        .success();
+    s.build("base.npy", "good.vlc", &[]);
     let more = clustered(700, DIM, 16, 0.5, 7);
     write_f32(&s.p("a.npy"), 300, DIM, &more[..300 * DIM]);
     write_f32(&s.p("b.npy"), 400, DIM, &more[300 * DIM..]);
@@ -738,13 +732,7 @@ fn add_grows_an_index_in_place_or_into_another_file_and_keeps_it_on_errors() {
     let data = clustered(2000, DIM, 16, 0.5, 1);
     write_f32(&s.p("first.npy"), 1500, DIM, &data[..1500 * DIM]);
     write_f32(&s.p("rest.npy"), 500, DIM, &data[1500 * DIM..]);
-    vlc()
-        .args(["build", "-q", "--anchors", "16", "--codec", "sq8"])
-        .arg(s.p("first.npy"))
-        .arg("-o")
-        .arg(s.p("part.vlc"))
-        .assert()
-        .success();
+    s.build("first.npy", "part.vlc", &["--codec", "sq8"]);
     let before = std::fs::read(s.p("part.vlc")).unwrap();
     // Into another file: the index stays as it was.
     let out = vlc()
@@ -806,13 +794,7 @@ fn add_grows_an_index_in_place_or_into_another_file_and_keeps_it_on_errors() {
 #[test]
 fn remove_drops_ids_from_lists_files_and_keeps_the_index_on_errors() {
     let s = Set::new();
-    vlc()
-        .args(["build", "-q", "--anchors", "16", "--codec", "sq8"])
-        .arg(s.p("base.npy"))
-        .arg("-o")
-        .arg(s.p("m.vlc"))
-        .assert()
-        .success();
+    s.build("base.npy", "m.vlc", &["--codec", "sq8"]);
     let before = std::fs::read(s.p("m.vlc")).unwrap();
     // An id that is not there, or a file that is not ids: an error, and the index unchanged.
     std::fs::write(s.p("bad.txt"), "5\nseven\n").unwrap();
