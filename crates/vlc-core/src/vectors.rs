@@ -15,8 +15,9 @@ const PARALLEL_CHECK_MIN: usize = 1 << 16;
 /// the form `‖x‖² − 2⟨x, c⟩ + ‖c‖²`; between two rows within this limit every term and the
 /// distance itself stay below a quarter of `f32::MAX`, which leaves room for the sums built on
 /// them. Past it a distance can overflow to infinity, and a search that compares infinities
-/// (or their difference, NaN) would rank nothing: rows of values near 1e19 returned no
-/// neighbours at all before this check. Real embeddings lie many orders of magnitude below.
+/// (or their difference, NaN) would rank nothing: clustered rows scaled by 1e19 gave recall@10
+/// 0 before this check (`bench/scale_check.py`). Real embeddings lie many orders of magnitude
+/// below.
 pub const MAX_SQUARED_LENGTH: f32 = f32::MAX / 16.0;
 
 /// The smallest spread (mean squared distance of the rows to their mean) a build accepts,
@@ -24,8 +25,8 @@ pub const MAX_SQUARED_LENGTH: f32 = f32::MAX / 16.0;
 /// squared distances between rows are subnormal or 0 in f32 and lose their precision: on
 /// clustered 48-d data (spread 51) scaled by 1e-21 (spread 5e-41) recall@10 fell to 0.17,
 /// and to 0.03 from 1e-23, where the exact ground truth still held; scaled by 1e-20 (spread
-/// 5e-39, refused now) it was still 0.99, at the edge. Real embeddings lie many orders of
-/// magnitude above.
+/// 5e-39, refused now) it was still 0.99, at the edge (`bench/scale_check.py`). Real
+/// embeddings lie many orders of magnitude above.
 pub const MIN_SPREAD: f32 = f32::MIN_POSITIVE;
 
 /// Check that `data` is a non-empty (n, dim) row-major buffer of finite values, no row longer
