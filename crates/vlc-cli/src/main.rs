@@ -33,6 +33,7 @@ struct Cli {
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
     quiet_vulkan_device_select();
+    remove_partial_files_on_interrupt();
     let cli = Cli::parse();
     if let Some(t) = cli.threads {
         if t == 0 {
@@ -65,6 +66,49 @@ fn exit_quietly_on_closed_pipe() {
     // disposition to SIG_DFL installs no handler code, so nothing runs in signal context.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// An index is written to a hidden temporary file beside it and renamed over it when complete,
+/// so an interrupted `vlc build` or `vlc add` never leaves a half-written index in its place; but
+/// before session 64, Ctrl-C, `kill` or a closed terminal left the temporary file itself
+/// (`.NAME.tmp-PID`, hidden, as large as the index). On SIGINT, SIGTERM and SIGHUP a thread
+/// removes the files being written ([`vlc::format::remove_unfinished_writes`]), says so, and
+/// ends the process by the same signal, as the default action would (exit status 128 + signal
+/// in a shell). A signal the process was started with ignored (`nohup` ignores SIGHUP, a
+/// background job of a script SIGINT) stays ignored.
+fn remove_partial_files_on_interrupt() {
+    #[cfg(unix)]
+    {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let handled: Vec<i32> = [SIGINT, SIGTERM, SIGHUP]
+            .into_iter()
+            .filter(|&signal| !signal_is_ignored(signal))
+            .collect();
+        let Ok(mut signals) = signal_hook::iterator::Signals::new(&handled) else {
+            return; // The default actions stay: only the clean-up is lost.
+        };
+        std::thread::spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                for path in vlc::format::remove_unfinished_writes() {
+                    eprintln!("interrupted: removed the unfinished {}", path.display());
+                }
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+                std::process::exit(128 + signal);
+            }
+        });
+    }
+}
+
+/// Whether `signal`'s action is to be ignored (as `nohup` and shells set for some signals).
+#[cfg(unix)]
+fn signal_is_ignored(signal: i32) -> bool {
+    // SAFETY: `sigaction` with a null new action only reads the current one into `current`, a
+    // zeroed `sigaction` struct that lives across the call.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
     }
 }
 

@@ -726,6 +726,69 @@ fn concurrent_changes_to_one_index_take_turns() {
     assert!(s.p("c.vlc.lock").exists());
 }
 
+/// SIGTERM (as SIGINT and SIGHUP) ends a run by that signal, through the handler that removes
+/// its unfinished files, and a signal the run was started with ignored (SIGHUP under `nohup`)
+/// stays ignored. The run waits on the index's lock, which this test holds, so the signals
+/// arrive at a known point. A build leaves no partial files of ended processes beside its
+/// output.
+#[cfg(unix)]
+#[test]
+fn interrupted_runs_end_by_their_signal_and_leave_no_partial_files() {
+    use std::io::BufRead;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let s = Set::new();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let ended = child.id();
+    child.wait().unwrap();
+    let partial = s.p(&format!(".good.vlc.tmp-{ended}-0"));
+    std::fs::write(&partial, b"left by a killed build").unwrap();
+    s.build("base.npy", "good.vlc", &[]);
+    assert!(!partial.exists(), "a killed build's partial file stays");
+    let before = std::fs::read(s.p("good.vlc")).unwrap();
+    let lock = std::fs::File::create(s.p("good.vlc.lock")).unwrap();
+    lock.lock().unwrap();
+    let mut add = std::process::Command::new(assert_cmd::cargo::cargo_bin("vlc"));
+    add.args(["add", "--backend", "cpu"])
+        .arg(s.p("good.vlc"))
+        .arg(s.p("queries.npy"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: between fork and exec the closure only calls `signal`, which is
+    // async-signal-safe, with constant arguments.
+    unsafe {
+        add.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut run = add.spawn().unwrap();
+    let mut stderr = std::io::BufReader::new(run.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.starts_with("waiting for another run"), "{line}");
+    let pid = run.id() as i32;
+    let signal = |number: i32| {
+        // SAFETY: `kill` takes plain integers; the child is ours and has not been reaped.
+        assert_eq!(unsafe { libc::kill(pid, number) }, 0);
+    };
+    signal(libc::SIGHUP);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "SIGHUP was ignored at start"
+    );
+    signal(libc::SIGTERM);
+    let status = run.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    assert_eq!(std::fs::read(s.p("good.vlc")).unwrap(), before);
+    let partial_files: Vec<_> = std::fs::read_dir(s.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(".tmp-"))
+        .collect();
+    assert!(partial_files.is_empty(), "{partial_files:?}");
+}
+
 #[test]
 fn add_grows_an_index_in_place_or_into_another_file_and_keeps_it_on_errors() {
     let s = Set::new();

@@ -81,7 +81,7 @@ use crate::ids::{IdSection, Ids, ListIds};
 use crate::index::{BuildReport, Index, Metric};
 use memmap2::Mmap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"VLCINDEX";
@@ -327,11 +327,10 @@ pub fn write_atomic_with(
     let name = path
         .file_name()
         .ok_or_else(|| VlcError::param("path", format!("{} names no file", path.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    let prefix = temporary_prefix(name);
+    remove_stale_temporaries(&dir, &prefix);
+    let _unfinished = Unfinished::register(&dir, &prefix);
+    let tmp = _unfinished.0.clone();
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -357,6 +356,123 @@ pub fn write_atomic_with(
         let _ = std::fs::remove_file(&tmp);
         VlcError::io(path, e)
     })
+}
+
+/// The temporary files this process is writing (see [`write_atomic_with`]).
+static UNFINISHED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// An entry of [`UNFINISHED`] for as long as its write runs.
+struct Unfinished(PathBuf);
+
+impl Unfinished {
+    /// A new temporary file name in `dir`: `prefix`, the process id, and a number of its own.
+    fn register(dir: &Path, prefix: &str) -> Unfinished {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!("{prefix}{}-{number}", std::process::id()));
+        lock_unfinished().push(path.clone());
+        Unfinished(path)
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let mut unfinished = lock_unfinished();
+        if let Some(i) = unfinished.iter().position(|p| *p == self.0) {
+            unfinished.swap_remove(i);
+        }
+    }
+}
+
+fn lock_unfinished() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    // The list stays sound if a thread panicked while holding it (a push or a removal).
+    UNFINISHED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Removes the temporary files of the atomic writes ([`write_atomic`], [`write_atomic_with`],
+/// [`Index::save`]) under way in this process and returns their paths: for a program that is
+/// about to end on an interrupt (the `vlc` command calls it on SIGINT, SIGTERM and SIGHUP), so
+/// that no partial file is left behind. The files the writes would have replaced are untouched.
+/// Writes still running fail when they come to rename their file, with an I/O error, and
+/// replace nothing; the list's lock is held until the call returns, so a write that starts
+/// meanwhile waits.
+pub fn remove_unfinished_writes() -> Vec<PathBuf> {
+    let unfinished = lock_unfinished();
+    let mut removed = Vec::new();
+    for path in unfinished.iter() {
+        if std::fs::remove_file(path).is_ok() {
+            removed.push(path.clone());
+        }
+    }
+    removed
+}
+
+/// The start of the name of a temporary file for `name`; the writer's process id and a number
+/// follow (`.NAME.tmp-PID-N`; before session 64 `.NAME.tmp-PID`).
+fn temporary_prefix(name: &std::ffi::OsStr) -> String {
+    format!(".{}.tmp-", name.to_string_lossy())
+}
+
+/// Removes the temporary files for `prefix` in `dir` left by processes that have ended (killed,
+/// or a machine that lost power, mid-write): a hidden partial index can be as large as the
+/// index. A file whose process still runs on this machine, or where that cannot be told, is
+/// left alone; one named with this process's id that none of its writes holds was left by an
+/// ended process that had the same id.
+fn remove_stale_temporaries(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|rest| match rest.split_once('-') {
+                Some((pid, number)) if all_digits(number) => Some(pid),
+                Some(_) => None,
+                None => Some(rest),
+            })
+            .filter(|pid| all_digits(pid))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        let stale = if pid == std::process::id() {
+            !lock_unfinished().contains(&path)
+        } else {
+            process_has_ended(pid)
+        };
+        if stale {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn all_digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether no process with this id runs on this machine (false where that cannot be told).
+#[cfg(unix)]
+fn process_has_ended(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: `kill` with signal 0 sends nothing; it only checks that the process exists (and
+    // that we may signal it). It takes plain integers and touches no memory of ours.
+    let result = unsafe { libc::kill(pid, 0) };
+    result != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+#[cfg(not(unix))]
+fn process_has_ended(_pid: u32) -> bool {
+    false
 }
 
 /// Validated header and section table of an index file.

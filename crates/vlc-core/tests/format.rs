@@ -655,6 +655,46 @@ fn saves_follow_links_and_keep_permissions() {
     }
 }
 
+/// A save removes the temporary files beside its target that processes which have ended left
+/// (killed mid-write: a hidden partial index as large as the index), and leaves those of a
+/// running process, of other targets and of other names alone.
+#[cfg(unix)]
+#[test]
+fn saves_remove_partial_files_of_ended_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let ended = child.id();
+    child.wait().unwrap();
+    let stale = [
+        format!(".index.vlc.tmp-{ended}"), // before session 64
+        format!(".index.vlc.tmp-{ended}-3"),
+        // This process's id, but no write of its own: an ended process had the same id.
+        format!(".index.vlc.tmp-{}-77", std::process::id()),
+    ];
+    let kept = [
+        ".index.vlc.tmp-1-0".to_string(), // init, or the container's first process: running
+        ".index.vlc.tmp-x1".to_string(),
+        format!(".index.vlc.tmp-{ended}-x"),
+        format!(".other.vlc.tmp-{ended}"),
+        format!("index.vlc.tmp-{ended}"),
+    ];
+    for name in stale.iter().chain(&kept) {
+        std::fs::write(dir.path().join(name), b"partial").unwrap();
+    }
+    small_index(CodecKind::Sq8, None)
+        .save(dir.path().join("index.vlc"))
+        .unwrap();
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    let mut expected: Vec<String> = kept.to_vec();
+    expected.push("index.vlc".to_string());
+    expected.sort();
+    assert_eq!(left, expected);
+}
+
 #[test]
 fn unreadable_paths_are_io_errors() {
     assert!(matches!(
