@@ -254,6 +254,33 @@ def test_wrong_dimensions_and_parameters(data):
         index.remove([-1])
 
 
+def test_counts_and_ids_must_be_integers(data):
+    # int() would take 2.5 as k = 2, remove id 1 for an id of 1.7, and read a boolean mask
+    # as ids 0 and 1.
+    base, queries = data
+    index = vlc.build(base[:500], codec="sq8", backend="cpu", anchors=8)
+    for bad in (dict(k=2.5), dict(nprobe=3.0), dict(rerank=1.5), dict(k=True), dict(k="10")):
+        with pytest.raises(TypeError, match="must be an integer"):
+            index.search(queries[:2], **bad)
+    with pytest.raises(TypeError, match="`ids` must be integers"):
+        index.remove([1.7])
+    with pytest.raises(TypeError, match="boolean"):
+        index.remove(np.arange(500) < 2)
+    with pytest.raises(TypeError, match="`anchors` must be an integer"):
+        vlc.build(base[:500], anchors=8.0, backend="cpu")
+    with pytest.raises(TypeError, match="`k` must be an integer"):
+        vlc.exact_knn(base, queries, k=1.5)
+    assert len(index) == 500
+    # NumPy integers of any width, and Python ints in any sequence, are ids and counts.
+    ids, _ = index.search(queries[:2], k=np.int64(3), nprobe=np.uint8(4))
+    assert ids.shape == (2, 3)
+    assert index.remove(np.array([1, 2], dtype=np.int32)) == 2
+    assert index.remove(np.array([3], dtype=np.uint64)) == 1
+    assert index.remove((4, np.int16(5))) == 2
+    assert index.remove([]) == 0
+    assert len(index) == 495
+
+
 def test_bad_files_fail_cleanly_and_keep_the_good_one(data, tmp_path):
     base, queries = data
     with pytest.raises(OSError):

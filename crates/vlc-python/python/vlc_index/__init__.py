@@ -22,6 +22,7 @@ VideoLAN player's bindings, imported as `vlc`).
 from __future__ import annotations
 
 import json
+import operator
 import os
 import sys
 from typing import Optional, Sequence, Tuple, Union
@@ -50,6 +51,32 @@ def _rows(array, what: str, dim: Optional[int] = None) -> np.ndarray:
     if dim is not None and rows.shape[1] != dim:
         raise VlcError(f"dimension mismatch in {what}: expected {dim}, got {rows.shape[1]}")
     return rows
+
+
+def _integer(name: str, value) -> int:
+    """`value` as a Python int: ints and NumPy integers only. `int(2.5)` would quietly give 2,
+    and `int(True)` 1."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"`{name}` must be an integer, got {value!r}") from None
+
+
+def _ids(ids) -> np.ndarray:
+    """`ids` as a flat array of integers: integer values only. A float id would be truncated to
+    another vector's id and a boolean mask read as ids 0 and 1, so both are refused."""
+    array = np.asarray(ids)
+    if array.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if array.dtype.kind == "b":
+        raise TypeError("`ids` is a boolean array; pass the ids themselves (e.g. np.flatnonzero(mask))")
+    if array.dtype.kind not in "iu":
+        if array.dtype.kind == "O":
+            return np.array([_integer("ids", i) for i in array.ravel()], dtype=np.int64)
+        raise TypeError(f"`ids` must be integers, got an array of {array.dtype}")
+    return array.ravel()
 
 
 def _quiet_vulkan_layer() -> None:
@@ -119,7 +146,8 @@ class Index:
         index holds fewer than k vectors.
         """
         q = _rows(queries, "queries", self.dim)
-        k, nprobe, rerank = int(k), int(nprobe), int(rerank)
+        k, nprobe = _integer("k", k), _integer("nprobe", nprobe)
+        rerank = _integer("rerank", rerank)
         if k < 1:
             raise VlcError(f"invalid parameter `k`: must be at least 1, got {k}")
         ids = np.empty((q.shape[0], k), dtype=np.int64)
@@ -147,7 +175,7 @@ class Index:
 
     def remove(self, ids: Sequence[int]) -> int:
         """Remove vectors by id (the others keep their codes and ids). Returns how many."""
-        ids = np.asarray(ids).ravel()
+        ids = _ids(ids)
         if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.uint32).max):
             raise VlcError("invalid parameter `ids`: ids are between 0 and 2^32 - 1")
         return self._native.remove([int(i) for i in ids])
@@ -189,10 +217,10 @@ def build(
         bytes_per_vector=None if bytes_per_vector is None else float(bytes_per_vector),
         refine=refine,
         metric=metric,
-        anchors=None if anchors is None else int(anchors),
+        anchors=None if anchors is None else _integer("anchors", anchors),
         anchor_precision=anchor_precision,
-        seed=int(seed),
-        max_iterations=None if max_iterations is None else int(max_iterations),
+        seed=_integer("seed", seed),
+        max_iterations=None if max_iterations is None else _integer("max_iterations", max_iterations),
         backend=backend,
         threads=threads,
         verbose=bool(verbose),
@@ -218,8 +246,11 @@ def exact_knn(base, queries, k: int = 10, metric: str = "l2", threads: Optional[
     """Exact k nearest neighbours of each query among `base` (ground truth for `recall`)."""
     b = _rows(base, "base")
     q = _rows(queries, "queries", b.shape[1])
-    ids = np.empty((q.shape[0], int(k)), dtype=np.int64)
-    _exact_knn(b, q, int(k), metric, threads, ids)
+    k = _integer("k", k)
+    if k < 1:
+        raise VlcError(f"invalid parameter `k`: must be at least 1, got {k}")
+    ids = np.empty((q.shape[0], k), dtype=np.int64)
+    _exact_knn(b, q, k, metric, threads, ids)
     return ids
 
 
