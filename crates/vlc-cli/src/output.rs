@@ -75,11 +75,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     vlc::format::write_atomic(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
-pub fn npy_i64(rows: usize, cols: usize, data: &[i64]) -> Vec<u8> {
-    let body: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-    npy_bytes(NpyType::I64, rows, cols, &body)
-}
-
 /// Row numbers (rows, cols), row-major, as an int32 `.npy` (the common ground truth format); each
 /// must be below 2³¹.
 pub fn npy_i32_ids(rows: usize, cols: usize, ids: &[u32]) -> Vec<u8> {

@@ -3,6 +3,18 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vlc::BuildEvent;
 
+/// A bar counting `total` items of work named `name` (drawn only where stderr is a terminal).
+pub fn count_bar(name: &str, total: u64) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>18} [{bar:30}] {pos}/{len} ({elapsed}, {eta} left)")
+            .unwrap()
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(name.to_string());
+    bar
+}
+
 pub struct BuildProgress {
     bar: Option<ProgressBar>,
     enabled: bool,

@@ -543,20 +543,44 @@ fn outputs_that_name_an_input_are_refused_and_the_input_kept() {
         .collect();
     let respelt = s.dir.path().join(".").join("base.npy");
     // (command, its inputs in this set, its output)
-    let cases: [(&str, &[&str], PathBuf); 7] = [
-        ("build", &["base.npy"], s.p("base.npy")),
-        ("build", &["base.npy"], respelt),
-        ("add", &["good.vlc", "queries.npy"], s.p("queries.npy")),
-        ("search", &["good.vlc", "queries.npy"], s.p("queries.npy")),
-        ("search", &["good.vlc", "queries.npy"], s.p("good.vlc")),
+    // (command, its inputs in this set, its output, the error)
+    let clash = "would replace that input";
+    let cases: [(&str, &[&str], PathBuf, &str); 7] = [
+        ("build", &["base.npy"], s.p("base.npy"), clash),
+        ("build", &["base.npy"], respelt, clash),
+        (
+            "add",
+            &["good.vlc", "queries.npy"],
+            s.p("queries.npy"),
+            clash,
+        ),
+        (
+            "search",
+            &["good.vlc", "queries.npy"],
+            s.p("queries.npy"),
+            clash,
+        ),
+        // A search writes .npy or .json only, which is checked first.
+        (
+            "search",
+            &["good.vlc", "queries.npy"],
+            s.p("good.vlc"),
+            "must end in .npy",
+        ),
         (
             "search",
             &["good.vlc", "hits.distances.npy"],
             s.p("hits.npy"),
+            clash,
         ),
-        ("groundtruth", &["base.npy", "queries.npy"], s.p("base.npy")),
+        (
+            "groundtruth",
+            &["base.npy", "queries.npy"],
+            s.p("base.npy"),
+            clash,
+        ),
     ];
-    for (command, inputs, output) in &cases {
+    for (command, inputs, output, error) in &cases {
         vlc()
             .arg(command)
             .args(inputs.iter().map(|name| s.p(name)))
@@ -564,7 +588,7 @@ fn outputs_that_name_an_input_are_refused_and_the_input_kept() {
             .arg(output)
             .assert()
             .failure()
-            .stderr(predicate::str::contains("would replace that input"));
+            .stderr(predicate::str::contains(*error));
     }
     for (name, bytes) in names.iter().zip(&before) {
         assert_eq!(&std::fs::read(s.p(name)).unwrap(), bytes, "{name}");
@@ -579,6 +603,75 @@ fn outputs_that_name_an_input_are_refused_and_the_input_kept() {
         .arg(s.p("hits.json"))
         .assert()
         .success();
+}
+
+/// `vlc search` reads its queries, and writes its results, a batch at a time: calls of whole
+/// blocks of the library's (4,096 queries) give the bytes of one call, in .npy, a .json file
+/// and on stdout; a bad query is named by its row in the file; a wrong output extension is
+/// refused before any search.
+#[test]
+fn search_in_batches_gives_the_results_of_one_call() {
+    let s = Set::new();
+    s.build("base.npy", "good.vlc", &[]);
+    let data = clustered(2000, DIM, 16, 0.5, 1);
+    let mut queries = queries_near(&data, DIM, 9000, 0.2, 5);
+    write_f32(&s.p("many.npy"), 9000, DIM, &queries);
+    let search = |batch: &str, output: Option<&str>| {
+        let mut command = vlc();
+        command
+            .args(["search", "-k", "12", "--nprobe", "4", "--batch-size", batch])
+            .arg(s.p("good.vlc"))
+            .arg(s.p("many.npy"));
+        if let Some(name) = output {
+            command.arg("-o").arg(s.p(name));
+        }
+        command.assert().success().get_output().stdout.clone()
+    };
+    let read = |name: &str| std::fs::read(s.p(name)).unwrap();
+    let whole = search("0", None);
+    search("0", Some("one.npy"));
+    search("0", Some("one.json"));
+    for batch in ["4096", "8192"] {
+        assert_eq!(search(batch, None), whole, "stdout, batches of {batch}");
+        search(batch, Some("parts.npy"));
+        search(batch, Some("parts.json"));
+        assert_eq!(read("parts.npy"), read("one.npy"), "batches of {batch}");
+        assert_eq!(read("parts.distances.npy"), read("one.distances.npy"));
+        assert_eq!(read("parts.json"), read("one.json"));
+    }
+    assert_eq!(whole.strip_suffix(b"\n").unwrap(), read("one.json"));
+    // Odd batch sizes: every query answered, in order, as many neighbours as asked.
+    search("7", Some("odd.json"));
+    let rows: serde_json::Value = serde_json::from_slice(&read("odd.json")).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 9000);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["query"], i);
+        assert_eq!(row["ids"].as_array().unwrap().len(), 12);
+    }
+    // A bad query in a later batch is named by its row in the file; nothing is written.
+    queries[5000 * DIM + 3] = f32::NAN;
+    write_f32(&s.p("bad.npy"), 9000, DIM, &queries);
+    vlc()
+        .args(["search", "--batch-size", "4096"])
+        .arg(s.p("good.vlc"))
+        .arg(s.p("bad.npy"))
+        .arg("-o")
+        .arg(s.p("bad_hits.npy"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("at row 5000, column 3"));
+    assert!(!s.p("bad_hits.npy").exists() && !s.p("bad_hits.distances.npy").exists());
+    // Checked before the index is even opened.
+    vlc()
+        .arg("search")
+        .arg(s.p("no-such-index.vlc"))
+        .arg(s.p("many.npy"))
+        .arg("-o")
+        .arg(s.p("hits.txt"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("must end in .npy"));
 }
 
 /// A new index of a few vectors has fewer than the default k (10) and nprobe (32): search

@@ -95,6 +95,19 @@ impl VlcError {
             cause: source,
         }
     }
+    /// The error of rows `offset..` read as rows `0..`: its row, where it names one, counted
+    /// from the start of the whole input (for a caller that passes a large input a block at a
+    /// time).
+    pub fn with_row_offset(mut self, offset: usize) -> Self {
+        match &mut self {
+            VlcError::NonFinite { row, .. }
+            | VlcError::TooLarge { row, .. }
+            | VlcError::ZeroVector { row, .. } => *row += offset,
+            _ => {}
+        }
+        self
+    }
+
     pub fn param(name: &'static str, reason: impl Into<String>) -> Self {
         VlcError::InvalidParameter {
             name,

@@ -310,6 +310,13 @@ impl Candidate {
 /// Batches of fewer queries are searched one query at a time ([`Index::search_batch`]).
 const SMALL_BATCH: usize = 16;
 
+/// Queries [`Index::search_batch`] ranks anchors for at a time. A caller that splits a large
+/// batch into calls of a multiple of it gets the results of one call: the anchors' ranking
+/// kernel (f32, or 8-bit integers on CPUs with VNNI or AMX) depends on how many queries it
+/// ranks at once (fewer than 16 are searched one at a time, and from 16 to 63 keep the f32
+/// GEMM), and the kernels' distances differ in their last digits.
+pub const QUERY_BLOCK: usize = 4096;
+
 /// Anchors from which one query's ranking reads them as 8-bit integers where it can
 /// ([`Index::rank_anchors_one`]). Below it the integer kernel's fixed cost (splitting the
 /// query into two 8-bit pieces) outweighs what it saves. One query at a time on this repo's
@@ -536,7 +543,7 @@ impl Index {
             }
             return Ok(SearchResults { k, ids, distances });
         }
-        const BLOCK: usize = 4096;
+        const BLOCK: usize = QUERY_BLOCK;
         for (b, block) in queries.chunks(BLOCK * dim).enumerate() {
             let prepared = self.prepare_queries(block);
             let probes = self.block_probes(&prepared, params, backend)?;

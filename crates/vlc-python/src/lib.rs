@@ -9,6 +9,7 @@
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use vlc::{
@@ -472,6 +473,20 @@ impl NativeIndex {
     /// Write the index atomically (an existing file is only replaced by a complete one).
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         py.detach(|| self.read().index.save(&path)).map_err(py_err)
+    }
+
+    /// The bytes of the index file `save` writes (for pickling, or to keep an index elsewhere
+    /// than in a file).
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let bytes = py.detach(|| vlc::format::to_bytes(&self.read().index));
+        PyBytes::new(py, &bytes)
+    }
+
+    /// An index from the bytes of an index file, every checksum verified (as `load`).
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<NativeIndex> {
+        let index = py.detach(|| Index::from_bytes(data)).map_err(py_err)?;
+        Ok(NativeIndex::wrap(index))
     }
 
     /// Search `queries` (rows, dim) into `ids` (int64) and `distances` (float32), each

@@ -6,7 +6,9 @@
     python3 -m pytest crates/vlc-python/tests
 """
 
+import copy as copy_module
 import os
+import pickle
 import threading
 
 import numpy as np
@@ -85,6 +87,29 @@ def test_save_load_and_mmap_give_the_same_results(data, tmp_path):
         ids2, dist2 = again.search(queries, k=5, nprobe=8)
         assert (ids2 == ids).all() and np.array_equal(dist2, dist)
         assert again.info()["refine"] == "sq8"
+
+
+def test_bytes_and_pickle_round_trip(data, tmp_path):
+    base, queries = data
+    index = vlc.build(base[:2000], codec="rabitq1", refine="sq8", backend="cpu", anchors=16)
+    index.remove([5, 6])
+    index.save(tmp_path / "i.vlc")
+    blob = index.to_bytes()
+    assert blob == (tmp_path / "i.vlc").read_bytes()
+    expected = index.search(queries, k=10, nprobe=8)
+    mapped = vlc.load(tmp_path / "i.vlc", mmap=True)
+    for copy in (vlc.from_bytes(blob), vlc.from_bytes(bytearray(blob)),
+                 pickle.loads(pickle.dumps(index)), pickle.loads(pickle.dumps(mapped)),
+                 copy_module.deepcopy(index)):
+        assert len(copy) == 1998
+        got = copy.search(queries, k=10, nprobe=8)
+        assert (got[0] == expected[0]).all() and (got[1] == expected[1]).all()
+        assert copy.add(base[:1])[0] == 2000
+    assert len(index) == 1998  # the copies are independent
+    with pytest.raises(vlc.VlcError):
+        vlc.from_bytes(blob[:-1])
+    with pytest.raises(vlc.VlcError):
+        vlc.from_bytes(b"not an index")
 
 
 def test_same_seed_same_index(data):

@@ -68,15 +68,21 @@ pub fn open_with_queries(
     queries: &std::path::Path,
 ) -> Result<(vlc::Index, vlc::io::Matrix<f32>)> {
     use anyhow::Context;
-    let idx = if view {
+    let idx = open_index(index, view)?;
+    let q = vlc::io::read_vectors(queries, Some(idx.dim()))
+        .with_context(|| format!("reading {}", queries.display()))?;
+    Ok((idx, q))
+}
+
+/// Open an index, memory-mapped with `view`.
+pub fn open_index(index: &std::path::Path, view: bool) -> Result<vlc::Index> {
+    use anyhow::Context;
+    if view {
         vlc::Index::view(index)
     } else {
         vlc::Index::load(index)
     }
-    .with_context(|| format!("opening {}", index.display()))?;
-    let q = vlc::io::read_vectors(queries, Some(idx.dim()))
-        .with_context(|| format!("reading {}", queries.display()))?;
-    Ok((idx, q))
+    .with_context(|| format!("opening {}", index.display()))
 }
 
 /// Check a ground truth file against what it is scored with: one row per query, and every id

@@ -1,8 +1,10 @@
-use crate::backend::{with_search, SearchBackend};
-use crate::output::{npy_f32, npy_i64, write_atomic};
-use anyhow::{bail, Result};
-use std::path::PathBuf;
-use vlc::SearchParams;
+use crate::backend::{with_search, Search, SearchBackend};
+use anyhow::{bail, Context, Result};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use vlc::io::{npy_bytes, NpyType};
+use vlc::search::QUERY_BLOCK;
+use vlc::{SearchParams, SearchResults, VectorSource};
 
 /// Search an index.
 ///
@@ -53,59 +55,197 @@ pub struct Args {
     /// cpu).
     #[arg(long, value_enum, default_value_t = SearchBackend::Cpu)]
     pub backend: SearchBackend,
+    /// Queries per search call. The queries file is read, and the results written, a batch at
+    /// a time, so memory does not grow with the number of queries. 0 = automatic: multiples
+    /// of 4,096 queries that fill about 64 MiB (as f32 queries or as results), which give the
+    /// results of one call with every query. Other sizes can rank anchors on another kernel
+    /// (f32, or 8-bit integers on CPUs with VNNI or AMX, by the number of queries ranked at
+    /// once), which can move a distance in its last digits and, rarely, a neighbour near the
+    /// k-th.
+    #[arg(long, default_value_t = 0)]
+    pub batch_size: usize,
 }
 
+/// Where the results go, as `-o` names it.
+#[derive(Clone, Copy, PartialEq)]
+enum Output {
+    /// JSON on stdout.
+    Stdout,
+    Json,
+    /// Ids to the path given, distances beside it.
+    Npy,
+}
+
+/// Bytes of queries, or of their results, searched at a time by default (`--batch-size 0`):
+/// the queries file is read a block at a time and each block's results are written before the
+/// next is read, so memory does not grow with the number of queries.
+const BLOCK_BYTES: usize = 64 << 20;
+
 pub fn run(a: Args) -> Result<()> {
+    // Checked before any work: a long search must not end in "wrong extension".
+    let output = match &a.output {
+        None => Output::Stdout,
+        Some(p) => match p.extension().and_then(|e| e.to_str()) {
+            Some("json") => Output::Json,
+            Some("npy") => Output::Npy,
+            _ => bail!(
+                "output {} must end in .npy (ids, with distances in NAME.distances.npy) or .json",
+                p.display()
+            ),
+        },
+    };
+    let distances_path = a.output.as_ref().map(|p| p.with_extension("distances.npy"));
     if let Some(p) = &a.output {
-        // An .npy output also writes the distances beside it.
-        let distances = p.with_extension("distances.npy");
-        let outputs = match p.extension().and_then(|e| e.to_str()) {
-            Some("npy") => vec![p.as_path(), &distances],
-            _ => vec![p.as_path()],
-        };
+        let mut outputs = vec![p.as_path()];
+        if output == Output::Npy {
+            outputs.extend(distances_path.as_deref());
+        }
         crate::output::refuse_overwriting_inputs(
             &outputs,
             &[("index", &a.index), ("queries file", &a.queries)],
         )?;
     }
-    let (index, queries) = super::open_with_queries(&a.index, a.view, &a.queries)?;
+    let index = super::open_index(&a.index, a.view)?;
+    let reading = || format!("reading {}", a.queries.display());
+    let queries = vlc::io::VectorFile::open(&a.queries, Some(index.dim())).with_context(reading)?;
+    let (rows, dim, k) = (queries.rows(), queries.cols(), a.k);
     let params = SearchParams {
-        k: a.k,
+        k,
         nprobe: a.nprobe,
         rerank: a.rerank,
         probe_margin: a.probe_margin,
     };
-    let res = with_search(a.backend, &index, |search| {
-        Ok(search(&queries.data, &params)?)
-    })?;
-    let json = || {
-        let rows: Vec<_> = (0..queries.rows)
-            .map(|q| {
-                // Hits only: a row padded past the vectors found (id −1) ends early.
-                let row = q * a.k..(q + 1) * a.k;
-                let hits = res.ids[row.clone()].iter().take_while(|&&i| i >= 0).count();
-                let (ids, distances) = (&res.ids[row.clone()], &res.distances[row]);
-                serde_json::json!({"query": q, "ids": &ids[..hits], "distances": &distances[..hits]})
-            })
-            .collect();
-        serde_json::to_string_pretty(&rows)
-    };
-    match &a.output {
-        None => println!("{}", json()?),
-        Some(p) => match p.extension().and_then(|e| e.to_str()) {
-            Some("json") => write_atomic(p, json()?.as_bytes())?,
-            Some("npy") => {
-                let dist_path = p.with_extension("distances.npy");
-                write_atomic(p, &npy_i64(queries.rows, a.k, &res.ids))?;
-                write_atomic(&dist_path, &npy_f32(queries.rows, a.k, &res.distances))?;
-                eprintln!(
-                    "wrote ids to {} and distances to {}",
-                    p.display(),
-                    dist_path.display()
-                );
-            }
-            _ => bail!("output {} must end in .npy or .json", p.display()),
-        },
+    let block = match a.batch_size {
+        // Whole blocks of the library's: the same results as one call with every query.
+        0 => {
+            let row_bytes = (4 * dim).max(12 * k);
+            (BLOCK_BYTES / row_bytes / QUERY_BLOCK).max(1) * QUERY_BLOCK
+        }
+        n => n,
     }
+    .clamp(1, rows);
+    let bar = crate::progress::count_bar("searching", rows as u64);
+    if output == Output::Stdout && std::io::stdout().is_terminal() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden()); // not amid the JSON
+    }
+    // Every block's results, in order, to `sink` (first row, results).
+    let search_blocks = |search: &Search, sink: &mut BlockSink| -> Result<()> {
+        let mut buffer = vec![0f32; block * dim];
+        for first in (0..rows).step_by(block) {
+            let count = block.min(rows - first);
+            let values = &mut buffer[..count * dim];
+            queries.read_rows(first, values).with_context(reading)?;
+            let results = search(values, &params)
+                .map_err(|e| e.with_row_offset(first))
+                .with_context(|| format!("searching with {}", a.queries.display()))?;
+            sink(first, &results)?;
+            bar.inc(count as u64);
+        }
+        Ok(())
+    };
+    with_search(a.backend, &index, |search| match output {
+        Output::Stdout => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            write_json(&mut out, rows, &mut |sink| search_blocks(search, sink))?;
+            out.write_all(b"\n")?;
+            out.flush()?;
+            Ok(())
+        }
+        Output::Json => {
+            let path = a.output.as_deref().unwrap();
+            write_streamed(path, &mut |out| {
+                write_json(out, rows, &mut |sink| search_blocks(search, sink))
+            })
+        }
+        Output::Npy => {
+            let (ids_path, distances_path) = (
+                a.output.as_deref().unwrap(),
+                distances_path.as_deref().unwrap(),
+            );
+            // The distances are written inside the ids' write, so both are complete before
+            // either replaces a file.
+            write_streamed(ids_path, &mut |ids| {
+                ids.write_all(&npy_bytes(NpyType::I64, rows, k, &[]))?;
+                write_streamed(distances_path, &mut |distances| {
+                    distances.write_all(&npy_bytes(NpyType::F32, rows, k, &[]))?;
+                    search_blocks(search, &mut |_, results| {
+                        for id in &results.ids {
+                            ids.write_all(&id.to_le_bytes())?;
+                        }
+                        for distance in &results.distances {
+                            distances.write_all(&distance.to_le_bytes())?;
+                        }
+                        Ok(())
+                    })
+                })
+            })?;
+            eprintln!(
+                "wrote ids to {} and distances to {}",
+                ids_path.display(),
+                distances_path.display()
+            );
+            Ok(())
+        }
+    })?;
+    bar.finish_and_clear();
     Ok(())
+}
+
+/// What receives each block's results: (the block's first query, its results).
+type BlockSink<'a> = dyn FnMut(usize, &SearchResults) -> Result<()> + 'a;
+
+/// The JSON of `rows` queries' hits (an array of `{"query", "ids", "distances"}`, each
+/// query's hits only), as `serde_json::to_string_pretty` writes it, a block of queries at a
+/// time from `blocks`.
+fn write_json(
+    out: &mut dyn Write,
+    rows: usize,
+    blocks: &mut dyn FnMut(&mut BlockSink) -> Result<()>,
+) -> Result<()> {
+    out.write_all(b"[")?;
+    blocks(&mut |first, results| {
+        let k = results.k;
+        for (i, (ids, distances)) in results
+            .ids
+            .chunks_exact(k)
+            .zip(results.distances.chunks_exact(k))
+            .enumerate()
+        {
+            // Hits only: a row padded past the vectors found (id −1) ends early.
+            let hits = ids.iter().take_while(|&&i| i >= 0).count();
+            let record = serde_json::json!({
+                "query": first + i,
+                "ids": &ids[..hits],
+                "distances": &distances[..hits],
+            });
+            let text = serde_json::to_string_pretty(&record)?;
+            out.write_all(if first + i == 0 { b"\n" } else { b",\n" })?;
+            for (n, line) in text.lines().enumerate() {
+                if n > 0 {
+                    out.write_all(b"\n")?;
+                }
+                write!(out, "  {line}")?;
+            }
+        }
+        Ok(())
+    })?;
+    out.write_all(if rows == 0 { b"]" } else { b"\n]" })?;
+    Ok(())
+}
+
+/// [`vlc::format::write_atomic_with`] of what `write` writes, where `write` may fail with any
+/// error (a search's, a nested write's): that error is returned as it was, and `path` is left
+/// as it was.
+fn write_streamed(path: &Path, write: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
+    let mut failure = None;
+    let written = vlc::format::write_atomic_with(path, &mut |out| {
+        write(out).map_err(|e| {
+            failure = Some(e);
+            std::io::Error::other("stopped")
+        })
+    });
+    match (failure, written) {
+        (Some(e), _) => Err(e),
+        (None, w) => w.with_context(|| format!("writing {}", path.display())),
+    }
 }

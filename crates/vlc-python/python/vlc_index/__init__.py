@@ -7,6 +7,7 @@
     ids, distances = index.search(queries, k=10, backend="cuda")  # or "wgpu", "auto": a GPU copy
     index.save("memory.vlc")                                   # atomic: never a half-written file
     index = vlc_index.load("memory.vlc")                       # mmap=True: zero-copy view
+    index = vlc_index.from_bytes(index.to_bytes())             # the file's bytes; pickle works
     new_ids = index.add(more_vectors)
     index.remove(new_ids[:3])
 
@@ -33,7 +34,7 @@ from ._native import NativeIndex as _NativeIndex
 from ._native import VlcError, __version__
 from ._native import exact_knn as _exact_knn
 
-__all__ = ["Index", "VlcError", "build", "load", "exact_knn", "recall", "__version__"]
+__all__ = ["Index", "VlcError", "build", "load", "from_bytes", "exact_knn", "recall", "__version__"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -184,6 +185,16 @@ class Index:
         """Write the index file atomically: an existing file is only replaced by a whole one."""
         self._native.save(os.fspath(path))
 
+    def to_bytes(self) -> bytes:
+        """The bytes of the index file `save` writes (`from_bytes` reads them back): to keep an
+        index in a database or an object store. Pickling an index uses them too, so an index
+        can be sent to other processes (`multiprocessing`) or cached; an index opened with
+        `mmap=True` arrives in memory."""
+        return self._native.to_bytes()
+
+    def __reduce__(self):
+        return (from_bytes, (self.to_bytes(),))
+
 
 def build(
     vectors,
@@ -240,6 +251,12 @@ def load(path: PathLike, mmap: bool = False) -> Index:
     """Open an index file (any format version this build reads), checking every checksum.
     mmap: use the file in place, read-only (zero-copy; the file must not change meanwhile)."""
     return Index(_NativeIndex.load(os.fspath(path), bool(mmap)))
+
+
+def from_bytes(data) -> Index:
+    """An index from the bytes of an index file (`Index.to_bytes`, or a file's contents), every
+    checksum verified as `load` does; `data`: bytes or any bytes-like object."""
+    return Index(_NativeIndex.from_bytes(data if isinstance(data, bytes) else bytes(data)))
 
 
 def exact_knn(base, queries, k: int = 10, metric: str = "l2", threads: Optional[int] = None) -> np.ndarray:
