@@ -23,43 +23,21 @@ pub fn refuse_overwriting_inputs(outputs: &[&Path], inputs: &[(&str, &Path)]) ->
     Ok(())
 }
 
-/// An exclusive advisory lock on `INDEX.lock` (beside the file `index` names, links followed;
-/// created if missing and left in place, since removing it would let a waiting run lock a file
-/// no later run sees), held while a command reads an index, changes it and writes it back in
-/// place: two `vlc add` or `vlc remove` runs on one index then take turns. Without it both
-/// read the same index and the later one's rename dropped the earlier one's change (two
-/// concurrent adds of 300 and 400 vectors to 3,000 left 3,400). Says so on stderr, unless
-/// `quiet`, when it has to wait. Released when the returned file is dropped.
-pub fn lock_index(index: &Path, quiet: bool) -> Result<std::fs::File> {
-    // Beside the file itself where `index` is a link, so that every path to it shares one lock.
-    let resolved = std::fs::canonicalize(index).ok();
-    let mut name = resolved.as_deref().unwrap_or(index).as_os_str().to_owned();
-    name.push(".lock");
-    let path = std::path::PathBuf::from(name);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("creating the lock file {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            if !quiet {
-                eprintln!(
-                    "waiting for another run to finish with {} (lock {})",
-                    index.display(),
-                    path.display()
-                );
-            }
-            file.lock()
-                .with_context(|| format!("locking {}", path.display()))?;
+/// [`vlc::format::IndexLock`] on `index`, held while a command reads an index, changes it and
+/// writes it back in place: two `vlc add` or `vlc remove` runs on one index then take turns.
+/// Without it both read the same index and the later one's rename dropped the earlier one's
+/// change (two concurrent adds of 300 and 400 vectors to 3,000 left 3,400). Says so on
+/// stderr, unless `quiet`, when it has to wait.
+pub fn lock_index(index: &Path, quiet: bool) -> Result<vlc::format::IndexLock> {
+    Ok(vlc::format::IndexLock::acquire(index, &mut |lock| {
+        if !quiet {
+            eprintln!(
+                "waiting for another run to finish with {} (lock {})",
+                index.display(),
+                lock.display()
+            );
         }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("locking {}", path.display()));
-        }
-    }
-    Ok(file)
+    })?)
 }
 
 /// Whether paths `a` and `b` name the same file, compared by canonical path (links and `./`

@@ -358,6 +358,54 @@ pub fn write_atomic_with(
     })
 }
 
+/// An exclusive advisory lock on `INDEX.lock`, the file beside the one `index` names (links
+/// followed, so that every path to an index shares one lock), for a program that reads an
+/// index, changes it and writes it back in place: the `vlc add` and `vlc remove` commands
+/// hold it while they do, and a program that changes an index through this library (or
+/// Python's `vlc_index.lock`) should hold it too, so that concurrent changes take turns
+/// instead of the later write dropping the earlier change. The lock file is created if
+/// missing and left in place (removing it would let a waiting process lock a file no later
+/// process sees). Searches need no lock: a write replaces the index by a rename, so a reader
+/// keeps the index it opened. Released when dropped.
+#[derive(Debug)]
+pub struct IndexLock {
+    /// Holds the lock while open.
+    _file: std::fs::File,
+    path: PathBuf,
+}
+
+impl IndexLock {
+    /// Takes the lock on `index`'s lock file, waiting for it; where another process (or
+    /// another lock in this one) holds it, `on_wait` is called with the lock file's path
+    /// before waiting (to say so). I/O errors name the lock file.
+    pub fn acquire(index: &Path, on_wait: &mut dyn FnMut(&Path)) -> Result<IndexLock> {
+        let resolved = std::fs::canonicalize(index).ok();
+        let mut name = resolved.as_deref().unwrap_or(index).as_os_str().to_owned();
+        name.push(".lock");
+        let path = PathBuf::from(name);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| VlcError::io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                on_wait(&path);
+                file.lock().map_err(|e| VlcError::io(&path, e))?;
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(VlcError::io(&path, e)),
+        }
+        Ok(IndexLock { _file: file, path })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// The temporary files this process is writing (see [`write_atomic_with`]).
 static UNFINISHED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 

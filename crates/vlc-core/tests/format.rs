@@ -695,6 +695,44 @@ fn saves_remove_partial_files_of_ended_processes() {
     assert_eq!(left, expected);
 }
 
+/// Two holders of one index's lock take turns (also through a link to the index); the second
+/// is told it waits; dropping the lock lets it go; the lock file stays.
+#[cfg(unix)]
+#[test]
+fn index_locks_take_turns() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use vlc::format::IndexLock;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("index.vlc");
+    small_index(CodecKind::Sq8, None).save(&path).unwrap();
+    let link = dir.path().join("link.vlc");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let first = IndexLock::acquire(&path, &mut |_| panic!("nothing holds it yet")).unwrap();
+    assert_eq!(
+        first.path(),
+        dir.path().join("index.vlc.lock").canonicalize().unwrap()
+    );
+    let (waited, taken) = (AtomicBool::new(false), AtomicBool::new(false));
+    let lock_file = first.path().to_path_buf();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let second = IndexLock::acquire(&link, &mut |lock| {
+                assert_eq!(lock, lock_file);
+                waited.store(true, Ordering::SeqCst);
+            })
+            .unwrap();
+            taken.store(true, Ordering::SeqCst);
+            drop(second);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(waited.load(Ordering::SeqCst) && !taken.load(Ordering::SeqCst));
+        drop(first);
+    });
+    assert!(taken.load(Ordering::SeqCst));
+    assert!(dir.path().join("index.vlc.lock").exists());
+    IndexLock::acquire(&path, &mut |_| panic!("released")).unwrap();
+}
+
 #[test]
 fn unreadable_paths_are_io_errors() {
     assert!(matches!(

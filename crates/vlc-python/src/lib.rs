@@ -679,9 +679,59 @@ fn exact_knn(
     write_into(py, &ids, &truth, "ids")
 }
 
+/// A held [`vlc::format::IndexLock`]; `release` (or dropping the object) lets it go.
+#[pyclass(name = "NativeLock", module = "vlc_index._native", frozen)]
+struct NativeLock {
+    lock: Mutex<Option<vlc::format::IndexLock>>,
+}
+
+#[pymethods]
+impl NativeLock {
+    /// Let the lock go (again: nothing).
+    fn release(&self) {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Whether the lock is still held.
+    fn held(&self) -> bool {
+        self.lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// The lock file.
+    fn path(&self) -> Option<PathBuf> {
+        let lock = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        lock.as_ref().map(|l| l.path().to_path_buf())
+    }
+}
+
+/// Take the lock of the index file `path` (`INDEX.lock` beside it, the one `vlc add` and `vlc
+/// remove` take), waiting with the interpreter released; a signal (Ctrl-C) ends the wait with
+/// its exception.
+#[pyfunction]
+fn lock_index(py: Python<'_>, path: PathBuf) -> PyResult<NativeLock> {
+    loop {
+        match py.detach(|| vlc::format::IndexLock::acquire(&path, &mut |_| {})) {
+            Ok(lock) => {
+                return Ok(NativeLock {
+                    lock: Mutex::new(Some(lock)),
+                })
+            }
+            Err(CoreError::Io { cause, .. }) if cause.kind() == std::io::ErrorKind::Interrupted => {
+                py.check_signals()?
+            }
+            Err(e) => return Err(py_err(e)),
+        }
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeIndex>()?;
+    m.add_class::<NativeLock>()?;
+    m.add_function(wrap_pyfunction!(lock_index, m)?)?;
     m.add_function(wrap_pyfunction!(exact_knn, m)?)?;
     m.add("VlcError", m.py().get_type::<VlcError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

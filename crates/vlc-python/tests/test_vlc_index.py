@@ -112,6 +112,36 @@ def test_bytes_and_pickle_round_trip(data, tmp_path):
         vlc.from_bytes(b"not an index")
 
 
+def test_lock_makes_concurrent_changes_take_turns(data, tmp_path):
+    base, _ = data
+    path = tmp_path / "i.vlc"
+    vlc.build(base[:1000], codec="sq8", backend="cpu", anchors=8).save(path)
+    link = tmp_path / "link.vlc"
+    link.symlink_to(path)
+
+    def add(rows):
+        with vlc.lock(link):  # the same lock through a link
+            index = vlc.load(path)
+            index.add(rows)
+            index.save(path)
+
+    held = vlc.lock(path)
+    assert held.held and held.path == os.fspath(path) + ".lock"
+    workers = [threading.Thread(target=add, args=(base[i : i + 100],)) for i in (1000, 1100, 1200)]
+    for w in workers:
+        w.start()
+    workers[0].join(timeout=0.3)
+    assert workers[0].is_alive(), "a change went ahead while the lock was held"
+    assert len(vlc.load(path)) == 1000
+    held.release()
+    held.release()
+    assert not held.held and held.path is None
+    for w in workers:
+        w.join()
+    assert len(vlc.load(path)) == 1300  # no change lost
+    assert (tmp_path / "i.vlc.lock").exists()
+
+
 def test_same_seed_same_index(data):
     base, queries = data
     # The files differ only in the build report's timings (and so by a few bytes of

@@ -8,6 +8,7 @@
     index.save("memory.vlc")                                   # atomic: never a half-written file
     index = vlc_index.load("memory.vlc")                       # mmap=True: zero-copy view
     index = vlc_index.from_bytes(index.to_bytes())             # the file's bytes; pickle works
+    with vlc_index.lock("memory.vlc"): ...                     # the lock `vlc add` takes
     new_ids = index.add(more_vectors)
     index.remove(new_ids[:3])
 
@@ -33,8 +34,12 @@ import numpy as np
 from ._native import NativeIndex as _NativeIndex
 from ._native import VlcError, __version__
 from ._native import exact_knn as _exact_knn
+from ._native import lock_index as _lock_index
 
-__all__ = ["Index", "VlcError", "build", "load", "from_bytes", "exact_knn", "recall", "__version__"]
+__all__ = [
+    "Index", "IndexLock", "VlcError", "build", "load", "from_bytes", "lock", "exact_knn", "recall",
+    "__version__",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -257,6 +262,52 @@ def from_bytes(data) -> Index:
     """An index from the bytes of an index file (`Index.to_bytes`, or a file's contents), every
     checksum verified as `load` does; `data`: bytes or any bytes-like object."""
     return Index(_NativeIndex.from_bytes(data if isinstance(data, bytes) else bytes(data)))
+
+
+class IndexLock:
+    """A held lock on an index file (see `lock`): a context manager, or call `release`."""
+
+    def __init__(self, native):
+        self._native = native
+
+    @property
+    def path(self) -> Optional[str]:
+        """The lock file (`INDEX.lock`), or None once released."""
+        p = self._native.path()
+        return None if p is None else os.fspath(p)
+
+    @property
+    def held(self) -> bool:
+        return self._native.held()
+
+    def release(self) -> None:
+        """Let the lock go (a second call does nothing)."""
+        self._native.release()
+
+    def __enter__(self) -> "IndexLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<vlc_index.IndexLock {self.path!r}>" if self.held else "<vlc_index.IndexLock released>"
+
+
+def lock(path: PathLike) -> IndexLock:
+    """Take the lock of the index file `path`, waiting while another process (a `vlc add` or
+    `vlc remove` of that file, or another program's `lock`) holds it, for a read, change and
+    save in place that must not lose another writer's change:
+
+        with vlc_index.lock("memory.vlc"):
+            index = vlc_index.load("memory.vlc")
+            index.add(new_vectors)
+            index.save("memory.vlc")
+
+    The lock is `INDEX.lock` beside the file (links followed), created if missing and left in
+    place. Searches need no lock (`save` replaces the file by a rename, so a reader keeps the
+    index it opened). Ctrl-C ends the wait with KeyboardInterrupt."""
+    return IndexLock(_lock_index(os.fspath(path)))
 
 
 def exact_knn(base, queries, k: int = 10, metric: str = "l2", threads: Optional[int] = None) -> np.ndarray:
