@@ -58,7 +58,8 @@ pub struct Args {
     /// Queries per search call. The queries file is read, and the results written, a batch at
     /// a time, so memory does not grow with the number of queries. 0 = automatic: multiples
     /// of 4,096 queries that fill about 64 MiB (as f32 queries or as results), which give the
-    /// results of one call with every query. Other sizes can rank anchors on another kernel
+    /// results of one call with every query, byte for byte (on the CPU by construction; on CUDA
+    /// and WGPU as measured in session 64). Other sizes can rank anchors on another kernel
     /// (f32, or 8-bit integers on CPUs with VNNI or AMX, by the number of queries ranked at
     /// once), which can move a distance in its last digits and, rarely, a neighbour near the
     /// k-th.
