@@ -307,14 +307,15 @@ impl Candidate {
     }
 }
 
-/// Batches of fewer queries are searched one query at a time ([`Index::search_batch`]).
-const SMALL_BATCH: usize = 16;
+/// Batches of fewer queries are searched one query at a time ([`Index::search_batch`]),
+/// whose anchor ranking can differ from a batch's in the last digits (f32 dot products below
+/// 256 anchors where a batch ranks on 8-bit integers, or on AVX2 CPUs without VNNI the other
+/// way round when a query probes more than 1/16 of the anchors).
+pub const SMALL_BATCH: usize = 16;
 
 /// Queries [`Index::search_batch`] ranks anchors for at a time. A caller that splits a large
-/// batch into calls of a multiple of it gets the results of one call: the anchors' ranking
-/// kernel (f32, or 8-bit integers on CPUs with VNNI or AMX) depends on how many queries it
-/// ranks at once (fewer than 16 are searched one at a time, and from 16 to 63 keep the f32
-/// GEMM), and the kernels' distances differ in their last digits.
+/// batch into calls of a multiple of it, with no call of fewer than [`SMALL_BATCH`] queries
+/// (searched one at a time), gets the results of one call.
 pub const QUERY_BLOCK: usize = 4096;
 
 /// Anchors from which one query's ranking reads them as 8-bit integers where it can
@@ -587,7 +588,8 @@ impl Index {
             out.extend((0..m).map(|j| (near.ids[i * m + j], near.dists[i * m + j])));
         };
         let first = first_probes(params);
-        let near = backend.nearest_anchors(prepared, &self.anchors, dim, first)?;
+        let packed = self.packed_for_batches();
+        let near = backend.nearest_index_anchors(prepared, &self.anchors, dim, first, packed)?;
         let num_queries = prepared.len() / dim;
         let mut probes = BlockProbes {
             lists: Vec::with_capacity(num_queries * first),
@@ -613,7 +615,8 @@ impl Index {
             .iter()
             .flat_map(|&i| prepared[i * dim..(i + 1) * dim].iter().copied())
             .collect();
-        let near = backend.nearest_anchors(&points, &self.anchors, dim, params.nprobe)?;
+        let near =
+            backend.nearest_index_anchors(&points, &self.anchors, dim, params.nprobe, packed)?;
         // Rebuilt with the rows ranked again in place of the first ones.
         let mut rebuilt = BlockProbes {
             lists: Vec::with_capacity(probes.lists.len() + again.len() * params.nprobe),
@@ -696,6 +699,25 @@ impl Index {
     /// [`INTEGER_MIN_ANCHORS`] and they are in 8- or 4-bit form; packed at the first call.
     fn integer_anchors(&self) -> Option<&crate::amx::PackedAnchors> {
         if self.num_anchors() < INTEGER_MIN_ANCHORS || crate::amx::few_rows_kernel().is_none() {
+            return None;
+        }
+        self.packed_anchors
+            .get_or_init(|| crate::amx::packed_anchors(&self.anchors, self.num_anchors(), self.dim))
+            .as_deref()
+    }
+
+    /// The anchors packed for the integer kernels that rank a batch's ([`CpuBackend`]'s
+    /// choice), where such a kernel runs here and they are in 8- or 4-bit form: the packing
+    /// [`Index::integer_anchors`] keeps, whatever the number of anchors. With it a batch of
+    /// any size ranks on the kernel a large one does; found by hashing the anchors, a batch of
+    /// 16 to 63 queries (or a block's last few) kept the f32 GEMM, whose distances differ in
+    /// their last digits and so did the estimates built on them.
+    ///
+    /// [`CpuBackend`]: crate::CpuBackend
+    fn packed_for_batches(&self) -> Option<&crate::amx::PackedAnchors> {
+        if !(crate::amx::available() || crate::amx::two_pass_available())
+            || crate::amx::few_rows_kernel().is_none()
+        {
             return None;
         }
         self.packed_anchors

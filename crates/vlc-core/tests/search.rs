@@ -262,6 +262,20 @@ fn one_query_ranks_anchors_as_a_batch_does() {
         assert_eq!(&batch.ids[row.clone()], &ids[..], "query {q}");
         assert_eq!(&batch.distances[row], &dists[..], "query {q}");
     }
+    // Batches of every size rank as the large one: 16 to 63 queries used to keep the f32 GEMM
+    // (the packed anchors were found by hashing them), whose distances differ in their last
+    // digits and move the estimates built on them.
+    for size in [5, 16, 17, 40, 63, 64] {
+        for first in (0..80).step_by(size) {
+            let rows = first..(first + size).min(80);
+            let part = index
+                .search_batch(&queries[rows.start * dim..rows.end * dim], &sp, &CpuBackend)
+                .unwrap();
+            let whole = rows.start * 10..rows.end * 10;
+            assert_eq!(part.ids, batch.ids[whole.clone()], "batches of {size}");
+            assert_eq!(part.distances, batch.distances[whole], "batches of {size}");
+        }
+    }
 }
 
 /// 200 clustered vectors of `dim` in an index of 8 anchors, and the vectors.

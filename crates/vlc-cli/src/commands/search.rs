@@ -3,7 +3,7 @@ use anyhow::{bail, Context, Result};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use vlc::io::{npy_bytes, NpyType};
-use vlc::search::QUERY_BLOCK;
+use vlc::search::{QUERY_BLOCK, SMALL_BATCH};
 use vlc::{SearchParams, SearchResults, VectorSource};
 
 /// Search an index.
@@ -59,10 +59,12 @@ pub struct Args {
     /// a time, so memory does not grow with the number of queries. 0 = automatic: multiples
     /// of 4,096 queries that fill about 64 MiB (as f32 queries or as results), which give the
     /// results of one call with every query, byte for byte (on the CPU by construction; on CUDA
-    /// and WGPU as measured in session 64). Other sizes can rank anchors on another kernel
-    /// (f32, or 8-bit integers on CPUs with VNNI or AMX, by the number of queries ranked at
-    /// once), which can move a distance in its last digits and, rarely, a neighbour near the
-    /// k-th.
+    /// and WGPU as measured in session 64). On the CPU other sizes give them too, except
+    /// batches of fewer than 16 queries, which are searched one at a time: below 256 anchors
+    /// (and on AVX2 CPUs without VNNI where a query probes more than 1/16 of the anchors)
+    /// they rank anchors on another kernel (f32 or 8-bit integers), which can move a distance
+    /// in its last digits and, rarely, a neighbour near the k-th. A last batch of fewer than
+    /// 16 queries joins the one before.
     #[arg(long, default_value_t = 0)]
     pub batch_size: usize,
 }
@@ -130,10 +132,17 @@ pub fn run(a: Args) -> Result<()> {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden()); // not amid the JSON
     }
     // Every block's results, in order, to `sink` (first row, results).
+    // A last call of fewer than SMALL_BATCH queries would search them one at a time, which
+    // can rank anchors on another kernel than one call does: they join the call before.
+    let call = |first: usize| match rows - first {
+        left if left < block + SMALL_BATCH => left,
+        _ => block,
+    };
     let search_blocks = |search: &Search, sink: &mut BlockSink| -> Result<()> {
-        let mut buffer = vec![0f32; block * dim];
-        for first in (0..rows).step_by(block) {
-            let count = block.min(rows - first);
+        let mut buffer = vec![0f32; (block + SMALL_BATCH).min(rows) * dim];
+        let mut first = 0;
+        while first < rows {
+            let count = call(first);
             let values = &mut buffer[..count * dim];
             queries.read_rows(first, values).with_context(reading)?;
             let results = search(values, &params)
@@ -141,6 +150,7 @@ pub fn run(a: Args) -> Result<()> {
                 .with_context(|| format!("searching with {}", a.queries.display()))?;
             sink(first, &results)?;
             bar.inc(count as u64);
+            first += count;
         }
         Ok(())
     };

@@ -245,6 +245,78 @@ fn rank_in_blocks(
     (ids, dists)
 }
 
+/// [`CpuBackend`]'s ranking, with `given` an index's packing of the anchors
+/// ([`Backend::nearest_index_anchors`]), or `None` to find it.
+fn rank_anchors(
+    points: &[f32],
+    anchors: &[f32],
+    dim: usize,
+    per_point: usize,
+    given: Option<Option<&amx::PackedAnchors>>,
+) -> Result<Nearest> {
+    let (num_points, num_anchors) = check_nearest_args(points, anchors, dim, per_point)?;
+    let anchor_norms = row_norms_sq(anchors, dim);
+    // 8-bit anchors (an index's, by default) rank on AMX or VNNI where the CPU has it, and in
+    // two passes where AVX2 is the integer kernel and the picks are few. The packing is cached,
+    // but hashing the anchors to find it costs about as much as ranking a few dozen points the
+    // f32 way, so small calls without an index's packing keep the GEMM.
+    let two_pass = !amx::available()
+        && amx::two_pass_available()
+        && per_point * TWO_PASS_MAX_SHARE <= num_anchors;
+    let found;
+    let packed = match given {
+        _ if !(amx::available() || two_pass) => None,
+        Some(given) => given,
+        None if num_points >= INTEGER_MIN_POINTS => {
+            found = amx::packed_anchors(anchors, num_anchors, dim);
+            found.as_deref()
+        }
+        None => None,
+    };
+    let (ids, dists) = match packed {
+        Some(packed) if two_pass => two_pass_nearest(points, packed, &anchor_norms, dim, per_point),
+        None => gemm_nearest(
+            points,
+            anchors,
+            &anchor_norms,
+            dim,
+            per_point,
+            gemm_blocks(num_points, num_anchors),
+        ),
+        Some(packed) => {
+            let rows = point_rows(num_points, num_anchors);
+            rank_in_blocks(points, dim, per_point, rows, |block, ids, dists| {
+                let m = block.len() / dim;
+                let mut tile = Vec::new();
+                amx::dots(block, m, packed, &mut tile);
+                let stride = packed.stride();
+                let mut order = Vec::new();
+                for i in 0..m {
+                    let row = &mut tile[i * stride..i * stride + num_anchors];
+                    let x = &block[i * dim..(i + 1) * dim];
+                    let xn = crate::linalg::dot(x, x);
+                    for (d, cn) in row.iter_mut().zip(&anchor_norms) {
+                        *d = (xn - 2.0 * *d + cn).max(0.0);
+                    }
+                    select_smallest(
+                        row,
+                        per_point,
+                        &mut ids[i * per_point..(i + 1) * per_point],
+                        &mut dists[i * per_point..(i + 1) * per_point],
+                        &mut order,
+                    );
+                }
+            })
+        }
+    };
+    Ok(Nearest {
+        per_point,
+        ids,
+        dists,
+        resident: None,
+    })
+}
+
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
         "cpu"
@@ -267,64 +339,18 @@ impl Backend for CpuBackend {
         dim: usize,
         per_point: usize,
     ) -> Result<Nearest> {
-        let (num_points, num_anchors) = check_nearest_args(points, anchors, dim, per_point)?;
-        let anchor_norms = row_norms_sq(anchors, dim);
-        // 8-bit anchors (an index's, by default) rank on AMX or VNNI where the CPU has it, and
-        // in two passes where AVX2 is the integer kernel and the picks are few; the packing
-        // is cached, but hashing the anchors to find it costs about as much as ranking a few
-        // dozen points the f32 way, so small calls keep the GEMM.
-        let two_pass = !amx::available()
-            && amx::two_pass_available()
-            && per_point * TWO_PASS_MAX_SHARE <= num_anchors;
-        let packed = if (amx::available() || two_pass) && num_points >= INTEGER_MIN_POINTS {
-            amx::packed_anchors(anchors, num_anchors, dim)
-        } else {
-            None
-        };
-        let (ids, dists) = match packed {
-            Some(packed) if two_pass => {
-                two_pass_nearest(points, &packed, &anchor_norms, dim, per_point)
-            }
-            None => gemm_nearest(
-                points,
-                anchors,
-                &anchor_norms,
-                dim,
-                per_point,
-                gemm_blocks(num_points, num_anchors),
-            ),
-            Some(packed) => {
-                let rows = point_rows(num_points, num_anchors);
-                rank_in_blocks(points, dim, per_point, rows, |block, ids, dists| {
-                    let m = block.len() / dim;
-                    let mut tile = Vec::new();
-                    amx::dots(block, m, &packed, &mut tile);
-                    let stride = packed.stride();
-                    let mut order = Vec::new();
-                    for i in 0..m {
-                        let row = &mut tile[i * stride..i * stride + num_anchors];
-                        let x = &block[i * dim..(i + 1) * dim];
-                        let xn = crate::linalg::dot(x, x);
-                        for (d, cn) in row.iter_mut().zip(&anchor_norms) {
-                            *d = (xn - 2.0 * *d + cn).max(0.0);
-                        }
-                        select_smallest(
-                            row,
-                            per_point,
-                            &mut ids[i * per_point..(i + 1) * per_point],
-                            &mut dists[i * per_point..(i + 1) * per_point],
-                            &mut order,
-                        );
-                    }
-                })
-            }
-        };
-        Ok(Nearest {
-            per_point,
-            ids,
-            dists,
-            resident: None,
-        })
+        rank_anchors(points, anchors, dim, per_point, None)
+    }
+
+    fn nearest_index_anchors(
+        &self,
+        points: &[f32],
+        anchors: &[f32],
+        dim: usize,
+        per_point: usize,
+        packed: Option<&amx::PackedAnchors>,
+    ) -> Result<Nearest> {
+        rank_anchors(points, anchors, dim, per_point, Some(packed))
     }
 
     fn accumulate(

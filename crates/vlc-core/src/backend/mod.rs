@@ -117,6 +117,24 @@ pub trait Backend: Send + Sync {
         per_point: usize,
     ) -> Result<Nearest>;
 
+    /// [`nearest_anchors`](Backend::nearest_anchors) of an index's anchors, with the index's
+    /// own packing of exactly these `anchors` for the CPU's integer kernels
+    /// ([`crate::amx::packed_anchors`]; `packed`, where they pack): a backend
+    /// that ranks with those kernels uses it, so that a call of any number of points ranks on
+    /// the kernel a large call does (the CPU finds its own packing by hashing the anchors,
+    /// which it skips for calls of few points). Other backends ignore it (the default).
+    fn nearest_index_anchors(
+        &self,
+        points: &[f32],
+        anchors: &[f32],
+        dim: usize,
+        per_point: usize,
+        packed: Option<&crate::amx::PackedAnchors>,
+    ) -> Result<Nearest> {
+        let _ = packed;
+        self.nearest_anchors(points, anchors, dim, per_point)
+    }
+
     /// Per-anchor accumulation for the trimmed mean: point `i` (assigned to `assignment[i]` at
     /// squared distance `dists[i]`) is summed into its anchor when
     /// `dists[i] <= thresholds[assignment[i]]`.
