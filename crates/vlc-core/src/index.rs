@@ -341,10 +341,9 @@ pub struct Index {
     /// [`Index::prepare_search`]); `None` inside for codecs without a fast scan.
     pub(crate) fastscan: OnceLock<Option<FastScan>>,
     /// The anchors packed for the integer ranking kernels ([`crate::amx`]), taken at the first
-    /// search of one query that ranks many anchors where such a kernel runs from
-    /// [`crate::amx::packed_anchors`], whose cache a batch's ranking of the same anchors
-    /// shares (one packing, one copy); `None` inside when the anchors are not in 8- or 4-bit
-    /// form (f16 or f32 storage).
+    /// search that ranks on them (one query, or a batch: see
+    /// [`crate::Backend::nearest_index_anchors`]) from [`crate::amx::packed_anchors`]; `None`
+    /// inside when the anchors are not in 8- or 4-bit form (f16 or f32 storage).
     pub(crate) packed_anchors: OnceLock<Option<std::sync::Arc<crate::amx::PackedAnchors>>>,
     pub(crate) report: BuildReport,
 }
