@@ -7,6 +7,7 @@
 # out once in a git worktree under ${TMPDIR:-/tmp} (kept, with its build, for reruns).
 # Usage: bash bench/eval_ab.sh BASE_REV DATASET_DIR "NPROBES" [BUILD_ARGS...]
 # e.g.   bash bench/eval_ab.sh 41f662f ../shared/data/debian-minilm 16,64 --codec pcaq1
+# BATCHES (environment, default "1 all") names the queries per call timed, e.g. "32 all".
 set -euo pipefail
 base=${1:?usage: bench/eval_ab.sh BASE_REV DATASET_DIR NPROBES [BUILD_ARGS...]}
 data=${2:?give the dataset directory (base.npy, query.npy or queries.npy, groundtruth.npy)}
@@ -19,8 +20,8 @@ $B build "$data/base.npy" -o "$T/i.vlc" "${args[@]}" --backend cpu -q | grep -E 
 for round in 1 2 3; do
   for side in A B; do
     v=$A; [ $side = B ] && v=$B
-    for batch in 1 all; do
-      size=(); [ $batch = 1 ] && size=(--batch-size 1)
+    for batch in ${BATCHES:-1 all}; do
+      size=(); [ $batch != all ] && size=(--batch-size "$batch")
       echo "== $side, round $round, queries per call: $batch"
       $v eval "$T/i.vlc" --queries "$q" --groundtruth "$data/groundtruth.npy" \
         --nprobe "$nprobe" --threads 1 --repeat 3 "${size[@]}" | sed -n '3,$p'
