@@ -329,13 +329,14 @@ pub fn write_atomic_with(
         .ok_or_else(|| VlcError::param("path", format!("{} names no file", path.display())))?;
     let prefix = temporary_prefix(name);
     remove_stale_temporaries(&dir, &prefix);
-    let _unfinished = Unfinished::register(&dir, &prefix);
-    let tmp = _unfinished.0.clone();
+    // Registered until this function returns (the entry drops after the rename or removal).
+    let unfinished = Unfinished::register(&dir, &prefix);
+    let tmp = &unfinished.0;
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(&tmp)?;
+            .open(tmp)?;
         let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut f);
         write(&mut buffered)?;
         buffered.flush()?;
@@ -346,14 +347,14 @@ pub fn write_atomic_with(
             f.set_permissions(permissions)?;
         }
         drop(f);
-        std::fs::rename(&tmp, path)?;
+        std::fs::rename(tmp, path)?;
         if let Ok(d) = std::fs::File::open(&dir) {
             let _ = d.sync_all();
         }
         Ok(())
     })();
     result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(tmp);
         VlcError::io(path, e)
     })
 }

@@ -701,6 +701,11 @@ impl Index {
         if self.num_anchors() < INTEGER_MIN_ANCHORS || crate::amx::few_rows_kernel().is_none() {
             return None;
         }
+        self.stored_packing()
+    }
+
+    /// [`Index::packed_anchors`], packed at the first call.
+    fn stored_packing(&self) -> Option<&crate::amx::PackedAnchors> {
         self.packed_anchors
             .get_or_init(|| crate::amx::packed_anchors(&self.anchors, self.num_anchors(), self.dim))
             .as_deref()
@@ -720,9 +725,7 @@ impl Index {
         {
             return None;
         }
-        self.packed_anchors
-            .get_or_init(|| crate::amx::packed_anchors(&self.anchors, self.num_anchors(), self.dim))
-            .as_deref()
+        self.stored_packing()
     }
 
     /// `rotated`: `q` already in the codec's basis, when the batch computed it. The neighbours
