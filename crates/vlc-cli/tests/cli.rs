@@ -676,6 +676,75 @@ fn search_in_batches_gives_the_results_of_one_call() {
         .stderr(predicate::str::contains("must end in .npy"));
 }
 
+/// `vlc search --allow-ids`: only the listed ids come back, the exact ones among them with an
+/// f32 refine tier and every list probed; ids not in the index are noted; GPU backends and bad
+/// id files are refused before any output is written.
+#[test]
+fn search_with_allowed_ids_returns_only_those() {
+    let s = Set::new();
+    s.build(
+        "base.npy",
+        "exact.vlc",
+        &["--codec", "sq4", "--refine", "f32"],
+    );
+    let data = clustered(2000, DIM, 16, 0.5, 1);
+    let queries = queries_near(&data, DIM, 50, 0.2, 2);
+    let allowed: Vec<u32> = (0..2000).filter(|i| i % 5 == 2).collect();
+    let text: Vec<String> = allowed.iter().map(u32::to_string).collect();
+    // Text of ids separated by commas and newlines, one id the index does not hold.
+    std::fs::write(s.p("allowed.txt"), format!("{},\n99999\n", text.join(","))).unwrap();
+    vlc()
+        .args(["search", "-k", "10", "--nprobe", "16", "--rerank", "2000"])
+        .arg(s.p("exact.vlc"))
+        .arg(s.p("queries.npy"))
+        .arg("--allow-ids")
+        .arg(s.p("allowed.txt"))
+        .arg("-o")
+        .arg(s.p("hits.npy"))
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("1 of the 401 ids in"));
+    let subset: Vec<f32> = allowed
+        .iter()
+        .flat_map(|&i| {
+            data[i as usize * DIM..(i as usize + 1) * DIM]
+                .iter()
+                .copied()
+        })
+        .collect();
+    let exact: Vec<i64> = vlc::exact_knn(&subset, &queries, DIM, 10)
+        .unwrap()
+        .iter()
+        .map(|&r| allowed[r as usize] as i64)
+        .collect();
+    assert_eq!(read_ids_npy(&s.p("hits.npy")), exact);
+    // Refused: a GPU backend, negative ids, a missing file; no output appears.
+    for (extra, file, message) in [
+        (
+            &["--backend", "cuda"][..],
+            "allowed.txt",
+            "runs on the CPU only",
+        ),
+        (&[][..], "negative.txt", "-4 is not an id"),
+        (&[][..], "missing.txt", "reading"),
+    ] {
+        std::fs::write(s.p("negative.txt"), "3 -4").unwrap();
+        vlc()
+            .arg("search")
+            .args(extra)
+            .arg(s.p("exact.vlc"))
+            .arg(s.p("queries.npy"))
+            .arg("--allow-ids")
+            .arg(s.p(file))
+            .arg("-o")
+            .arg(s.p("refused.npy"))
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(message));
+        assert!(!s.p("refused.npy").exists());
+    }
+}
+
 /// A new index of a few vectors has fewer than the default k (10) and nprobe (32): search
 /// with the defaults returns every vector (JSON: the hits only; npy: rows padded with −1 and
 /// +inf), and nprobe above the anchor count scans every list.

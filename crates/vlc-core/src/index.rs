@@ -346,7 +346,13 @@ pub struct Index {
     /// inside when the anchors are not in 8- or 4-bit form (f16 or f32 storage).
     pub(crate) packed_anchors: OnceLock<Option<std::sync::Arc<crate::amx::PackedAnchors>>>,
     pub(crate) report: BuildReport,
+    /// This value's number in the process, unique to it (an index added to or removed from is
+    /// a new value): an [`crate::filter::IdFilter`] names the index it was made for.
+    pub(crate) instance: u64,
 }
+
+/// The next [`Index::instance`].
+static NEXT_INSTANCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl std::fmt::Debug for Index {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -923,6 +929,7 @@ impl Index {
             fastscan: OnceLock::new(),
             packed_anchors: OnceLock::new(),
             report,
+            instance: NEXT_INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         if prepare_search {
             index.prepare_search();

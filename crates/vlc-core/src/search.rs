@@ -5,6 +5,7 @@ use crate::backend::Backend;
 use crate::codec::{Codec, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
 use crate::fastscan::{FastScan, QueryLut};
+use crate::filter::IdFilter;
 use crate::index::Index;
 use crate::linalg::{key_dist, key_id, order_key, smallest_keys};
 use crate::simd::below_mask;
@@ -431,10 +432,35 @@ impl Index {
     /// search it has run. [`Index::search_batch`] keeps them the same way on each of its
     /// threads.
     pub fn search(&self, query: &[f32], params: &SearchParams) -> Result<Vec<Neighbor>> {
+        self.search_with(query, params, None)
+    }
+
+    /// [`Index::search`] that returns only vectors `filter` allows ([`Index::id_filter`]):
+    /// it probes the `nprobe` nearest lists that hold an allowed vector (see
+    /// [`crate::filter`]). Fewer than k neighbours where those lists hold fewer allowed
+    /// vectors. Errors as [`Index::search`] does, and when `filter` was made for another index.
+    pub fn search_filtered(
+        &self,
+        query: &[f32],
+        params: &SearchParams,
+        filter: &IdFilter,
+    ) -> Result<Vec<Neighbor>> {
+        self.search_with(query, params, Some(filter))
+    }
+
+    fn search_with(
+        &self,
+        query: &[f32],
+        params: &SearchParams,
+        filter: Option<&IdFilter>,
+    ) -> Result<Vec<Neighbor>> {
         let params = &self.resolve_search(params)?;
         validate_vectors_for_metric(query, self.dim, "query", self.metric)?;
+        if let Some(filter) = filter {
+            self.check_filter(filter)?;
+        }
         Ok(with_scratch(|scratch| {
-            self.search_one(query, params, scratch);
+            self.search_one(query, params, filter, scratch);
             self.neighbors(scratch).collect()
         }))
     }
@@ -442,25 +468,38 @@ impl Index {
     /// [`Index::search`] of a query already checked, with parameters already resolved:
     /// the anchors ranked and the query rotated by dot products. The neighbours are left in
     /// `scratch` ([`Index::neighbors`]).
-    fn search_one(&self, query: &[f32], params: &SearchParams, scratch: &mut Scratch) {
+    fn search_one(
+        &self,
+        query: &[f32],
+        params: &SearchParams,
+        filter: Option<&IdFilter>,
+        scratch: &mut Scratch,
+    ) {
         let mut prepared = std::mem::take(&mut scratch.prepared);
         let q = self.prepare_one(query, &mut prepared);
         let first = first_probes(params);
-        self.rank_anchors_one(q, first, scratch);
+        self.rank_anchors_one(q, first, filter, scratch);
         let mut probes = std::mem::take(&mut scratch.probes);
+        // With a filter, the lists without an allowed vector ranked last (at +∞): they are
+        // among the picks only where fewer lists than asked for hold one, and are dropped.
         let keys_to_probes = |order: &[u64], probes: &mut Vec<(u32, f32)>| {
             probes.clear();
-            probes.extend(order.iter().map(|&k| (key_id(k), key_dist(k))));
+            probes.extend(
+                order
+                    .iter()
+                    .map(|&k| (key_id(k), key_dist(k)))
+                    .filter(|&(a, _)| filter.is_none_or(|f| f.list_count(a as usize) > 0)),
+            );
         };
         keys_to_probes(&scratch.order, &mut probes);
-        let mut n = self.lists_to_scan(&probes, params);
+        let mut n = self.lists_to_scan(&probes, params, filter);
         if n == first && first < params.nprobe {
             // The margin reaches past the first lists: select all nprobe.
             smallest_keys(&scratch.anchor_dists, params.nprobe, &mut scratch.order);
             keys_to_probes(&scratch.order, &mut probes);
-            n = self.lists_to_scan(&probes, params);
+            n = self.lists_to_scan(&probes, params, filter);
         }
-        self.search_prepared(q, None, &probes[..n], params, scratch);
+        self.search_prepared(q, None, &probes[..n], params, filter, scratch);
         scratch.probes = probes;
         scratch.prepared = prepared;
     }
@@ -508,10 +547,36 @@ impl Index {
         params: &SearchParams,
         backend: &dyn Backend,
     ) -> Result<SearchResults> {
+        self.search_batch_with(queries, params, backend, None)
+    }
+
+    /// [`Index::search_batch`] that returns only vectors `filter` allows, as
+    /// [`Index::search_filtered`] searches one query. Rows with fewer allowed vectors in the
+    /// lists probed than k are padded (id −1, distance +∞).
+    pub fn search_batch_filtered(
+        &self,
+        queries: &[f32],
+        params: &SearchParams,
+        backend: &dyn Backend,
+        filter: &IdFilter,
+    ) -> Result<SearchResults> {
+        self.search_batch_with(queries, params, backend, Some(filter))
+    }
+
+    fn search_batch_with(
+        &self,
+        queries: &[f32],
+        params: &SearchParams,
+        backend: &dyn Backend,
+        filter: Option<&IdFilter>,
+    ) -> Result<SearchResults> {
         // Rows are as wide as the k asked for; a k above the vector count leaves padding.
         let k = params.k;
         let params = &self.resolve_search(params)?;
         validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
+        if let Some(filter) = filter {
+            self.check_filter(filter)?;
+        }
         // Before the queries go parallel: the layout is then built in parallel, once.
         self.prepare_search();
         let dim = self.dim;
@@ -528,7 +593,7 @@ impl Index {
             // of its 0.2 ms.
             let write = |(q, (ids, dists)): (&[f32], (&mut [i64], &mut [f32]))| {
                 with_scratch(|scratch| {
-                    self.search_one(q, params, scratch);
+                    self.search_one(q, params, filter, scratch);
                     self.write_neighbors(scratch, ids, dists);
                 })
             };
@@ -547,7 +612,7 @@ impl Index {
         const BLOCK: usize = QUERY_BLOCK;
         for (b, block) in queries.chunks(BLOCK * dim).enumerate() {
             let prepared = self.prepare_queries(block);
-            let probes = self.block_probes(&prepared, params, backend)?;
+            let probes = self.block_probes(&prepared, params, filter, backend)?;
             // Codecs with a dense rotation rotate the whole block as one GEMM.
             let rotated = self.codec.rotate_queries(&prepared);
             let m = block.len() / dim;
@@ -559,7 +624,7 @@ impl Index {
                 let probes = probes.row(i);
                 let rq = rotated.as_ref().map(|(r, w)| &r[i * w..(i + 1) * w]);
                 with_scratch(|scratch| {
-                    self.search_prepared(q, rq, probes, params, scratch);
+                    self.search_prepared(q, rq, probes, params, filter, scratch);
                     self.write_neighbors(scratch, ids, dists);
                 })
             };
@@ -575,21 +640,34 @@ impl Index {
     /// nearest first. With a probe margin the anchors are ranked for the first
     /// [`first_probes`] lists only, and again for all nprobe for the queries whose margin
     /// reaches past those: selecting and sorting hundreds of anchors per query costs as much
-    /// as scanning a few short lists.
+    /// as scanning a few short lists. With a filter, the lists without an allowed vector are
+    /// passed over: each query is ranked for as many more anchors as there are such lists.
     fn block_probes(
         &self,
         prepared: &[f32],
         params: &SearchParams,
+        filter: Option<&IdFilter>,
         backend: &dyn Backend,
     ) -> Result<BlockProbes> {
         let dim = self.dim;
-        let row = |near: &crate::backend::Nearest, i: usize, out: &mut Vec<(u32, f32)>| {
-            let m = near.per_point;
-            out.extend((0..m).map(|j| (near.ids[i * m + j], near.dists[i * m + j])));
-        };
+        let passed_over = filter.map_or(0, IdFilter::empty_lists);
+        // The ranked count that yields `wanted` lists that may be probed.
+        let ranked = |wanted: usize| (wanted + passed_over).min(self.num_anchors());
+        // The first `wanted` lists of query `i`'s ranking that hold an allowed vector.
+        let row =
+            |near: &crate::backend::Nearest, i: usize, wanted: usize, out: &mut Vec<(u32, f32)>| {
+                let m = near.per_point;
+                out.extend(
+                    (0..m)
+                        .map(|j| (near.ids[i * m + j], near.dists[i * m + j]))
+                        .filter(|&(a, _)| filter.is_none_or(|f| f.list_count(a as usize) > 0))
+                        .take(wanted),
+                );
+            };
         let first = first_probes(params);
         let packed = self.packed_for_batches();
-        let near = backend.nearest_index_anchors(prepared, &self.anchors, dim, first, packed)?;
+        let near =
+            backend.nearest_index_anchors(prepared, &self.anchors, dim, ranked(first), packed)?;
         let num_queries = prepared.len() / dim;
         let mut probes = BlockProbes {
             lists: Vec::with_capacity(num_queries * first),
@@ -600,8 +678,8 @@ impl Index {
         let mut again = Vec::new();
         for i in 0..num_queries {
             let start = probes.lists.len();
-            row(&near, i, &mut probes.lists);
-            let n = self.lists_to_scan(&probes.lists[start..], params);
+            row(&near, i, first, &mut probes.lists);
+            let n = self.lists_to_scan(&probes.lists[start..], params, filter);
             if n == first && first < params.nprobe {
                 again.push(i);
             }
@@ -615,8 +693,13 @@ impl Index {
             .iter()
             .flat_map(|&i| prepared[i * dim..(i + 1) * dim].iter().copied())
             .collect();
-        let near =
-            backend.nearest_index_anchors(&points, &self.anchors, dim, params.nprobe, packed)?;
+        let near = backend.nearest_index_anchors(
+            &points,
+            &self.anchors,
+            dim,
+            ranked(params.nprobe),
+            packed,
+        )?;
         // Rebuilt with the rows ranked again in place of the first ones.
         let mut rebuilt = BlockProbes {
             lists: Vec::with_capacity(probes.lists.len() + again.len() * params.nprobe),
@@ -628,8 +711,8 @@ impl Index {
             match ranked_again.next_if(|&(_, &q)| q == i) {
                 Some((r, _)) => {
                     let start = rebuilt.lists.len();
-                    row(&near, r, &mut rebuilt.lists);
-                    let n = self.lists_to_scan(&rebuilt.lists[start..], params);
+                    row(&near, r, params.nprobe, &mut rebuilt.lists);
+                    let n = self.lists_to_scan(&rebuilt.lists[start..], params, filter);
                     rebuilt.lists.truncate(start + n);
                 }
                 None => rebuilt.lists.extend_from_slice(probes.row(i)),
@@ -640,15 +723,23 @@ impl Index {
     }
 
     /// The prefix of `probes` (anchor, squared distance), nearest first, that a query scans:
-    /// see [`SearchParams::lists_to_scan`].
-    fn lists_to_scan(&self, probes: &[(u32, f32)], params: &SearchParams) -> usize {
+    /// see [`SearchParams::lists_to_scan`]; with a filter, a list holds its allowed vectors.
+    fn lists_to_scan(
+        &self,
+        probes: &[(u32, f32)],
+        params: &SearchParams,
+        filter: Option<&IdFilter>,
+    ) -> usize {
         params.prefix_to_scan(
             probes.len(),
             |j| probes[j].1,
             self.energy(),
             |j| {
                 let a = probes[j].0 as usize;
-                (self.list_offsets[a + 1] - self.list_offsets[a]) as usize
+                match filter {
+                    Some(filter) => filter.list_count(a),
+                    None => (self.list_offsets[a + 1] - self.list_offsets[a]) as usize,
+                }
             },
         )
     }
@@ -663,7 +754,14 @@ impl Index {
     /// caches. Where a batch's ranking on the CPU backend runs on integers too (on AVX2, where
     /// each query picks at most 1/16 of the anchors), the two give the same bits. Fewer
     /// anchors keep the f32 dot products.
-    fn rank_anchors_one(&self, q: &[f32], nprobe: usize, scratch: &mut Scratch) {
+    /// With a filter, the lists that hold no allowed vector rank last, at +∞.
+    fn rank_anchors_one(
+        &self,
+        q: &[f32],
+        nprobe: usize,
+        filter: Option<&IdFilter>,
+        scratch: &mut Scratch,
+    ) {
         let dim = self.dim;
         let qn = crate::linalg::dot(q, q);
         scratch.anchor_dists.clear();
@@ -690,6 +788,13 @@ impl Index {
                         .zip(&self.anchor_norms)
                         .map(|(&d, cn)| (qn - 2.0 * d + cn).max(0.0)),
                 );
+            }
+        }
+        if let Some(filter) = filter.filter(|f| f.empty_lists() > 0) {
+            for (a, d) in scratch.anchor_dists.iter_mut().enumerate() {
+                if filter.list_count(a) == 0 {
+                    *d = f32::INFINITY;
+                }
             }
         }
         smallest_keys(&scratch.anchor_dists, nprobe, &mut scratch.order);
@@ -736,6 +841,7 @@ impl Index {
         rotated: Option<&[f32]>,
         probes: &[(u32, f32)],
         params: &SearchParams,
+        filter: Option<&IdFilter>,
         scratch: &mut Scratch,
     ) {
         let pool_size = self.pool_size(params);
@@ -747,7 +853,7 @@ impl Index {
             if let Some(&(next, _)) = probes.get(i + 1).filter(|_| prefetch) {
                 self.prefetch_list(next);
             }
-            self.scan_list(anchor, anchor_dist, pool_size, keep_all, scratch);
+            self.scan_list(anchor, anchor_dist, pool_size, keep_all, filter, scratch);
         }
         self.finish_query(q, pool_size, params.k, keep_all, scratch)
     }
@@ -822,13 +928,15 @@ impl Index {
 
     /// Score list `anchor` with the primary codec (or its fast-scan copy) and add what beats
     /// the pool's threshold. `keep_all`: append the list's estimates to those of the lists
-    /// before it (the automatic pool's), instead of overwriting them.
+    /// before it (the automatic pool's), instead of overwriting them. With a filter, the
+    /// estimates of the vectors it leaves out are +∞.
     fn scan_list(
         &self,
         anchor: u32,
         anchor_dist: f32,
         pool_size: usize,
         keep_all: bool,
+        filter: Option<&IdFilter>,
         scratch: &mut Scratch,
     ) {
         let (lo, hi) = (
@@ -862,6 +970,9 @@ impl Index {
                     &mut all[base..],
                 );
             }
+        }
+        if let Some(filter) = filter {
+            filter.exclude(lo, &mut scratch.dists[base..]);
         }
         let dists = &scratch.dists[base..];
         // Most slots lose against the pool's threshold: test 32 at a time, then push the few

@@ -492,8 +492,9 @@ impl NativeIndex {
     /// Search `queries` (rows, dim) into `ids` (int64) and `distances` (float32), each
     /// (rows, k), C-contiguous, allocated by the caller. `backend`: `cpu`, `cuda`, `wgpu` or
     /// `auto` (a GPU copy of the index is made on the first such search and kept until the
-    /// index changes). Returns where the search ran: `cpu`, `cuda` or `wgpu`.
-    #[pyo3(signature = (queries, k, nprobe, rerank, probe_margin, threads, backend, ids, distances))]
+    /// index changes). Returns where the search ran: `cpu`, `cuda` or `wgpu`. `filter`: only
+    /// the vectors it allows are returned, on the CPU (`id_filter`; a GPU backend is refused).
+    #[pyo3(signature = (queries, k, nprobe, rerank, probe_margin, threads, backend, ids, distances, filter=None))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -507,6 +508,7 @@ impl NativeIndex {
         backend: &str,
         ids: PyBuffer<i64>,
         distances: PyBuffer<f32>,
+        filter: Option<PyRef<'_, NativeFilter>>,
     ) -> PyResult<&'static str> {
         let rows = Rows::new(&queries, "queries")?;
         let values = rows.values();
@@ -523,17 +525,32 @@ impl NativeIndex {
                 format!("unknown backend `{backend}` (expected cpu, cuda, wgpu or auto)"),
             ));
         }
+        let filter = filter.as_ref().map(|f| &f.filter);
+        if filter.is_some() && matches!(choice.as_str(), "cuda" | "wgpu") {
+            return Err(param_err(
+                "backend",
+                format!("a filtered search runs on the CPU only (the GPU searches have no filter yet), not on `{choice}`"),
+            ));
+        }
         let searched = py.detach(|| {
             let state = self.read();
             let device = match choice.as_str() {
                 "cpu" => None,
+                _ if filter.is_some() => None,
                 other => state.device_for(other).map_err(py_err)?,
             };
             let results = match device {
                 Some(copy) => with_threads(threads, || copy.search(values, &params))
                     .map(|r| r.map(|r| (r, copy.kind()))),
                 None => {
-                    let search = || state.index.search_batch(values, &params, &CpuBackend);
+                    let search = || match filter {
+                        Some(filter) => {
+                            state
+                                .index
+                                .search_batch_filtered(values, &params, &CpuBackend, filter)
+                        }
+                        None => state.index.search_batch(values, &params, &CpuBackend),
+                    };
                     // One query is searched on the calling thread whatever the pool: handing it
                     // to a pool's thread and waiting for it cost more than the search (about
                     // 0.1 ms on a 2-core VM).
@@ -579,6 +596,16 @@ impl NativeIndex {
             })
         })?;
         added.map_err(py_err)
+    }
+
+    /// A filter of the vectors with these ids (ids the index does not hold are ignored), for
+    /// `search`; valid until the index changes (`add`, `remove`).
+    /// `ids`: a buffer of uint32 (`np.uint32`), any shape.
+    fn id_filter(&self, py: Python<'_>, ids: PyBuffer<u32>) -> PyResult<NativeFilter> {
+        let ids = ids.to_vec(py)?;
+        Ok(py.detach(|| NativeFilter {
+            filter: self.read().index.id_filter(&ids),
+        }))
     }
 
     /// Remove vectors by id (the others keep their codes and ids); returns how many went.
@@ -679,6 +706,20 @@ fn exact_knn(
     write_into(py, &ids, &truth, "ids")
 }
 
+/// A [`vlc::IdFilter`] of one state of an index (`NativeIndex.id_filter`).
+#[pyclass(name = "NativeFilter", module = "vlc_index._native", frozen)]
+struct NativeFilter {
+    filter: vlc::IdFilter,
+}
+
+#[pymethods]
+impl NativeFilter {
+    /// Vectors the filter allows.
+    fn __len__(&self) -> usize {
+        self.filter.len()
+    }
+}
+
 /// A held [`vlc::format::IndexLock`]; `release` (or dropping the object) lets it go.
 #[pyclass(name = "NativeLock", module = "vlc_index._native", frozen)]
 struct NativeLock {
@@ -731,6 +772,7 @@ fn lock_index(py: Python<'_>, path: PathBuf) -> PyResult<NativeLock> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeIndex>()?;
     m.add_class::<NativeLock>()?;
+    m.add_class::<NativeFilter>()?;
     m.add_function(wrap_pyfunction!(lock_index, m)?)?;
     m.add_function(wrap_pyfunction!(exact_knn, m)?)?;
     m.add("VlcError", m.py().get_type::<VlcError>())?;

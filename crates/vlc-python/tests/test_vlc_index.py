@@ -200,6 +200,46 @@ def test_add_and_remove(data):
     assert index.add(base[:1])[0] == 3100
 
 
+def test_filtered_search_returns_only_allowed_vectors(data):
+    base, queries = data
+    index = vlc.build(base, codec="rabitq1", refine="f32", anchors=32)
+    allowed = np.arange(0, len(base), 7)
+    # Every list probed and every candidate rescored in f32: the exact neighbours among the
+    # allowed vectors.
+    ids, distances = index.search(queries, k=10, nprobe=32, rerank=len(base), allowed=allowed)
+    exact = allowed[vlc.exact_knn(base[allowed], queries, 10)]
+    np.testing.assert_array_equal(ids, exact)
+    # An IdFilter made once gives the same, one query or many, and from a list of ids.
+    f = index.filter(allowed)
+    assert len(f) == len(allowed)
+    again, _ = index.search(queries, k=10, nprobe=32, rerank=len(base), allowed=f)
+    np.testing.assert_array_equal(again, ids)
+    one, _ = index.search(queries[3], k=10, nprobe=32, rerank=len(base), allowed=list(allowed))
+    np.testing.assert_array_equal(one[0], ids[3])
+    # A selective filter is found with one probe: lists without an allowed vector are passed over.
+    few = np.array([5, 900, 2500])
+    hits, _ = index.search(queries, k=3, nprobe=1, allowed=few)
+    assert set(hits.ravel()) <= {5, 900, 2500, -1}
+    assert (hits[:, 0] >= 0).all()
+    # Ids the index does not hold are ignored; nothing allowed gives padding only.
+    assert len(index.filter([1, 1, 10**6])) == 1
+    empty, dist = index.search(queries, k=4, allowed=[])
+    assert (empty == -1).all() and np.isinf(dist).all()
+    # A filter serves the index state it was made for.
+    index.remove([0])
+    with pytest.raises(vlc.VlcError, match="filter was made for another index"):
+        index.search(queries, k=10, allowed=f)
+    other = vlc.build(base, codec="sq8", anchors=16)
+    with pytest.raises(vlc.VlcError, match="filter was made for another index"):
+        other.search(queries, k=10, allowed=index.filter(allowed))
+    with pytest.raises(vlc.VlcError, match="runs on the CPU only"):
+        other.search(queries, k=10, allowed=allowed, backend="cuda")
+    with pytest.raises(TypeError, match="`ids`"):
+        index.filter([1.5])
+    with pytest.raises(vlc.VlcError, match="between 0 and 2"):
+        index.search(queries, k=10, allowed=[-1])
+
+
 def test_k_above_the_vector_count_pads():
     base, queries = clustered(30, clusters=3)
     index = vlc.build(base, codec="sq8", backend="cpu", anchors=2)

@@ -12,8 +12,9 @@ mod search;
 mod test_cuda;
 mod train_bench;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Subcommand;
+use std::path::Path;
 
 #[derive(Subcommand)]
 pub enum Command {
@@ -111,4 +112,27 @@ pub fn check_truth(truth: &vlc::io::Matrix<i64>, num_queries: usize, id_bound: u
         );
     }
     Ok(())
+}
+
+/// The ids in `path`: .npy of integers (any shape), or text with ids separated by spaces,
+/// commas or newlines (`vlc remove --ids-file`, `vlc search --allow-ids`).
+fn read_id_file(path: &Path) -> Result<Vec<u32>> {
+    let to_u32 = |v: i64| -> Result<u32> {
+        u32::try_from(v)
+            .with_context(|| format!("{}: {v} is not an id (0 to 2^32 - 1)", path.display()))
+    };
+    if path.extension().and_then(|e| e.to_str()) == Some("npy") {
+        let m = vlc::io::read_ids(path).with_context(|| format!("reading {}", path.display()))?;
+        return m.data.into_iter().map(to_u32).collect();
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<i64>()
+                .with_context(|| format!("{}: `{t}` is not an id", path.display()))
+                .and_then(to_u32)
+        })
+        .collect()
 }

@@ -1,6 +1,6 @@
 use crate::output::human_bytes;
 use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use vlc::Index;
 
 /// Remove vectors from an index by id.
@@ -29,27 +29,6 @@ pub struct Args {
     pub json: bool,
 }
 
-fn read_id_file(path: &Path) -> Result<Vec<u32>> {
-    let to_u32 = |v: i64| -> Result<u32> {
-        u32::try_from(v)
-            .with_context(|| format!("{}: {v} is not an id (0 to 2^32 - 1)", path.display()))
-    };
-    if path.extension().and_then(|e| e.to_str()) == Some("npy") {
-        let m = vlc::io::read_ids(path).with_context(|| format!("reading {}", path.display()))?;
-        return m.data.into_iter().map(to_u32).collect();
-    }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.split(|c: char| c.is_whitespace() || c == ',')
-        .filter(|t| !t.is_empty())
-        .map(|t| {
-            t.parse::<i64>()
-                .with_context(|| format!("{}: `{t}` is not an id", path.display()))
-                .and_then(to_u32)
-        })
-        .collect()
-}
-
 pub fn run(a: Args) -> Result<()> {
     if let Some(ids_file) = &a.ids_file {
         let output = a.output.as_ref().unwrap_or(&a.index);
@@ -57,7 +36,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let mut ids = a.ids.clone();
     if let Some(path) = &a.ids_file {
-        ids.extend(read_id_file(path)?);
+        ids.extend(super::read_id_file(path)?);
     }
     if ids.is_empty() {
         bail!("no ids to remove");

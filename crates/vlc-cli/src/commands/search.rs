@@ -67,6 +67,14 @@ pub struct Args {
     /// 16 queries joins the one before.
     #[arg(long, default_value_t = 0)]
     pub batch_size: usize,
+    /// Return only vectors with these ids (a filter: e.g. one user's or one source's
+    /// documents): a file of ids, .npy of integers (any shape) or text with ids separated by
+    /// spaces, commas or newlines. Each query probes the --nprobe nearest lists that hold an
+    /// allowed vector, so a selective filter still finds its neighbours; a query whose probed
+    /// lists hold fewer than k allowed vectors gets fewer hits. Ids the index does not hold are
+    /// ignored (a note says how many). Runs on the CPU.
+    #[arg(long, value_name = "PATH")]
+    pub allow_ids: Option<PathBuf>,
 }
 
 /// Where the results go, as `-o` names it.
@@ -103,12 +111,32 @@ pub fn run(a: Args) -> Result<()> {
         if output == Output::Npy {
             outputs.extend(distances_path.as_deref());
         }
-        crate::output::refuse_overwriting_inputs(
-            &outputs,
-            &[("index", &a.index), ("queries file", &a.queries)],
-        )?;
+        let mut inputs = vec![("index", a.index.as_path()), ("queries file", &a.queries)];
+        inputs.extend(a.allow_ids.as_deref().map(|p| ("ids file", p)));
+        crate::output::refuse_overwriting_inputs(&outputs, &inputs)?;
+    }
+    if a.allow_ids.is_some() && matches!(a.backend, SearchBackend::Cuda | SearchBackend::Wgpu) {
+        bail!("--allow-ids runs on the CPU only (the GPU searches have no filter yet): use --backend cpu");
     }
     let index = super::open_index(&a.index, a.view)?;
+    let filter = match &a.allow_ids {
+        Some(path) => {
+            let mut ids = super::read_id_file(path)?;
+            ids.sort_unstable();
+            ids.dedup();
+            let filter = index.id_filter(&ids);
+            if filter.len() < ids.len() {
+                eprintln!(
+                    "note: {} of the {} ids in {} are not in the index",
+                    ids.len() - filter.len(),
+                    ids.len(),
+                    path.display()
+                );
+            }
+            Some(filter)
+        }
+        None => None,
+    };
     let reading = || format!("reading {}", a.queries.display());
     let queries = vlc::io::VectorFile::open(&a.queries, Some(index.dim())).with_context(reading)?;
     let (rows, dim, k) = (queries.rows(), queries.cols(), a.k);
@@ -154,7 +182,11 @@ pub fn run(a: Args) -> Result<()> {
         }
         Ok(())
     };
-    with_search(a.backend, &index, |search| match output {
+    let filtered = |q: &[f32], p: &SearchParams| {
+        let filter = filter.as_ref().expect("a filter was given");
+        index.search_batch_filtered(q, p, &vlc::CpuBackend, filter)
+    };
+    let run_search = |search: &Search| match output {
         Output::Stdout => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             write_json(&mut out, rows, &mut |sink| search_blocks(search, sink))?;
@@ -197,7 +229,16 @@ pub fn run(a: Args) -> Result<()> {
             );
             Ok(())
         }
-    })?;
+    };
+    match filter {
+        Some(_) => {
+            if a.backend == SearchBackend::Auto {
+                eprintln!("search backend: cpu (--allow-ids runs on the CPU)");
+            }
+            run_search(&filtered)?
+        }
+        None => with_search(a.backend, &index, run_search)?,
+    }
     bar.finish_and_clear();
     Ok(())
 }

@@ -10,6 +10,7 @@
     index = vlc_index.from_bytes(index.to_bytes())             # the file's bytes; pickle works
     with vlc_index.lock("memory.vlc"): ...                     # the lock `vlc add` takes
     new_ids = index.add(more_vectors)
+    ids, distances = index.search(queries, k=10, allowed=user_ids)  # a filter; or index.filter(ids)
     index.remove(new_ids[:3])
 
 The same index files as the `vlc` command line tool. Inputs may be any array-like of any
@@ -37,7 +38,7 @@ from ._native import exact_knn as _exact_knn
 from ._native import lock_index as _lock_index
 
 __all__ = [
-    "Index", "IndexLock", "VlcError", "build", "load", "from_bytes", "lock", "exact_knn", "recall",
+    "Index", "IdFilter", "IndexLock", "VlcError", "build", "load", "from_bytes", "lock", "exact_knn", "recall",
     "__version__",
 ]
 
@@ -70,19 +71,27 @@ def _integer(name: str, value) -> int:
         raise TypeError(f"`{name}` must be an integer, got {value!r}") from None
 
 
-def _ids(ids) -> np.ndarray:
+def _ids(ids, name: str = "ids") -> np.ndarray:
     """`ids` as a flat array of integers: integer values only. A float id would be truncated to
     another vector's id and a boolean mask read as ids 0 and 1, so both are refused."""
     array = np.asarray(ids)
     if array.size == 0:
         return np.empty(0, dtype=np.int64)
     if array.dtype.kind == "b":
-        raise TypeError("`ids` is a boolean array; pass the ids themselves (e.g. np.flatnonzero(mask))")
+        raise TypeError(f"`{name}` is a boolean array; pass the ids themselves (e.g. np.flatnonzero(mask))")
     if array.dtype.kind not in "iu":
         if array.dtype.kind == "O":
-            return np.array([_integer("ids", i) for i in array.ravel()], dtype=np.int64)
-        raise TypeError(f"`ids` must be integers, got an array of {array.dtype}")
+            return np.array([_integer(name, i) for i in array.ravel()], dtype=np.int64)
+        raise TypeError(f"`{name}` must be integers, got an array of {array.dtype}")
     return array.ravel()
+
+
+def _uint32_ids(ids, name: str) -> np.ndarray:
+    """`ids` (`_ids`) as a contiguous uint32 array; ids outside 0 to 2^32 - 1 raise `VlcError`."""
+    ids = _ids(ids, name)
+    if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.uint32).max):
+        raise VlcError(f"invalid parameter `{name}`: ids are between 0 and 2^32 - 1")
+    return np.ascontiguousarray(ids, dtype=np.uint32)
 
 
 def _quiet_vulkan_layer() -> None:
@@ -93,6 +102,9 @@ def _quiet_vulkan_layer() -> None:
 
 class Index:
     """A VLC index: anchors, a residual code per vector, ids. Make one with `build` or `load`."""
+
+    # Counts the index's changes (`add`, `remove`): an `IdFilter` serves the state it was made for.
+    _version = 0
 
     def __init__(self, native: _NativeIndex, backend: str = "cpu"):
         self._native = native
@@ -135,6 +147,7 @@ class Index:
         probe_margin: Optional[float] = None,
         threads: Optional[int] = None,
         backend: str = "cpu",
+        allowed=None,
     ) -> Tuple[np.ndarray, np.ndarray]:
         """The k nearest stored vectors of each query, nearest first.
 
@@ -147,9 +160,14 @@ class Index:
         the index to the device (once; `add` and `remove` drop the copy, `release_device`
         frees it); a GPU pays off on batches of hundreds of queries or more, and returns the
         CPU's results within rounding. `search_backend` then says where the search ran.
+        allowed: return only these vectors (a filter, e.g. one user's documents): their ids
+        (array-like of integers), or an `IdFilter` from `filter(ids)`, which serves many searches
+        (making one reads every id of the index). Each query then probes the nprobe nearest
+        lists that hold an allowed vector. Filtered searches run on the CPU ("auto" searches
+        there; "cuda" and "wgpu" raise).
         Returns (ids int64, distances float32), each (rows, k): estimated squared L2
         distances (for a cosine index, 2 - 2 cos); id -1 and distance inf pad a row when the
-        index holds fewer than k vectors.
+        index (or, with `allowed`, the lists probed) holds fewer than k vectors it may return.
         """
         q = _rows(queries, "queries", self.dim)
         k, nprobe = _integer("k", k), _integer("nprobe", nprobe)
@@ -160,12 +178,24 @@ class Index:
         distances = np.empty((q.shape[0], k), dtype=np.float32)
         margin = None if probe_margin is None else float(probe_margin)
         backend = str(backend).lower()
-        if backend in ("auto", "wgpu"):
+        native_filter = None
+        if allowed is not None:
+            if not isinstance(allowed, IdFilter):
+                allowed = self.filter(allowed)
+            native_filter = allowed._native_for(self)
+        if backend in ("auto", "wgpu") and native_filter is None:
             _quiet_vulkan_layer()
         self.search_backend = self._native.search(
-            q, k, nprobe, rerank, margin, threads, backend, ids, distances
+            q, k, nprobe, rerank, margin, threads, backend, ids, distances, native_filter
         )
         return ids, distances
+
+    def filter(self, ids) -> "IdFilter":
+        """A filter for `search(..., allowed=...)`: only the vectors with these ids (array-like
+        of integers) may be returned. Ids the index does not hold are ignored; `len()` of the
+        filter counts those it does. Valid until the index changes (`add`, `remove`)."""
+        ids = _uint32_ids(ids, "ids")
+        return IdFilter(self._native.id_filter(ids), self, self._version, ids.size)
 
     def release_device(self) -> bool:
         """Free the GPU copy of the index that a search with backend="cuda", "wgpu" or "auto"
@@ -177,6 +207,7 @@ class Index:
         Returns their new ids (int64)."""
         rows = _rows(vectors, "vectors", self.dim)
         first = self._native.add(rows, threads)
+        self._version += 1
         return np.arange(first, first + rows.shape[0], dtype=np.int64)
 
     def remove(self, ids: Sequence[int]) -> int:
@@ -184,7 +215,9 @@ class Index:
         ids = _ids(ids)
         if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.uint32).max):
             raise VlcError("invalid parameter `ids`: ids are between 0 and 2^32 - 1")
-        return self._native.remove([int(i) for i in ids])
+        removed = self._native.remove([int(i) for i in ids])
+        self._version += 1
+        return removed
 
     def save(self, path: PathLike) -> None:
         """Write the index file atomically: an existing file is only replaced by a whole one."""
@@ -262,6 +295,32 @@ def from_bytes(data) -> Index:
     """An index from the bytes of an index file (`Index.to_bytes`, or a file's contents), every
     checksum verified as `load` does; `data`: bytes or any bytes-like object."""
     return Index(_NativeIndex.from_bytes(data if isinstance(data, bytes) else bytes(data)))
+
+
+class IdFilter:
+    """Which vectors a search may return (`Index.filter`): made for one index as it is, and
+    refused by another index, or by this one after an `add` or a `remove`."""
+
+    def __init__(self, native, index: "Index", version: int, asked: int):
+        self._native = native
+        self._index = index
+        self._version = version
+        self._asked = asked
+
+    def __len__(self) -> int:
+        """Vectors of the index the filter allows."""
+        return len(self._native)
+
+    def _native_for(self, index: "Index"):
+        if index is not self._index or index._version != self._version:
+            raise VlcError(
+                "invalid parameter `allowed`: this filter was made for another index, or for "
+                "this one before an add or a remove: make it again with index.filter(ids)"
+            )
+        return self._native
+
+    def __repr__(self) -> str:
+        return f"<vlc_index.IdFilter allowing {len(self)} of {self._asked} ids given>"
 
 
 class IndexLock:

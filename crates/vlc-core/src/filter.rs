@@ -1,0 +1,220 @@
+//! Filtered search: which vectors a search may return ([`IdFilter`], made by
+//! [`Index::id_filter`] and passed to [`Index::search_filtered`] or
+//! [`Index::search_batch_filtered`]).
+//!
+//! A filtered search probes the `nprobe` nearest lists *that hold an allowed vector* (lists
+//! without one are passed over, so a selective filter still finds its neighbours in the
+//! lists nearest the query that can hold them), scores those lists as an unfiltered search
+//! does, and lets only allowed vectors into the candidate pool. The results are those an
+//! index holding only the allowed vectors (with these anchors and codes) would return.
+
+use crate::index::Index;
+use rayon::prelude::*;
+
+/// The vectors of one [`Index`] that a search may return, by their positions in its inverted
+/// lists. Made by [`Index::id_filter`] for that index only (a search of another index, or of
+/// the same one after an add or a remove, which makes a new [`Index`], is refused): making one
+/// reads every id of the index once, so a filter used by many searches is made once.
+#[derive(Clone, Debug)]
+pub struct IdFilter {
+    /// [`Index::instance`] of the index the filter was made for.
+    instance: u64,
+    /// One bit per stored vector, set where it may be returned: bit `p % 64` of word `p / 64`
+    /// for list position `p`. Layout: (⌈num_vectors / 64⌉,).
+    positions: Vec<u64>,
+    /// Allowed vectors in each list. Layout: (num_anchors,).
+    list_counts: Vec<u32>,
+    /// Lists holding no allowed vector.
+    empty_lists: usize,
+    /// Allowed vectors in all.
+    allowed: usize,
+}
+
+/// Positions whose ids one task of [`Index::id_filter`] reads (a multiple of 64, so that each
+/// task writes whole words).
+const POSITIONS_PER_TASK: usize = 64 * 1024;
+
+impl IdFilter {
+    /// How many of the index's vectors the filter allows.
+    pub fn len(&self) -> usize {
+        self.allowed
+    }
+
+    /// Whether the filter allows no vector (a search then returns padding only).
+    pub fn is_empty(&self) -> bool {
+        self.allowed == 0
+    }
+
+    /// Allowed vectors in list `anchor`.
+    #[inline]
+    pub(crate) fn list_count(&self, anchor: usize) -> usize {
+        self.list_counts[anchor] as usize
+    }
+
+    /// Lists that hold no allowed vector.
+    pub(crate) fn empty_lists(&self) -> usize {
+        self.empty_lists
+    }
+
+    /// Whether the filter was made for `index` (this very value of it).
+    pub(crate) fn made_for(&self, index: &Index) -> bool {
+        self.instance == index.instance
+    }
+
+    /// The positions' bits from `start` on, as many as `count` (≤ 32), in the low bits.
+    #[inline]
+    pub(crate) fn bits(&self, start: usize, count: usize) -> u32 {
+        debug_assert!(count <= 32);
+        let (word, shift) = (start / 64, start % 64);
+        let low = self.positions[word] >> shift;
+        let bits = match self.positions.get(word + 1) {
+            Some(&next) if shift > 32 => low | (next << (64 - shift)),
+            _ => low,
+        };
+        let keep = if count == 32 {
+            u32::MAX
+        } else {
+            (1u32 << count) - 1
+        };
+        bits as u32 & keep
+    }
+
+    /// Sets the first-stage estimates `dists` of the vectors at positions `start..` that the
+    /// filter leaves out to +∞, so that no candidate pool or later pass takes them.
+    pub(crate) fn exclude(&self, start: usize, dists: &mut [f32]) {
+        for (c, chunk) in dists.chunks_mut(32).enumerate() {
+            let mut out = !self.bits(start + 32 * c, chunk.len())
+                & if chunk.len() == 32 {
+                    u32::MAX
+                } else {
+                    (1u32 << chunk.len()) - 1
+                };
+            while out != 0 {
+                chunk[out.trailing_zeros() as usize] = f32::INFINITY;
+                out &= out - 1;
+            }
+        }
+    }
+}
+
+impl Index {
+    /// A filter that lets searches of this index return only the vectors with these ids
+    /// ([`Index::search_filtered`], [`Index::search_batch_filtered`]). Ids the index does not
+    /// hold (removed, or never given) are ignored, and so are repeats. Reads every id of the
+    /// index once, on all threads of the current rayon pool.
+    pub fn id_filter(&self, ids: &[u32]) -> IdFilter {
+        let id_space = self.next_id() as usize;
+        let mut wanted = vec![0u64; id_space.div_ceil(64)];
+        for &id in ids {
+            let id = id as usize;
+            if id < id_space {
+                wanted[id / 64] |= 1 << (id % 64);
+            }
+        }
+        let n = self.num_vectors;
+        let offsets = &self.list_offsets;
+        let mut positions = vec![0u64; n.div_ceil(64)];
+        positions
+            .par_chunks_mut(POSITIONS_PER_TASK / 64)
+            .enumerate()
+            .for_each(|(t, words)| {
+                let start = t * POSITIONS_PER_TASK;
+                let end = (start + 64 * words.len()).min(n);
+                // The list holding `start`: the last whose first position is at most it.
+                let mut list = offsets.partition_point(|&o| o as usize <= start) - 1;
+                for p in start..end {
+                    while offsets[list + 1] as usize <= p {
+                        list += 1;
+                    }
+                    let id = self.ids.get_in_list(list, p) as usize;
+                    if wanted[id / 64] >> (id % 64) & 1 == 1 {
+                        words[(p - start) / 64] |= 1 << (p % 64);
+                    }
+                }
+            });
+        let list_counts: Vec<u32> = (0..self.num_anchors())
+            .into_par_iter()
+            .map(|a| count_ones_in(&positions, offsets[a] as usize, offsets[a + 1] as usize))
+            .collect();
+        IdFilter {
+            instance: self.instance,
+            empty_lists: list_counts.iter().filter(|&&c| c == 0).count(),
+            allowed: list_counts.iter().map(|&c| c as usize).sum(),
+            positions,
+            list_counts,
+        }
+    }
+
+    /// An error unless `filter` was made for this index.
+    pub(crate) fn check_filter(&self, filter: &IdFilter) -> crate::Result<()> {
+        if filter.made_for(self) {
+            Ok(())
+        } else {
+            Err(crate::VlcError::param(
+                "filter",
+                "this filter was made for another index, or for this one before an add or a \
+                 remove (each makes a new index): make it again with Index::id_filter",
+            ))
+        }
+    }
+}
+
+/// Set bits of `words` at positions `start..end`.
+fn count_ones_in(words: &[u64], start: usize, end: usize) -> u32 {
+    if start >= end {
+        return 0;
+    }
+    let (first, last) = (start / 64, (end - 1) / 64);
+    let low_mask = u64::MAX << (start % 64);
+    let high_mask = u64::MAX >> (63 - (end - 1) % 64);
+    if first == last {
+        return (words[first] & low_mask & high_mask).count_ones();
+    }
+    (words[first] & low_mask).count_ones()
+        + words[first + 1..last]
+            .iter()
+            .map(|w| w.count_ones())
+            .sum::<u32>()
+        + (words[last] & high_mask).count_ones()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_bits_of_ranges_match_one_bit_at_a_time() {
+        let mut rng = crate::Rng::new(3);
+        let words: Vec<u64> = (0..5).map(|_| rng.next_u64()).collect();
+        let bit = |p: usize| (words[p / 64] >> (p % 64) & 1) as u32;
+        for start in 0..320 {
+            for end in start..=320 {
+                let expected: u32 = (start..end).map(bit).sum();
+                assert_eq!(
+                    count_ones_in(&words, start, end),
+                    expected,
+                    "{start}..{end}"
+                );
+            }
+        }
+        let filter = IdFilter {
+            instance: 0,
+            positions: words.clone(),
+            list_counts: Vec::new(),
+            empty_lists: 0,
+            allowed: 0,
+        };
+        for start in 0..320 {
+            for count in 0..=32.min(320 - start) {
+                let expected = (0..count).fold(0u32, |m, j| m | bit(start + j) << j);
+                assert_eq!(filter.bits(start, count), expected, "{start}+{count}");
+            }
+            let len = 37.min(320 - start);
+            let mut dists = vec![1.0f32; len];
+            filter.exclude(start, &mut dists);
+            for (j, d) in dists.iter().enumerate() {
+                assert_eq!(*d == 1.0, bit(start + j) == 1, "{start}+{j}");
+            }
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Filtered search (`Index::id_filter`, `search_filtered`, `search_batch_filtered`): it
+//! returns what the index holding only the allowed vectors returns, passes over lists without
+//! one, and refuses a filter made for another index.
+
+use vlc::synthetic::{clustered, queries_near};
+use vlc::{
+    exact_knn, BuildParams, CodecKind, CpuBackend, Index, SearchParams, SearchResults, VlcError,
+};
+
+fn build(data: &[f32], dim: usize, params: &BuildParams) -> Index {
+    Index::build(data, dim, params, &CpuBackend, &mut |_| {})
+        .unwrap()
+        .0
+}
+
+/// `search_filtered` of each query, as rows of (queries, k) padded like a batch's.
+fn one_at_a_time(
+    index: &Index,
+    queries: &[f32],
+    params: &SearchParams,
+    filter: Option<&vlc::IdFilter>,
+) -> SearchResults {
+    let dim = index.dim();
+    let rows = queries.len() / dim;
+    let mut out = SearchResults::padding(rows, params.k).unwrap();
+    for (r, q) in queries.chunks(dim).enumerate() {
+        let hits = match filter {
+            Some(f) => index.search_filtered(q, params, f).unwrap(),
+            None => index.search(q, params).unwrap(),
+        };
+        for (j, h) in hits.iter().enumerate() {
+            out.ids[r * params.k + j] = h.id as i64;
+            out.distances[r * params.k + j] = h.distance;
+        }
+    }
+    out
+}
+
+/// Every third id and 25 ids from the rest: a broad filter with a few stragglers.
+fn allowed_ids(n: u32) -> Vec<u32> {
+    (0..n)
+        .filter(|i| i % 3 == 0 || (i % 3 == 1 && i % 97 == 1))
+        .collect()
+}
+
+/// With every list probed, a filtered search gives, bit for bit, what an unfiltered search of
+/// the index with every other vector removed gives (the same anchors, codecs and codes, and
+/// the kept vectors in the same order): one query at a time and in batches (the batch's
+/// anchors ranked by the backend), with a fixed and an automatic pool and a probe margin.
+#[test]
+fn a_filtered_search_returns_what_the_index_of_the_allowed_vectors_returns() {
+    let dim = 24;
+    let n = 3000;
+    let data = clustered(n, dim, 30, 0.6, 5);
+    let queries = queries_near(&data, dim, 40, 0.3, 6);
+    let allowed = allowed_ids(n as u32);
+    let others: Vec<u32> = (0..n as u32).filter(|i| !allowed.contains(i)).collect();
+    let cases = [
+        (CodecKind::Sq8, None),
+        (CodecKind::RaBitQ1, None),
+        (CodecKind::RaBitQ1, Some(CodecKind::Sq8)),
+        (CodecKind::RaBitQ3, None),
+        (CodecKind::PcaRaBitQ, None),
+        (CodecKind::AnchorOnly, None),
+    ];
+    for (codec, refine) in cases {
+        let params = BuildParams::default()
+            .with_codec(codec)
+            .with_refine(refine)
+            .with_num_anchors(48);
+        let index = build(&data, dim, &params);
+        let filter = index.id_filter(&allowed);
+        assert_eq!(filter.len(), allowed.len());
+        let (kept, report) = index.remove_ids(&others).unwrap();
+        assert_eq!(report.removed, others.len());
+        let name = format!("{codec:?} + {refine:?}");
+        for (rerank, probe_margin) in [(0, None), (30, None), (0, Some(1.0))] {
+            let sp = SearchParams {
+                k: 10,
+                nprobe: index.num_anchors(),
+                rerank,
+                probe_margin,
+            };
+            let expected = kept.search_batch(&queries, &sp, &CpuBackend).unwrap();
+            let batch = index
+                .search_batch_filtered(&queries, &sp, &CpuBackend, &filter)
+                .unwrap();
+            assert_eq!(
+                batch, expected,
+                "{name}, pool {rerank}, margin {probe_margin:?}"
+            );
+            let single = one_at_a_time(&index, &queries, &sp, Some(&filter));
+            let expected = one_at_a_time(&kept, &queries, &sp, None);
+            assert_eq!(
+                single, expected,
+                "{name}, pool {rerank}, margin {probe_margin:?}"
+            );
+            assert!(batch
+                .ids
+                .iter()
+                .all(|&id| id >= 0 && allowed.binary_search(&(id as u32)).is_ok()));
+        }
+    }
+}
+
+/// With the f32 refine tier, every list probed and every candidate rescored, a filtered search
+/// finds the exact nearest allowed vectors.
+#[test]
+fn a_filtered_search_can_be_exact() {
+    let dim = 16;
+    let n = 2000;
+    let data = clustered(n, dim, 20, 0.7, 8);
+    let queries = queries_near(&data, dim, 30, 0.3, 9);
+    let allowed = allowed_ids(n as u32);
+    let subset: Vec<f32> = allowed
+        .iter()
+        .flat_map(|&i| {
+            data[i as usize * dim..(i as usize + 1) * dim]
+                .iter()
+                .copied()
+        })
+        .collect();
+    let truth: Vec<i64> = exact_knn(&subset, &queries, dim, 10)
+        .unwrap()
+        .into_iter()
+        .map(|row| allowed[row as usize] as i64)
+        .collect();
+    let index = build(
+        &data,
+        dim,
+        &BuildParams::default()
+            .with_codec(CodecKind::Sq4)
+            .with_refine(Some(CodecKind::F32))
+            .with_num_anchors(32),
+    );
+    let filter = index.id_filter(&allowed);
+    let sp = SearchParams {
+        k: 10,
+        nprobe: 32,
+        rerank: n,
+        probe_margin: None,
+    };
+    let batch = index
+        .search_batch_filtered(&queries, &sp, &CpuBackend, &filter)
+        .unwrap();
+    assert_eq!(batch.ids, truth);
+    assert_eq!(
+        one_at_a_time(&index, &queries, &sp, Some(&filter)).ids,
+        truth
+    );
+}
+
+/// A selective filter whose vectors lie in lists far from the queries: the nearest list that
+/// holds one is probed, not the nearest list, so one probe still finds k neighbours.
+#[test]
+fn lists_without_an_allowed_vector_are_passed_over() {
+    let dim = 12;
+    // Two groups 100 apart; the queries are near the first, the filter allows 30 of the second.
+    let near = clustered(1500, dim, 10, 0.5, 11);
+    let far: Vec<f32> = clustered(500, dim, 4, 0.5, 12)
+        .iter()
+        .map(|x| x + 100.0)
+        .collect();
+    let data = [near.clone(), far].concat();
+    let queries = queries_near(&near, dim, 20, 0.2, 13);
+    let index = build(
+        &data,
+        dim,
+        &BuildParams::default()
+            .with_codec(CodecKind::Sq8)
+            .with_num_anchors(40),
+    );
+    let allowed: Vec<u32> = (1500..2000).step_by(17).collect();
+    let filter = index.id_filter(&allowed);
+    for probe_margin in [None, Some(0.5)] {
+        let sp = SearchParams {
+            k: 10,
+            nprobe: 1,
+            rerank: 0,
+            probe_margin,
+        };
+        let plain = index.search_batch(&queries, &sp, &CpuBackend).unwrap();
+        assert!(plain.ids.iter().all(|&id| (0..1500).contains(&id)));
+        // The 30 allowed vectors lie in a few lists: the nearest of them holds at least one.
+        let batch = index
+            .search_batch_filtered(&queries, &sp, &CpuBackend, &filter)
+            .unwrap();
+        // (Below 256 anchors a lone query ranks them in f32, a batch on 8-bit integers where
+        // the CPU has an integer kernel: the distances may differ in their last digits.)
+        let single = one_at_a_time(&index, &queries, &sp, Some(&filter));
+        assert_eq!(batch.ids, single.ids);
+        for row in batch.ids.chunks(10) {
+            assert!(row[0] >= 0, "{row:?}");
+            assert!(row
+                .iter()
+                .all(|&id| id == -1 || allowed.contains(&(id as u32))));
+        }
+        // Enough probes reach k allowed vectors for every query.
+        let wide = SearchParams { nprobe: 40, ..sp };
+        let batch = index
+            .search_batch_filtered(&queries, &wide, &CpuBackend, &filter)
+            .unwrap();
+        assert!(batch.ids.iter().all(|&id| allowed.contains(&(id as u32))));
+    }
+}
+
+#[test]
+fn empty_and_foreign_filters() {
+    let dim = 8;
+    let data = clustered(400, dim, 5, 0.5, 21);
+    let queries = queries_near(&data, dim, 20, 0.2, 22);
+    let params = BuildParams::default()
+        .with_codec(CodecKind::Sq8)
+        .with_num_anchors(10);
+    let index = build(&data, dim, &params);
+    let sp = SearchParams {
+        k: 5,
+        nprobe: 4,
+        rerank: 0,
+        probe_margin: None,
+    };
+    // Ids the index does not hold (never given) allow nothing; repeats count once.
+    let none = index.id_filter(&[400, 401, u32::MAX]);
+    assert!(none.is_empty());
+    let results = index
+        .search_batch_filtered(&queries, &sp, &CpuBackend, &none)
+        .unwrap();
+    assert!(results.ids.iter().all(|&id| id == -1));
+    assert!(results.distances.iter().all(|d| d.is_infinite()));
+    assert!(index
+        .search_filtered(&queries[..dim], &sp, &none)
+        .unwrap()
+        .is_empty());
+    let three = index.id_filter(&[7, 7, 9, 11, 11, 500]);
+    assert_eq!(three.len(), 3);
+    let hits = index
+        .search_filtered(&queries[..dim], &SearchParams { nprobe: 10, ..sp }, &three)
+        .unwrap();
+    let mut ids: Vec<u32> = hits.iter().map(|h| h.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [7, 9, 11]);
+
+    // A filter belongs to the index value it was made for.
+    let (smaller, _) = index.remove_ids(&[9]).unwrap();
+    let refused = |r: vlc::Result<SearchResults>| match r {
+        Err(VlcError::InvalidParameter { name, reason }) => {
+            assert_eq!(name, "filter");
+            assert!(reason.contains("another index"), "{reason}");
+        }
+        other => panic!("expected an error, got {other:?}"),
+    };
+    refused(smaller.search_batch_filtered(&queries, &sp, &CpuBackend, &three));
+    let other = build(&data, dim, &params);
+    refused(other.search_batch_filtered(&queries, &sp, &CpuBackend, &three));
+    assert!(other.search_filtered(&queries[..dim], &sp, &three).is_err());
+    // Removed ids are no longer held, and so not allowed.
+    assert_eq!(smaller.id_filter(&[7, 9, 11]).len(), 2);
+}
