@@ -2,11 +2,16 @@
 //! [`Index::id_filter`] and passed to [`Index::search_filtered`] or
 //! [`Index::search_batch_filtered`]).
 //!
-//! A filtered search probes the `nprobe` nearest lists *that hold an allowed vector* (lists
-//! without one are passed over, so a selective filter still finds its neighbours in the
-//! lists nearest the query that can hold them), scores those lists as an unfiltered search
-//! does, and lets only allowed vectors into the candidate pool. The results are those an
-//! index holding only the allowed vectors (with these anchors and codes) would return.
+//! A filtered search takes the lists nearest the query that hold an allowed vector (lists
+//! without one are passed over) until they hold `nprobe` lists' worth of allowed vectors: a
+//! list counts as the share of its vectors the filter allows (1 for a list wholly allowed,
+//! 0.1 where a tenth is), so a query scores about as many allowed candidates as an
+//! unfiltered search scores candidates, whatever the filter's share, and a filter that
+//! allows every vector probes `nprobe` lists as an unfiltered search does. A narrow filter
+//! thus takes more lists (at most every list holding an allowed vector), and costs more
+//! time: the lists are scored whole, and only the allowed vectors enter the candidate pool.
+//! With every list probed, the results are those of the index with every other vector
+//! removed (the same anchors and codes).
 
 use crate::index::Index;
 use rayon::prelude::*;
@@ -26,6 +31,8 @@ pub struct IdFilter {
     list_counts: Vec<u32>,
     /// Lists holding no allowed vector.
     empty_lists: usize,
+    /// The lists' shares of allowed vectors (allowed / list size), added up.
+    share_sum: f64,
     /// Allowed vectors in all.
     allowed: usize,
 }
@@ -54,6 +61,24 @@ impl IdFilter {
     /// Lists that hold no allowed vector.
     pub(crate) fn empty_lists(&self) -> usize {
         self.empty_lists
+    }
+
+    /// Lists that hold an allowed vector.
+    pub(crate) fn lists_with_allowed(&self) -> usize {
+        self.list_counts.len() - self.empty_lists
+    }
+
+    /// How many of the lists that hold an allowed vector a query ranks first to find its
+    /// `nprobe` lists' worth (see the module's doc): half again as many as lists of the
+    /// filter's mean share would take, and a few more; a query whose nearest lists hold less
+    /// than that ranks them all.
+    pub(crate) fn lists_to_rank(&self, nprobe: usize) -> usize {
+        let with = self.lists_with_allowed();
+        if with == 0 {
+            return 0;
+        }
+        let mean_share = self.share_sum / with as f64;
+        ((1.5 * nprobe as f64 / mean_share).ceil() as usize + 4).min(with)
     }
 
     /// Whether the filter was made for `index` (this very value of it).
@@ -136,13 +161,44 @@ impl Index {
             .into_par_iter()
             .map(|a| count_ones_in(&positions, offsets[a] as usize, offsets[a + 1] as usize))
             .collect();
+        let share_sum = list_counts
+            .iter()
+            .enumerate()
+            .filter(|&(_, &c)| c > 0)
+            .map(|(a, &c)| c as f64 / (offsets[a + 1] - offsets[a]) as f64)
+            .sum();
         IdFilter {
             instance: self.instance,
+            share_sum,
             empty_lists: list_counts.iter().filter(|&&c| c == 0).count(),
             allowed: list_counts.iter().map(|&c| c as usize).sum(),
             positions,
             list_counts,
         }
+    }
+
+    /// With a filter, how many of `ranked` (anchor, distance), the nearest lists that hold an
+    /// allowed vector, nearest first, a query probes: lists in order until their shares of
+    /// allowed vectors add up to `nprobe` (see [`crate::filter`]), or all of them where
+    /// `complete` (they are every list holding one). `None` where they run out first and
+    /// more lists could follow (rank them all).
+    pub(crate) fn filtered_probe_count(
+        &self,
+        filter: &IdFilter,
+        ranked: &[(u32, f32)],
+        nprobe: usize,
+        complete: bool,
+    ) -> Option<usize> {
+        let mut worth = 0f64;
+        for (j, &(a, _)) in ranked.iter().enumerate() {
+            if worth >= nprobe as f64 {
+                return Some(j);
+            }
+            let a = a as usize;
+            let size = self.list_offsets[a + 1] - self.list_offsets[a];
+            worth += filter.list_count(a) as f64 / size as f64;
+        }
+        (worth >= nprobe as f64 || complete).then_some(ranked.len())
     }
 
     /// An error unless `filter` was made for this index.
@@ -202,6 +258,7 @@ mod tests {
             positions: words.clone(),
             list_counts: Vec::new(),
             empty_lists: 0,
+            share_sum: 0.0,
             allowed: 0,
         };
         for start in 0..320 {

@@ -436,9 +436,11 @@ impl Index {
     }
 
     /// [`Index::search`] that returns only vectors `filter` allows ([`Index::id_filter`]):
-    /// it probes the `nprobe` nearest lists that hold an allowed vector (see
-    /// [`crate::filter`]). Fewer than k neighbours where those lists hold fewer allowed
-    /// vectors. Errors as [`Index::search`] does, and when `filter` was made for another index.
+    /// it probes the nearest lists that hold an allowed vector until they hold `nprobe`
+    /// lists' worth of them, each list counting the share of its vectors allowed (see
+    /// [`crate::filter`]: a narrow filter takes more lists, and more time). Fewer than k
+    /// neighbours where every list holding one holds fewer allowed vectors. Errors as
+    /// [`Index::search`] does, and when `filter` was made for another index.
     pub fn search_filtered(
         &self,
         query: &[f32],
@@ -477,8 +479,6 @@ impl Index {
     ) {
         let mut prepared = std::mem::take(&mut scratch.prepared);
         let q = self.prepare_one(query, &mut prepared);
-        let first = first_probes(params);
-        self.rank_anchors_one(q, first, filter, scratch);
         let mut probes = std::mem::take(&mut scratch.probes);
         // With a filter, the lists without an allowed vector ranked last (at +∞): they are
         // among the picks only where fewer lists than asked for hold one, and are dropped.
@@ -491,14 +491,43 @@ impl Index {
                     .filter(|&(a, _)| filter.is_none_or(|f| f.list_count(a as usize) > 0)),
             );
         };
-        keys_to_probes(&scratch.order, &mut probes);
-        let mut n = self.lists_to_scan(&probes, params, filter);
-        if n == first && first < params.nprobe {
-            // The margin reaches past the first lists: select all nprobe.
-            smallest_keys(&scratch.anchor_dists, params.nprobe, &mut scratch.order);
-            keys_to_probes(&scratch.order, &mut probes);
-            n = self.lists_to_scan(&probes, params, filter);
-        }
+        let n = match filter {
+            Some(filter) => {
+                // The nearest lists holding an allowed vector, until nprobe lists' worth
+                // (`filtered_block_probes` takes the same for a batch).
+                let with = filter.lists_with_allowed();
+                let first = filter.lists_to_rank(params.nprobe);
+                self.rank_anchors_one(q, first, Some(filter), scratch);
+                keys_to_probes(&scratch.order, &mut probes);
+                let complete = first >= with;
+                let count =
+                    match self.filtered_probe_count(filter, &probes, params.nprobe, complete) {
+                        Some(count) => count,
+                        None => {
+                            // Too little in the first lists: rank every list holding one.
+                            smallest_keys(&scratch.anchor_dists, with, &mut scratch.order);
+                            keys_to_probes(&scratch.order, &mut probes);
+                            self.filtered_probe_count(filter, &probes, params.nprobe, true)
+                                .expect("every list holding an allowed vector was ranked")
+                        }
+                    };
+                probes.truncate(count);
+                self.lists_to_scan(&probes, params, Some(filter))
+            }
+            None => {
+                let first = first_probes(params);
+                self.rank_anchors_one(q, first, None, scratch);
+                keys_to_probes(&scratch.order, &mut probes);
+                let mut n = self.lists_to_scan(&probes, params, None);
+                if n == first && first < params.nprobe {
+                    // The margin reaches past the first lists: select all nprobe.
+                    smallest_keys(&scratch.anchor_dists, params.nprobe, &mut scratch.order);
+                    keys_to_probes(&scratch.order, &mut probes);
+                    n = self.lists_to_scan(&probes, params, None);
+                }
+                n
+            }
+        };
         self.search_prepared(q, None, &probes[..n], params, filter, scratch);
         scratch.probes = probes;
         scratch.prepared = prepared;
@@ -640,8 +669,7 @@ impl Index {
     /// nearest first. With a probe margin the anchors are ranked for the first
     /// [`first_probes`] lists only, and again for all nprobe for the queries whose margin
     /// reaches past those: selecting and sorting hundreds of anchors per query costs as much
-    /// as scanning a few short lists. With a filter, the lists without an allowed vector are
-    /// passed over: each query is ranked for as many more anchors as there are such lists.
+    /// as scanning a few short lists. With a filter, see [`Index::filtered_block_probes`].
     fn block_probes(
         &self,
         prepared: &[f32],
@@ -649,25 +677,17 @@ impl Index {
         filter: Option<&IdFilter>,
         backend: &dyn Backend,
     ) -> Result<BlockProbes> {
+        if let Some(filter) = filter {
+            return self.filtered_block_probes(prepared, params, filter, backend);
+        }
         let dim = self.dim;
-        let passed_over = filter.map_or(0, IdFilter::empty_lists);
-        // The ranked count that yields `wanted` lists that may be probed.
-        let ranked = |wanted: usize| (wanted + passed_over).min(self.num_anchors());
-        // The first `wanted` lists of query `i`'s ranking that hold an allowed vector.
-        let row =
-            |near: &crate::backend::Nearest, i: usize, wanted: usize, out: &mut Vec<(u32, f32)>| {
-                let m = near.per_point;
-                out.extend(
-                    (0..m)
-                        .map(|j| (near.ids[i * m + j], near.dists[i * m + j]))
-                        .filter(|&(a, _)| filter.is_none_or(|f| f.list_count(a as usize) > 0))
-                        .take(wanted),
-                );
-            };
+        let row = |near: &crate::backend::Nearest, i: usize, out: &mut Vec<(u32, f32)>| {
+            let m = near.per_point;
+            out.extend((0..m).map(|j| (near.ids[i * m + j], near.dists[i * m + j])));
+        };
         let first = first_probes(params);
         let packed = self.packed_for_batches();
-        let near =
-            backend.nearest_index_anchors(prepared, &self.anchors, dim, ranked(first), packed)?;
+        let near = backend.nearest_index_anchors(prepared, &self.anchors, dim, first, packed)?;
         let num_queries = prepared.len() / dim;
         let mut probes = BlockProbes {
             lists: Vec::with_capacity(num_queries * first),
@@ -678,8 +698,8 @@ impl Index {
         let mut again = Vec::new();
         for i in 0..num_queries {
             let start = probes.lists.len();
-            row(&near, i, first, &mut probes.lists);
-            let n = self.lists_to_scan(&probes.lists[start..], params, filter);
+            row(&near, i, &mut probes.lists);
+            let n = self.lists_to_scan(&probes.lists[start..], params, None);
             if n == first && first < params.nprobe {
                 again.push(i);
             }
@@ -693,13 +713,8 @@ impl Index {
             .iter()
             .flat_map(|&i| prepared[i * dim..(i + 1) * dim].iter().copied())
             .collect();
-        let near = backend.nearest_index_anchors(
-            &points,
-            &self.anchors,
-            dim,
-            ranked(params.nprobe),
-            packed,
-        )?;
+        let near =
+            backend.nearest_index_anchors(&points, &self.anchors, dim, params.nprobe, packed)?;
         // Rebuilt with the rows ranked again in place of the first ones.
         let mut rebuilt = BlockProbes {
             lists: Vec::with_capacity(probes.lists.len() + again.len() * params.nprobe),
@@ -711,9 +726,96 @@ impl Index {
             match ranked_again.next_if(|&(_, &q)| q == i) {
                 Some((r, _)) => {
                     let start = rebuilt.lists.len();
-                    row(&near, r, params.nprobe, &mut rebuilt.lists);
-                    let n = self.lists_to_scan(&rebuilt.lists[start..], params, filter);
+                    row(&near, r, &mut rebuilt.lists);
+                    let n = self.lists_to_scan(&rebuilt.lists[start..], params, None);
                     rebuilt.lists.truncate(start + n);
+                }
+                None => rebuilt.lists.extend_from_slice(probes.row(i)),
+            }
+            rebuilt.offsets.push(rebuilt.lists.len());
+        }
+        Ok(rebuilt)
+    }
+
+    /// [`Index::block_probes`] with a filter: each query's nearest lists that hold an allowed
+    /// vector, until `nprobe` lists' worth ([`Index::filtered_probe_count`]), as
+    /// [`Index::search_one`] takes them. The anchors are ranked for
+    /// [`IdFilter::lists_to_rank`] such lists (and as many more as lists without one), and
+    /// again in full for the queries whose first lists hold too little.
+    fn filtered_block_probes(
+        &self,
+        prepared: &[f32],
+        params: &SearchParams,
+        filter: &IdFilter,
+        backend: &dyn Backend,
+    ) -> Result<BlockProbes> {
+        let dim = self.dim;
+        let num_queries = prepared.len() / dim;
+        let with = filter.lists_with_allowed();
+        let mut probes = BlockProbes {
+            lists: Vec::new(),
+            offsets: vec![0; num_queries + 1],
+        };
+        if with == 0 {
+            return Ok(probes);
+        }
+        // Query `r`'s ranked lists that hold an allowed vector, cut to what it probes, appended
+        // to `out`; false (nothing appended) where they hold too little and others follow.
+        let take = |near: &crate::backend::Nearest, r: usize, out: &mut Vec<(u32, f32)>| {
+            let (m, start) = (near.per_point, out.len());
+            out.extend(
+                (0..m)
+                    .map(|j| (near.ids[r * m + j], near.dists[r * m + j]))
+                    .filter(|&(a, _)| filter.list_count(a as usize) > 0),
+            );
+            let complete = out.len() - start >= with;
+            match self.filtered_probe_count(filter, &out[start..], params.nprobe, complete) {
+                Some(count) => {
+                    out.truncate(start + count);
+                    let n = self.lists_to_scan(&out[start..], params, Some(filter));
+                    out.truncate(start + n);
+                    true
+                }
+                None => {
+                    out.truncate(start);
+                    false
+                }
+            }
+        };
+        let ranked =
+            (filter.lists_to_rank(params.nprobe) + filter.empty_lists()).min(self.num_anchors());
+        let packed = self.packed_for_batches();
+        let near = backend.nearest_index_anchors(prepared, &self.anchors, dim, ranked, packed)?;
+        let mut again = Vec::new();
+        probes.offsets.clear();
+        probes.offsets.push(0);
+        for i in 0..num_queries {
+            if !take(&near, i, &mut probes.lists) {
+                again.push(i);
+            }
+            probes.offsets.push(probes.lists.len());
+        }
+        if again.is_empty() {
+            return Ok(probes);
+        }
+        // Every anchor ranked for the queries whose first lists held too little.
+        let points: Vec<f32> = again
+            .iter()
+            .flat_map(|&i| prepared[i * dim..(i + 1) * dim].iter().copied())
+            .collect();
+        let all = self.num_anchors();
+        let near = backend.nearest_index_anchors(&points, &self.anchors, dim, all, packed)?;
+        let mut rebuilt = BlockProbes {
+            lists: Vec::with_capacity(probes.lists.len()),
+            offsets: Vec::with_capacity(num_queries + 1),
+        };
+        rebuilt.offsets.push(0);
+        let mut ranked_again = again.iter().enumerate().peekable();
+        for i in 0..num_queries {
+            match ranked_again.next_if(|&(_, &q)| q == i) {
+                Some((r, _)) => {
+                    let complete = take(&near, r, &mut rebuilt.lists);
+                    debug_assert!(complete, "every list was ranked");
                 }
                 None => rebuilt.lists.extend_from_slice(probes.row(i)),
             }

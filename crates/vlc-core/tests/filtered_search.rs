@@ -150,8 +150,9 @@ fn a_filtered_search_can_be_exact() {
     );
 }
 
-/// A selective filter whose vectors lie in lists far from the queries: the nearest list that
-/// holds one is probed, not the nearest list, so one probe still finds k neighbours.
+/// A selective filter whose vectors lie in lists far from the queries: the nearest lists that
+/// hold one are probed, not the nearest lists, and one probe's worth of them (each counts the
+/// share of its vectors allowed, here a few percent) is every list holding one: k neighbours.
 #[test]
 fn lists_without_an_allowed_vector_are_passed_over() {
     let dim = 12;
@@ -190,10 +191,7 @@ fn lists_without_an_allowed_vector_are_passed_over() {
         let single = one_at_a_time(&index, &queries, &sp, Some(&filter));
         assert_eq!(batch.ids, single.ids);
         for row in batch.ids.chunks(10) {
-            assert!(row[0] >= 0, "{row:?}");
-            assert!(row
-                .iter()
-                .all(|&id| id == -1 || allowed.contains(&(id as u32))));
+            assert!(row.iter().all(|&id| allowed.contains(&(id as u32))), "{row:?}");
         }
         // Enough probes reach k allowed vectors for every query.
         let wide = SearchParams { nprobe: 40, ..sp };
@@ -255,4 +253,139 @@ fn empty_and_foreign_filters() {
     assert!(other.search_filtered(&queries[..dim], &sp, &three).is_err());
     // Removed ids are no longer held, and so not allowed.
     assert_eq!(smaller.id_filter(&[7, 9, 11]).len(), 2);
+}
+
+/// A filter that allows every vector probes the lists an unfiltered search probes (each list
+/// counts 1); one that allows a tenth probes about ten times as many, so that it scores about
+/// as many allowed candidates and keeps its recall, where probing as many lists as unfiltered
+/// (the index with the other vectors removed, searched at the same nprobe) loses it.
+#[test]
+fn nprobe_counts_lists_worth_of_allowed_vectors() {
+    let dim = 20;
+    let n = 6000;
+    let data = clustered(n, dim, 40, 0.7, 41);
+    let queries = queries_near(&data, dim, 100, 0.3, 42);
+    let index = build(
+        &data,
+        dim,
+        &BuildParams::default()
+            .with_codec(CodecKind::Sq8)
+            .with_num_anchors(64),
+    );
+    assert!(index.list_sizes().iter().all(|&s| s > 0));
+    let everything: Vec<u32> = (0..n as u32).collect();
+    let all = index.id_filter(&everything);
+    for probe_margin in [None, Some(1.0)] {
+        let sp = SearchParams {
+            k: 10,
+            nprobe: 6,
+            rerank: 0,
+            probe_margin,
+        };
+        let plain = index.search_batch(&queries, &sp, &CpuBackend).unwrap();
+        let batch = index
+            .search_batch_filtered(&queries, &sp, &CpuBackend, &all)
+            .unwrap();
+        assert_eq!(batch, plain, "margin {probe_margin:?}");
+        let single = one_at_a_time(&index, &queries, &sp, Some(&all));
+        assert_eq!(single, one_at_a_time(&index, &queries, &sp, None));
+    }
+    let tenth: Vec<u32> = (0..n as u32).filter(|i| i % 10 == 3).collect();
+    let subset: Vec<f32> = tenth
+        .iter()
+        .flat_map(|&i| data[i as usize * dim..(i as usize + 1) * dim].iter().copied())
+        .collect();
+    let truth: Vec<u32> = exact_knn(&subset, &queries, dim, 10)
+        .unwrap()
+        .into_iter()
+        .map(|r| tenth[r as usize])
+        .collect();
+    let recall = |ids: &[i64]| {
+        let hits = ids
+            .chunks(10)
+            .zip(truth.chunks(10))
+            .map(|(got, want)| got.iter().filter(|&&g| want.contains(&(g as u32))).count())
+            .sum::<usize>();
+        hits as f64 / truth.len() as f64
+    };
+    let filter = index.id_filter(&tenth);
+    let others: Vec<u32> = (0..n as u32).filter(|i| i % 10 != 3).collect();
+    let (kept, _) = index.remove_ids(&others).unwrap();
+    let sp = SearchParams {
+        k: 10,
+        nprobe: 2,
+        rerank: 0,
+        probe_margin: None,
+    };
+    let filtered = index
+        .search_batch_filtered(&queries, &sp, &CpuBackend, &filter)
+        .unwrap();
+    let same_lists = kept.search_batch(&queries, &sp, &CpuBackend).unwrap();
+    let unfiltered = index.search_batch(&queries, &sp, &CpuBackend).unwrap();
+    let all_truth: Vec<i64> = exact_knn(&data, &queries, dim, 10)
+        .unwrap()
+        .into_iter()
+        .map(i64::from)
+        .collect();
+    let unfiltered_recall = unfiltered
+        .ids
+        .chunks(10)
+        .zip(all_truth.chunks(10))
+        .map(|(got, want)| got.iter().filter(|g| want.contains(g)).count())
+        .sum::<usize>() as f64
+        / all_truth.len() as f64;
+    eprintln!(
+        "recall@10 at nprobe 2: unfiltered {unfiltered_recall:.3}, a tenth allowed {:.3}, \
+         the same lists as unfiltered {:.3}",
+        recall(&filtered.ids),
+        recall(&same_lists.ids)
+    );
+    assert_eq!(
+        one_at_a_time(&index, &queries, &sp, Some(&filter)).ids,
+        filtered.ids
+    );
+    assert!(recall(&filtered.ids) >= unfiltered_recall - 0.02);
+    assert!(recall(&filtered.ids) >= recall(&same_lists.ids) + 0.08);
+}
+
+/// A filter that allows a far group whole and 1 in 50 of the group the queries are near: the
+/// lists a query ranks first (sized by the filter's mean share) hold too little, so it ranks
+/// every list, takes every near list and then the nearest far one; a batch (ranked again for
+/// those queries) takes the same lists as one query at a time.
+#[test]
+fn queries_whose_nearest_lists_hold_little_rank_every_list() {
+    let dim = 12;
+    let near = clustered(3000, dim, 12, 0.5, 51);
+    let far: Vec<f32> = clustered(1000, dim, 4, 0.5, 52)
+        .iter()
+        .map(|x| x + 100.0)
+        .collect();
+    let data = [near.clone(), far].concat();
+    let queries = queries_near(&near, dim, 30, 0.2, 53);
+    let index = build(
+        &data,
+        dim,
+        &BuildParams::default()
+            .with_codec(CodecKind::Sq8)
+            .with_num_anchors(40),
+    );
+    let allowed: Vec<u32> = (0..4000).filter(|&i| i >= 3000 || i % 50 == 0).collect();
+    let filter = index.id_filter(&allowed);
+    let sp = SearchParams {
+        k: 100,
+        nprobe: 1,
+        rerank: 0,
+        probe_margin: None,
+    };
+    let batch = index
+        .search_batch_filtered(&queries, &sp, &CpuBackend, &filter)
+        .unwrap();
+    let single = one_at_a_time(&index, &queries, &sp, Some(&filter));
+    assert_eq!(batch.ids, single.ids);
+    for row in batch.ids.chunks(100) {
+        // Every allowed vector of the near group (60), then far ones.
+        let near_hits = row.iter().filter(|&&id| (0..3000).contains(&id)).count();
+        assert_eq!(near_hits, 60, "{row:?}");
+        assert!(row.iter().filter(|&&id| id >= 3000).count() > 0, "{row:?}");
+    }
 }

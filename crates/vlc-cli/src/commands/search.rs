@@ -69,10 +69,13 @@ pub struct Args {
     pub batch_size: usize,
     /// Return only vectors with these ids (a filter: e.g. one user's or one source's
     /// documents): a file of ids, .npy of integers (any shape) or text with ids separated by
-    /// spaces, commas or newlines. Each query probes the --nprobe nearest lists that hold an
-    /// allowed vector, so a selective filter still finds its neighbours; a query whose probed
-    /// lists hold fewer than k allowed vectors gets fewer hits. Ids the index does not hold are
-    /// ignored (a note says how many). Runs on the CPU.
+    /// spaces, commas or newlines. Each query probes the nearest lists that hold an allowed
+    /// vector until they hold --nprobe lists' worth of them (a list counts the share of its
+    /// vectors allowed: 0.1 where a tenth is), so it scores about as many allowed candidates as
+    /// an unfiltered search scores candidates and keeps its recall, but a narrow filter probes
+    /// more lists and takes more time (at most every list holding an allowed vector; lower
+    /// --nprobe to trade recall for speed). Ids the index does not hold are ignored (a note
+    /// says how many). Runs on the CPU.
     #[arg(long, value_name = "PATH")]
     pub allow_ids: Option<PathBuf>,
 }

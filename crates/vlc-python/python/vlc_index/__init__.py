@@ -162,8 +162,10 @@ class Index:
         CPU's results within rounding. `search_backend` then says where the search ran.
         allowed: return only these vectors (a filter, e.g. one user's documents): their ids
         (array-like of integers), or an `IdFilter` from `filter(ids)`, which serves many searches
-        (making one reads every id of the index). Each query then probes the nprobe nearest
-        lists that hold an allowed vector. Filtered searches run on the CPU ("auto" searches
+        (making one reads every id of the index). Each query then probes the nearest lists
+        that hold an allowed vector until they hold nprobe lists' worth of them (a list counts
+        the share of its vectors allowed), so a narrow filter keeps its recall and takes more
+        time (see `vlc search --help`). Filtered searches run on the CPU ("auto" searches
         there; "cuda" and "wgpu" raise).
         Returns (ids int64, distances float32), each (rows, k): estimated squared L2
         distances (for a cosine index, 2 - 2 cos); id -1 and distance inf pad a row when the
