@@ -191,7 +191,10 @@ fn lists_without_an_allowed_vector_are_passed_over() {
         let single = one_at_a_time(&index, &queries, &sp, Some(&filter));
         assert_eq!(batch.ids, single.ids);
         for row in batch.ids.chunks(10) {
-            assert!(row.iter().all(|&id| allowed.contains(&(id as u32))), "{row:?}");
+            assert!(
+                row.iter().all(|&id| allowed.contains(&(id as u32))),
+                "{row:?}"
+            );
         }
         // Enough probes reach k allowed vectors for every query.
         let wide = SearchParams { nprobe: 40, ..sp };
@@ -293,7 +296,11 @@ fn nprobe_counts_lists_worth_of_allowed_vectors() {
     let tenth: Vec<u32> = (0..n as u32).filter(|i| i % 10 == 3).collect();
     let subset: Vec<f32> = tenth
         .iter()
-        .flat_map(|&i| data[i as usize * dim..(i as usize + 1) * dim].iter().copied())
+        .flat_map(|&i| {
+            data[i as usize * dim..(i as usize + 1) * dim]
+                .iter()
+                .copied()
+        })
         .collect();
     let truth: Vec<u32> = exact_knn(&subset, &queries, dim, 10)
         .unwrap()
