@@ -379,6 +379,17 @@ struct BlockProbes {
     offsets: Vec<usize>,
 }
 
+/// The queries of a block whose anchors [`Index::rank_again`] ranks again.
+struct RankedAgain<'a> {
+    /// The block's queries. Layout: (num_queries, dim), row-major.
+    prepared: &'a [f32],
+    /// Rows of `prepared` to rank again, ascending.
+    queries: &'a [usize],
+    /// Anchors ranked per query.
+    per_point: usize,
+    packed: Option<&'a crate::amx::PackedAnchors>,
+}
+
 impl BlockProbes {
     fn row(&self, i: usize) -> &[(u32, f32)] {
         &self.lists[self.offsets[i]..self.offsets[i + 1]]
@@ -709,32 +720,18 @@ impl Index {
         if again.is_empty() {
             return Ok(probes);
         }
-        let points: Vec<f32> = again
-            .iter()
-            .flat_map(|&i| prepared[i * dim..(i + 1) * dim].iter().copied())
-            .collect();
-        let near =
-            backend.nearest_index_anchors(&points, &self.anchors, dim, params.nprobe, packed)?;
-        // Rebuilt with the rows ranked again in place of the first ones.
-        let mut rebuilt = BlockProbes {
-            lists: Vec::with_capacity(probes.lists.len() + again.len() * params.nprobe),
-            offsets: Vec::with_capacity(num_queries + 1),
+        let ranked_again = RankedAgain {
+            prepared,
+            queries: &again,
+            per_point: params.nprobe,
+            packed,
         };
-        rebuilt.offsets.push(0);
-        let mut ranked_again = again.iter().enumerate().peekable();
-        for i in 0..num_queries {
-            match ranked_again.next_if(|&(_, &q)| q == i) {
-                Some((r, _)) => {
-                    let start = rebuilt.lists.len();
-                    row(&near, r, &mut rebuilt.lists);
-                    let n = self.lists_to_scan(&rebuilt.lists[start..], params, None);
-                    rebuilt.lists.truncate(start + n);
-                }
-                None => rebuilt.lists.extend_from_slice(probes.row(i)),
-            }
-            rebuilt.offsets.push(rebuilt.lists.len());
-        }
-        Ok(rebuilt)
+        self.rank_again(probes, &ranked_again, backend, |near, r, out| {
+            let start = out.len();
+            row(near, r, out);
+            let n = self.lists_to_scan(&out[start..], params, None);
+            out.truncate(start + n);
+        })
     }
 
     /// [`Index::block_probes`] with a filter: each query's nearest lists that hold an allowed
@@ -799,24 +796,54 @@ impl Index {
             return Ok(probes);
         }
         // Every anchor ranked for the queries whose first lists held too little.
+        let ranked_again = RankedAgain {
+            prepared,
+            queries: &again,
+            per_point: self.num_anchors(),
+            packed,
+        };
+        self.rank_again(probes, &ranked_again, backend, |near, r, out| {
+            let complete = take(near, r, out);
+            debug_assert!(complete, "every list was ranked");
+        })
+    }
+
+    /// `probes` with the rows of `again.queries` (ascending) replaced: those queries' anchors
+    /// ranked again, `again.per_point` of them, and `fill(near, r, out)` appending the r-th
+    /// such query's lists to `out`.
+    fn rank_again(
+        &self,
+        probes: BlockProbes,
+        again: &RankedAgain,
+        backend: &dyn Backend,
+        fill: impl Fn(&crate::backend::Nearest, usize, &mut Vec<(u32, f32)>),
+    ) -> Result<BlockProbes> {
+        let dim = self.dim;
+        let prepared = again.prepared;
         let points: Vec<f32> = again
+            .queries
             .iter()
             .flat_map(|&i| prepared[i * dim..(i + 1) * dim].iter().copied())
             .collect();
-        let all = self.num_anchors();
-        let near = backend.nearest_index_anchors(&points, &self.anchors, dim, all, packed)?;
+        let near = backend.nearest_index_anchors(
+            &points,
+            &self.anchors,
+            dim,
+            again.per_point,
+            again.packed,
+        )?;
+        let num_queries = prepared.len() / dim;
         let mut rebuilt = BlockProbes {
-            lists: Vec::with_capacity(probes.lists.len()),
+            lists: Vec::with_capacity(
+                probes.lists.len() + again.queries.len() * again.per_point.min(64),
+            ),
             offsets: Vec::with_capacity(num_queries + 1),
         };
         rebuilt.offsets.push(0);
-        let mut ranked_again = again.iter().enumerate().peekable();
+        let mut ranked_again = again.queries.iter().enumerate().peekable();
         for i in 0..num_queries {
             match ranked_again.next_if(|&(_, &q)| q == i) {
-                Some((r, _)) => {
-                    let complete = take(&near, r, &mut rebuilt.lists);
-                    debug_assert!(complete, "every list was ranked");
-                }
+                Some((r, _)) => fill(&near, r, &mut rebuilt.lists),
                 None => rebuilt.lists.extend_from_slice(probes.row(i)),
             }
             rebuilt.offsets.push(rebuilt.lists.len());

@@ -36,6 +36,20 @@ fn one_at_a_time(
     out
 }
 
+/// The ids of the exact 10 nearest of `allowed` (ids = rows of `data`, (n, dim)) to each
+/// query, as rows of 10.
+fn truth_among(data: &[f32], dim: usize, queries: &[f32], allowed: &[u32]) -> Vec<u32> {
+    let subset: Vec<f32> = allowed
+        .iter()
+        .flat_map(|&i| data[i as usize * dim..][..dim].iter().copied())
+        .collect();
+    exact_knn(&subset, queries, dim, 10)
+        .unwrap()
+        .into_iter()
+        .map(|row| allowed[row as usize])
+        .collect()
+}
+
 /// Every third id and 25 ids from the rest: a broad filter with a few stragglers.
 fn allowed_ids(n: u32) -> Vec<u32> {
     (0..n)
@@ -112,18 +126,9 @@ fn a_filtered_search_can_be_exact() {
     let data = clustered(n, dim, 20, 0.7, 8);
     let queries = queries_near(&data, dim, 30, 0.3, 9);
     let allowed = allowed_ids(n as u32);
-    let subset: Vec<f32> = allowed
-        .iter()
-        .flat_map(|&i| {
-            data[i as usize * dim..(i as usize + 1) * dim]
-                .iter()
-                .copied()
-        })
-        .collect();
-    let truth: Vec<i64> = exact_knn(&subset, &queries, dim, 10)
-        .unwrap()
+    let truth: Vec<i64> = truth_among(&data, dim, &queries, &allowed)
         .into_iter()
-        .map(|row| allowed[row as usize] as i64)
+        .map(i64::from)
         .collect();
     let index = build(
         &data,
@@ -150,27 +155,30 @@ fn a_filtered_search_can_be_exact() {
     );
 }
 
+/// A 12-d `sq8` index of 40 anchors over two groups 100 apart: `near` vectors (ids first)
+/// and `far` ones after them; and `queries` queries near the first group.
+fn near_and_far(near: usize, far: usize, queries: usize, seed: u64) -> (Index, Vec<f32>) {
+    let dim = 12;
+    let near = clustered(near, dim, 10, 0.5, seed);
+    let far: Vec<f32> = clustered(far, dim, 4, 0.5, seed + 1)
+        .iter()
+        .map(|x| x + 100.0)
+        .collect();
+    let data = [near.clone(), far].concat();
+    let params = BuildParams::default()
+        .with_codec(CodecKind::Sq8)
+        .with_num_anchors(40);
+    let queries = queries_near(&near, dim, queries, 0.2, seed + 2);
+    (build(&data, dim, &params), queries)
+}
+
 /// A selective filter whose vectors lie in lists far from the queries: the nearest lists that
 /// hold one are probed, not the nearest lists, and one probe's worth of them (each counts the
 /// share of its vectors allowed, here a few percent) is every list holding one: k neighbours.
 #[test]
 fn lists_without_an_allowed_vector_are_passed_over() {
-    let dim = 12;
-    // Two groups 100 apart; the queries are near the first, the filter allows 30 of the second.
-    let near = clustered(1500, dim, 10, 0.5, 11);
-    let far: Vec<f32> = clustered(500, dim, 4, 0.5, 12)
-        .iter()
-        .map(|x| x + 100.0)
-        .collect();
-    let data = [near.clone(), far].concat();
-    let queries = queries_near(&near, dim, 20, 0.2, 13);
-    let index = build(
-        &data,
-        dim,
-        &BuildParams::default()
-            .with_codec(CodecKind::Sq8)
-            .with_num_anchors(40),
-    );
+    // The filter allows 30 of the far group.
+    let (index, queries) = near_and_far(1500, 500, 20, 11);
     let allowed: Vec<u32> = (1500..2000).step_by(17).collect();
     let filter = index.id_filter(&allowed);
     for probe_margin in [None, Some(0.5)] {
@@ -294,19 +302,7 @@ fn nprobe_counts_lists_worth_of_allowed_vectors() {
         assert_eq!(single, one_at_a_time(&index, &queries, &sp, None));
     }
     let tenth: Vec<u32> = (0..n as u32).filter(|i| i % 10 == 3).collect();
-    let subset: Vec<f32> = tenth
-        .iter()
-        .flat_map(|&i| {
-            data[i as usize * dim..(i as usize + 1) * dim]
-                .iter()
-                .copied()
-        })
-        .collect();
-    let truth: Vec<u32> = exact_knn(&subset, &queries, dim, 10)
-        .unwrap()
-        .into_iter()
-        .map(|r| tenth[r as usize])
-        .collect();
+    let truth = truth_among(&data, dim, &queries, &tenth);
     let recall = |ids: &[i64]| {
         let hits = ids
             .chunks(10)
@@ -361,21 +357,7 @@ fn nprobe_counts_lists_worth_of_allowed_vectors() {
 /// those queries) takes the same lists as one query at a time.
 #[test]
 fn queries_whose_nearest_lists_hold_little_rank_every_list() {
-    let dim = 12;
-    let near = clustered(3000, dim, 12, 0.5, 51);
-    let far: Vec<f32> = clustered(1000, dim, 4, 0.5, 52)
-        .iter()
-        .map(|x| x + 100.0)
-        .collect();
-    let data = [near.clone(), far].concat();
-    let queries = queries_near(&near, dim, 30, 0.2, 53);
-    let index = build(
-        &data,
-        dim,
-        &BuildParams::default()
-            .with_codec(CodecKind::Sq8)
-            .with_num_anchors(40),
-    );
+    let (index, queries) = near_and_far(3000, 1000, 30, 51);
     let allowed: Vec<u32> = (0..4000).filter(|&i| i >= 3000 || i % 50 == 0).collect();
     let filter = index.id_filter(&allowed);
     let sp = SearchParams {
