@@ -379,16 +379,20 @@ struct BlockProbes {
     offsets: Vec<usize>,
 }
 
-/// The queries of a block whose anchors [`Index::rank_again`] ranks again.
-struct RankedAgain<'a> {
+/// Queries of a block whose anchors [`Index::rank_rows`] ranks.
+struct RankedRows<'a> {
     /// The block's queries. Layout: (num_queries, dim), row-major.
     prepared: &'a [f32],
-    /// Rows of `prepared` to rank again, ascending.
-    queries: &'a [usize],
+    /// Rows of `prepared` to rank, ascending; `None`: every row.
+    queries: Option<&'a [usize]>,
     /// Anchors ranked per query.
     per_point: usize,
     packed: Option<&'a crate::amx::PackedAnchors>,
 }
+
+/// The most (anchor, distance) entries one ranking call of [`Index::rank_rows`] returns: 32
+/// MiB of them.
+const RANKED_ENTRIES: usize = 1 << 22;
 
 impl BlockProbes {
     fn row(&self, i: usize) -> &[(u32, f32)] {
@@ -720,9 +724,9 @@ impl Index {
         if again.is_empty() {
             return Ok(probes);
         }
-        let ranked_again = RankedAgain {
+        let ranked_again = RankedRows {
             prepared,
-            queries: &again,
+            queries: Some(&again),
             per_point: params.nprobe,
             packed,
         };
@@ -782,23 +786,28 @@ impl Index {
         let ranked =
             (filter.lists_to_rank(params.nprobe) + filter.empty_lists()).min(self.num_anchors());
         let packed = self.packed_for_batches();
-        let near = backend.nearest_index_anchors(prepared, &self.anchors, dim, ranked, packed)?;
         let mut again = Vec::new();
         probes.offsets.clear();
         probes.offsets.push(0);
-        for i in 0..num_queries {
-            if !take(&near, i, &mut probes.lists) {
+        let rows = RankedRows {
+            prepared,
+            queries: None,
+            per_point: ranked,
+            packed,
+        };
+        self.rank_rows(&rows, backend, |i, near, r| {
+            if !take(near, r, &mut probes.lists) {
                 again.push(i);
             }
             probes.offsets.push(probes.lists.len());
-        }
+        })?;
         if again.is_empty() {
             return Ok(probes);
         }
         // Every anchor ranked for the queries whose first lists held too little.
-        let ranked_again = RankedAgain {
+        let ranked_again = RankedRows {
             prepared,
-            queries: &again,
+            queries: Some(&again),
             per_point: self.num_anchors(),
             packed,
         };
@@ -809,46 +818,83 @@ impl Index {
     }
 
     /// `probes` with the rows of `again.queries` (ascending) replaced: those queries' anchors
-    /// ranked again, `again.per_point` of them, and `fill(near, r, out)` appending the r-th
-    /// such query's lists to `out`.
+    /// ranked again ([`Index::rank_rows`]), and `fill(near, r, out)` appending the lists of
+    /// the query in row r of `near` to `out`.
     fn rank_again(
         &self,
         probes: BlockProbes,
-        again: &RankedAgain,
+        again: &RankedRows,
         backend: &dyn Backend,
         fill: impl Fn(&crate::backend::Nearest, usize, &mut Vec<(u32, f32)>),
     ) -> Result<BlockProbes> {
-        let dim = self.dim;
-        let prepared = again.prepared;
-        let points: Vec<f32> = again
-            .queries
-            .iter()
-            .flat_map(|&i| prepared[i * dim..(i + 1) * dim].iter().copied())
-            .collect();
-        let near = backend.nearest_index_anchors(
-            &points,
-            &self.anchors,
-            dim,
-            again.per_point,
-            again.packed,
-        )?;
-        let num_queries = prepared.len() / dim;
+        let queries = again.queries.expect("the queries to rank again");
+        // Their rows first, in order; then merged with the others'.
+        let mut filled = BlockProbes {
+            lists: Vec::with_capacity(queries.len() * again.per_point.min(64)),
+            offsets: vec![0],
+        };
+        self.rank_rows(again, backend, |_, near, r| {
+            fill(near, r, &mut filled.lists);
+            filled.offsets.push(filled.lists.len());
+        })?;
+        let num_queries = again.prepared.len() / self.dim;
         let mut rebuilt = BlockProbes {
-            lists: Vec::with_capacity(
-                probes.lists.len() + again.queries.len() * again.per_point.min(64),
-            ),
+            lists: Vec::with_capacity(probes.lists.len() + filled.lists.len()),
             offsets: Vec::with_capacity(num_queries + 1),
         };
         rebuilt.offsets.push(0);
-        let mut ranked_again = again.queries.iter().enumerate().peekable();
+        let mut ranked_again = queries.iter().enumerate().peekable();
         for i in 0..num_queries {
             match ranked_again.next_if(|&(_, &q)| q == i) {
-                Some((r, _)) => fill(&near, r, &mut rebuilt.lists),
+                Some((r, _)) => rebuilt.lists.extend_from_slice(filled.row(r)),
                 None => rebuilt.lists.extend_from_slice(probes.row(i)),
             }
             rebuilt.offsets.push(rebuilt.lists.len());
         }
         Ok(rebuilt)
+    }
+
+    /// Ranks `rows.per_point` anchors for the chosen rows of `rows.prepared` through
+    /// `backend`, a chunk of rows at a time so that a chunk's ranking holds at most
+    /// [`RANKED_ENTRIES`] entries (a filtered search may rank every anchor for a block of
+    /// 4,096 queries: 2 GiB at 65,536 anchors in one call), and calls `each(i, near, r)` for
+    /// the i-th chosen row, in order, whose ranking is row r of `near`.
+    fn rank_rows(
+        &self,
+        rows: &RankedRows,
+        backend: &dyn Backend,
+        mut each: impl FnMut(usize, &crate::backend::Nearest, usize),
+    ) -> Result<()> {
+        let dim = self.dim;
+        let count = rows
+            .queries
+            .map_or(rows.prepared.len() / dim, <[usize]>::len);
+        let chunk = (RANKED_ENTRIES / rows.per_point.max(1)).max(1);
+        let mut gathered = Vec::new();
+        for start in (0..count).step_by(chunk) {
+            let end = (start + chunk).min(count);
+            let points = match rows.queries {
+                None => &rows.prepared[start * dim..end * dim],
+                Some(queries) => {
+                    gathered.clear();
+                    for &q in &queries[start..end] {
+                        gathered.extend_from_slice(&rows.prepared[q * dim..(q + 1) * dim]);
+                    }
+                    &gathered[..]
+                }
+            };
+            let near = backend.nearest_index_anchors(
+                points,
+                &self.anchors,
+                dim,
+                rows.per_point,
+                rows.packed,
+            )?;
+            for r in 0..end - start {
+                each(start + r, &near, r);
+            }
+        }
+        Ok(())
     }
 
     /// The prefix of `probes` (anchor, squared distance), nearest first, that a query scans:

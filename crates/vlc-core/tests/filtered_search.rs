@@ -378,3 +378,48 @@ fn queries_whose_nearest_lists_hold_little_rank_every_list() {
         assert!(row.iter().filter(|&&id| id >= 3000).count() > 0, "{row:?}");
     }
 }
+
+/// A narrow filter of an index of 4,096 anchors ranks nearly every anchor for each query: a
+/// block of 2,500 queries is then ranked a chunk of queries at a time (at most 2^22 entries
+/// per call), and gives the bytes of the same queries searched in batches of 500, each ranked
+/// in one call.
+#[test]
+fn a_block_ranked_in_chunks_gives_the_results_of_smaller_batches() {
+    let dim = 8;
+    let n = 12_000;
+    let data = clustered(n, dim, 300, 0.4, 61);
+    let queries = queries_near(&data, dim, 2500, 0.2, 62);
+    let index = build(
+        &data,
+        dim,
+        &BuildParams::default()
+            .with_codec(CodecKind::Sq8)
+            .with_num_anchors(4096),
+    );
+    assert_eq!(index.num_anchors(), 4096);
+    let allowed: Vec<u32> = (0..n as u32).step_by(50).collect();
+    let filter = index.id_filter(&allowed);
+    let sp = SearchParams {
+        k: 10,
+        nprobe: 4,
+        rerank: 0,
+        probe_margin: None,
+    };
+    let whole = index
+        .search_batch_filtered(&queries, &sp, &CpuBackend, &filter)
+        .unwrap();
+    // (Lists of 3 vectors on average: 4 lists' worth can hold fewer than k, padded with −1.)
+    assert!(whole
+        .ids
+        .iter()
+        .all(|&id| id == -1 || allowed.contains(&(id as u32))));
+    assert!(whole.ids.iter().filter(|&&id| id >= 0).count() > 2500 * 8);
+    for (part, chunk) in queries.chunks(500 * dim).enumerate() {
+        let results = index
+            .search_batch_filtered(chunk, &sp, &CpuBackend, &filter)
+            .unwrap();
+        let rows = part * 500 * 10..(part * 500 + chunk.len() / dim) * 10;
+        assert_eq!(results.ids, whole.ids[rows.clone()], "part {part}");
+        assert_eq!(results.distances, whole.distances[rows], "part {part}");
+    }
+}
