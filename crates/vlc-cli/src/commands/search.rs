@@ -67,15 +67,16 @@ pub struct Args {
     /// 16 queries joins the one before.
     #[arg(long, default_value_t = 0)]
     pub batch_size: usize,
-    /// Return only vectors with these ids (a filter: e.g. one user's or one source's
-    /// documents): a file of ids, .npy of integers (any shape) or text with ids separated by
-    /// spaces, commas or newlines. Each query probes the nearest lists that hold an allowed
+    /// Return only the vectors with the ids in this file (a filter, on the CPU).
+    ///
+    /// E.g. one user's or one source's documents. The file: .npy of integers (any shape), or
+    /// text with ids separated by spaces, commas or newlines. Each query probes the nearest lists that hold an allowed
     /// vector until they hold --nprobe lists' worth of them (a list counts the share of its
     /// vectors allowed: 0.1 where a tenth is), so it scores about as many allowed candidates as
     /// an unfiltered search scores candidates and keeps its recall, but a narrow filter probes
     /// more lists and takes more time (at most every list holding an allowed vector; lower
     /// --nprobe to trade recall for speed). Ids the index does not hold are ignored (a note
-    /// says how many). Runs on the CPU.
+    /// says how many). Runs on the CPU: --backend cuda or wgpu is refused, auto searches there.
     #[arg(long, value_name = "PATH")]
     pub allow_ids: Option<PathBuf>,
 }
