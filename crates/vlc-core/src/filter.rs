@@ -96,12 +96,7 @@ impl IdFilter {
             Some(&next) if shift > 32 => low | (next << (64 - shift)),
             _ => low,
         };
-        let keep = if count == 32 {
-            u32::MAX
-        } else {
-            (1u32 << count) - 1
-        };
-        bits as u32 & keep
+        bits as u32 & low_bits(count)
     }
 
     /// Sets the first-stage estimates `dists` of the vectors at positions `start..` that the
@@ -110,12 +105,7 @@ impl IdFilter {
     #[inline(never)]
     pub(crate) fn exclude(&self, start: usize, dists: &mut [f32]) {
         for (c, chunk) in dists.chunks_mut(32).enumerate() {
-            let mut out = !self.bits(start + 32 * c, chunk.len())
-                & if chunk.len() == 32 {
-                    u32::MAX
-                } else {
-                    (1u32 << chunk.len()) - 1
-                };
+            let mut out = !self.bits(start + 32 * c, chunk.len()) & low_bits(chunk.len());
             while out != 0 {
                 chunk[out.trailing_zeros() as usize] = f32::INFINITY;
                 out &= out - 1;
@@ -211,10 +201,15 @@ impl Index {
             Err(crate::VlcError::param(
                 "filter",
                 "this filter was made for another index, or for this one before an add or a \
-                 remove (each makes a new index): make it again with Index::id_filter",
+                 remove (each makes a new index): make it again for this index",
             ))
         }
     }
+}
+
+/// The `count` (≤ 32) lowest bits set.
+fn low_bits(count: usize) -> u32 {
+    u32::MAX.checked_shr(32 - count as u32).unwrap_or(0)
 }
 
 /// Set bits of `words` at positions `start..end`.

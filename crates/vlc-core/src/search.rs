@@ -495,21 +495,19 @@ impl Index {
         let mut prepared = std::mem::take(&mut scratch.prepared);
         let q = self.prepare_one(query, &mut prepared);
         let mut probes = std::mem::take(&mut scratch.probes);
-        // With a filter, the lists without an allowed vector ranked last (at +∞): they are
-        // among the picks only where fewer lists than asked for hold one, and are dropped.
         let keys_to_probes = |order: &[u64], probes: &mut Vec<(u32, f32)>| {
             probes.clear();
-            probes.extend(
-                order
-                    .iter()
-                    .map(|&k| (key_id(k), key_dist(k)))
-                    .filter(|&(a, _)| filter.is_none_or(|f| f.list_count(a as usize) > 0)),
-            );
+            probes.extend(order.iter().map(|&k| (key_id(k), key_dist(k))));
         };
         let n = match filter {
+            Some(filter) if filter.is_empty() => {
+                probes.clear();
+                0
+            }
             Some(filter) => {
                 // The nearest lists holding an allowed vector, until nprobe lists' worth
-                // (`filtered_block_probes` takes the same for a batch).
+                // (`filtered_block_probes` takes the same for a batch). The lists without one
+                // rank at +∞, and at most the `with` lists holding one are picked.
                 let with = filter.lists_with_allowed();
                 let first = filter.lists_to_rank(params.nprobe);
                 self.rank_anchors_one(q, first, Some(filter), scratch);
@@ -753,12 +751,11 @@ impl Index {
         let dim = self.dim;
         let num_queries = prepared.len() / dim;
         let with = filter.lists_with_allowed();
-        let mut probes = BlockProbes {
-            lists: Vec::new(),
-            offsets: vec![0; num_queries + 1],
-        };
         if with == 0 {
-            return Ok(probes);
+            return Ok(BlockProbes {
+                lists: Vec::new(),
+                offsets: vec![0; num_queries + 1],
+            });
         }
         // Query `r`'s ranked lists that hold an allowed vector, cut to what it probes, appended
         // to `out`; false (nothing appended) where they hold too little and others follow.
@@ -787,8 +784,10 @@ impl Index {
             (filter.lists_to_rank(params.nprobe) + filter.empty_lists()).min(self.num_anchors());
         let packed = self.packed_for_batches();
         let mut again = Vec::new();
-        probes.offsets.clear();
-        probes.offsets.push(0);
+        let mut probes = BlockProbes {
+            lists: Vec::new(),
+            offsets: vec![0],
+        };
         let rows = RankedRows {
             prepared,
             queries: None,

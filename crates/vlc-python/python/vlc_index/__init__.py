@@ -103,9 +103,6 @@ def _quiet_vulkan_layer() -> None:
 class Index:
     """A VLC index: anchors, a residual code per vector, ids. Make one with `build` or `load`."""
 
-    # Counts the index's changes (`add`, `remove`): an `IdFilter` serves the state it was made for.
-    _version = 0
-
     def __init__(self, native: _NativeIndex, backend: str = "cpu"):
         self._native = native
         #: The backend the index was built on ("cpu", "cuda" or "wgpu"); "cpu" when loaded.
@@ -184,7 +181,7 @@ class Index:
         if allowed is not None:
             if not isinstance(allowed, IdFilter):
                 allowed = self.filter(allowed)
-            native_filter = allowed._native_for(self)
+            native_filter = allowed._native
         if backend in ("auto", "wgpu") and native_filter is None:
             _quiet_vulkan_layer()
         self.search_backend = self._native.search(
@@ -197,7 +194,7 @@ class Index:
         of integers) may be returned. Ids the index does not hold are ignored; `len()` of the
         filter counts those it does. Valid until the index changes (`add`, `remove`)."""
         ids = _uint32_ids(ids, "ids")
-        return IdFilter(self._native.id_filter(ids), self, self._version, ids.size)
+        return IdFilter(self._native.id_filter(ids), ids.size)
 
     def release_device(self) -> bool:
         """Free the GPU copy of the index that a search with backend="cuda", "wgpu" or "auto"
@@ -209,7 +206,6 @@ class Index:
         Returns their new ids (int64)."""
         rows = _rows(vectors, "vectors", self.dim)
         first = self._native.add(rows, threads)
-        self._version += 1
         return np.arange(first, first + rows.shape[0], dtype=np.int64)
 
     def remove(self, ids: Sequence[int]) -> int:
@@ -217,9 +213,7 @@ class Index:
         ids = _ids(ids)
         if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.uint32).max):
             raise VlcError("invalid parameter `ids`: ids are between 0 and 2^32 - 1")
-        removed = self._native.remove([int(i) for i in ids])
-        self._version += 1
-        return removed
+        return self._native.remove([int(i) for i in ids])
 
     def save(self, path: PathLike) -> None:
         """Write the index file atomically: an existing file is only replaced by a whole one."""
@@ -303,23 +297,13 @@ class IdFilter:
     """Which vectors a search may return (`Index.filter`): made for one index as it is, and
     refused by another index, or by this one after an `add` or a `remove`."""
 
-    def __init__(self, native, index: "Index", version: int, asked: int):
+    def __init__(self, native, asked: int):
         self._native = native
-        self._index = index
-        self._version = version
         self._asked = asked
 
     def __len__(self) -> int:
         """Vectors of the index the filter allows."""
         return len(self._native)
-
-    def _native_for(self, index: "Index"):
-        if index is not self._index or index._version != self._version:
-            raise VlcError(
-                "invalid parameter `allowed`: this filter was made for another index, or for "
-                "this one before an add or a remove: make it again with index.filter(ids)"
-            )
-        return self._native
 
     def __repr__(self) -> str:
         return f"<vlc_index.IdFilter allowing {len(self)} of {self._asked} ids given>"
