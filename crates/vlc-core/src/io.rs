@@ -30,14 +30,18 @@ pub enum NpyType {
     I32,
     I64,
     U8,
+    /// Unsigned ids (NumPy's `uint32`); read as ids only.
+    U32,
+    /// Unsigned ids (NumPy's `uint64`); read as ids only, each at most `i64::MAX`.
+    U64,
 }
 
 impl NpyType {
     fn size(self) -> usize {
         match self {
-            NpyType::F32 | NpyType::I32 => 4,
+            NpyType::F32 | NpyType::I32 | NpyType::U32 => 4,
             NpyType::F16 => 2,
-            NpyType::F64 | NpyType::I64 => 8,
+            NpyType::F64 | NpyType::I64 | NpyType::U64 => 8,
             NpyType::U8 => 1,
         }
     }
@@ -49,6 +53,8 @@ impl NpyType {
             NpyType::I32 => "<i4",
             NpyType::I64 => "<i8",
             NpyType::U8 => "|u1",
+            NpyType::U32 => "<u4",
+            NpyType::U64 => "<u8",
         }
     }
 }
@@ -137,6 +143,8 @@ fn parse_npy_header_of(
         NpyType::I32,
         NpyType::I64,
         NpyType::U8,
+        NpyType::U32,
+        NpyType::U64,
     ]
     .into_iter()
     .find(|t| {
@@ -149,7 +157,7 @@ fn parse_npy_header_of(
             path,
             "npy",
             format!(
-                "unsupported dtype {shown} (supported, little-endian: <f4, <f8, <f2 or u1 for vectors; <i4 or <i8 for ids)"
+                "unsupported dtype {shown} (supported, little-endian: <f4, <f8, <f2 or u1 for vectors; <i4, <i8, <u4 or <u8 for ids)"
             ),
         )
     })?;
@@ -299,11 +307,31 @@ pub fn read_npy_ids(path: &Path) -> Result<Matrix<i64>> {
             .chunks_exact(8)
             .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
             .collect(),
+        NpyType::U32 => body
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64)
+            .collect(),
+        NpyType::U64 => body
+            .chunks_exact(8)
+            .map(|c| {
+                let v = u64::from_le_bytes(c.try_into().unwrap());
+                i64::try_from(v).map_err(|_| {
+                    malformed(
+                        path,
+                        "npy",
+                        format!("id {v} is out of range (at most 2^63 - 1)"),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?,
         t => {
             return Err(malformed(
                 path,
                 "npy",
-                format!("expected integer ids (<i4 or <i8), got {}", t.descr()),
+                format!(
+                    "expected integer ids (<i4, <i8, <u4 or <u8), got {}",
+                    t.descr()
+                ),
             ))
         }
     };
@@ -650,7 +678,8 @@ pub fn read_ids(path: &Path) -> Result<Matrix<i64>> {
         _ => {
             return Err(VlcError::UnsupportedFormat {
                 path: path.to_path_buf(),
-                reason: "ground truth must be .npy (int32/int64) or .ivecs".into(),
+                reason: "ground truth must be .npy (int32, int64, uint32 or uint64) or .ivecs"
+                    .into(),
             })
         }
     };

@@ -113,13 +113,27 @@ fn ground_truth_formats() {
         "i.ivecs",
         &vecs(3, &i32s.chunks(12).map(|c| c.to_vec()).collect::<Vec<_>>()),
     );
-    for p in [a, b, c] {
+    // NumPy's unsigned ids (`np.uint32`, `np.uint64`), the same bytes as the signed ones.
+    let d = write(dir.path(), "u.npy", &npy_bytes(NpyType::U32, 2, 3, &i32s));
+    let e = write(dir.path(), "v.npy", &npy_bytes(NpyType::U64, 2, 3, &i64s));
+    for p in [a, b, c, d.clone(), e] {
         let m = read_ids(&p).unwrap();
         assert_eq!(
             (m.rows, m.cols, m.data.clone()),
             (2, 3, vec![3, 1, 4, 1, 5, 9])
         );
     }
+    // A uint64 id beyond i64's range is an error naming it, not a wrapped negative id.
+    let huge = write(
+        dir.path(),
+        "huge.npy",
+        &npy_bytes(NpyType::U64, 1, 1, &u64::MAX.to_le_bytes()),
+    );
+    let err = read_ids(&huge).unwrap_err().to_string();
+    assert!(err.contains(&u64::MAX.to_string()), "{err}");
+    // Unsigned ids are not vectors.
+    let err = read_vectors(&d, None).unwrap_err().to_string();
+    assert!(err.contains("<u4"), "{err}");
 }
 
 #[test]

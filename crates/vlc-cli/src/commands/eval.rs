@@ -20,7 +20,7 @@ pub struct Args {
     /// Query vectors (.npy, .fvecs, .bvecs).
     #[arg(long)]
     pub queries: PathBuf,
-    /// Exact neighbours of each query, nearest first (.npy int32/int64 or .ivecs; `vlc
+    /// Exact neighbours of each query, nearest first (.npy int32, int64, uint32 or uint64, or .ivecs; `vlc
     /// groundtruth` makes one).
     #[arg(long)]
     pub groundtruth: Option<PathBuf>,

@@ -114,7 +114,7 @@ pub fn check_truth(truth: &vlc::io::Matrix<i64>, num_queries: usize, id_bound: u
     Ok(())
 }
 
-/// The ids in `path`: .npy of integers (any shape), or text with ids separated by spaces,
+/// The ids in `path`: .npy of integers (int32, int64, uint32 or uint64; 1-d or 2-d), or text with ids separated by spaces,
 /// commas or newlines (`vlc remove --ids-file`, `vlc search --allow-ids`).
 fn read_id_file(path: &Path) -> Result<Vec<u32>> {
     let to_u32 = |v: i64| -> Result<u32> {

@@ -17,7 +17,7 @@ pub struct Args {
     /// Ids to remove, separated by commas (e.g. --ids 3,17,42).
     #[arg(long, value_delimiter = ',')]
     pub ids: Vec<u32>,
-    /// A file of ids to remove: .npy of integers (any shape), or text with ids separated by
+    /// A file of ids to remove: .npy of integers (int32, int64, uint32 or uint64; 1-d or 2-d), or text with ids separated by
     /// spaces, commas or newlines.
     #[arg(long, value_name = "PATH")]
     pub ids_file: Option<PathBuf>,

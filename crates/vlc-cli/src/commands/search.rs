@@ -69,7 +69,7 @@ pub struct Args {
     pub batch_size: usize,
     /// Return only the vectors with the ids in this file (a filter, on the CPU).
     ///
-    /// E.g. one user's or one source's documents. The file: .npy of integers (any shape), or
+    /// E.g. one user's or one source's documents. The file: .npy of integers (int32, int64, uint32 or uint64; 1-d or 2-d), or
     /// text with ids separated by spaces, commas or newlines. Each query probes the nearest lists that hold an allowed
     /// vector until they hold --nprobe lists' worth of them (a list counts the share of its
     /// vectors allowed: 0.1 where a tenth is), so it scores about as many allowed candidates as
