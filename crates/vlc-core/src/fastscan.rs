@@ -274,6 +274,21 @@ impl FastScan {
     /// Estimated squared distances for every slot of list `anchor` (padding slots included;
     /// `out` has `padded_len` entries).
     pub fn scan(&self, lut: &QueryLut, anchor: u32, query_anchor_dist: f32, out: &mut [f32]) {
+        self.scan_blocks(lut, anchor, query_anchor_dist, out, |_, _| false)
+    }
+
+    /// [`scan`](Self::scan), with each block of the list first offered to `handled(i, out)`
+    /// (`i` the block's index in the list, `out` its 32 slots): a block for which it returns
+    /// true (having written the slots itself) is not scanned.
+    #[inline]
+    pub(crate) fn scan_blocks(
+        &self,
+        lut: &QueryLut,
+        anchor: u32,
+        query_anchor_dist: f32,
+        out: &mut [f32],
+        mut handled: impl FnMut(usize, &mut [f32]) -> bool,
+    ) {
         let (b0, b1) = (
             self.block_offsets[anchor as usize],
             self.block_offsets[anchor as usize + 1],
@@ -297,6 +312,9 @@ impl FastScan {
                 &self.f2[blk * BLOCK..(blk + 1) * BLOCK],
             );
             let out = &mut out[i * BLOCK..(i + 1) * BLOCK];
+            if handled(i, out) {
+                continue;
+            }
             if segmented {
                 let segments = (&self.segments[..], &lut.deltas[..]);
                 block_dists_segmented(codes, &lut.lut, segments, f1, f2, affine, out);
