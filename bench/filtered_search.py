@@ -2,7 +2,8 @@
 """Filtered search (`vlc search --allow-ids`, session 65): recall@10 and speed at several
 selectivities, against the exact neighbours among the allowed vectors.
 
-For each share of the base allowed (a random subset, seed 0: 50%, 10%, 1%, 0.1%), the script
+For each share of the base allowed (a random subset, seed 0: 50%, 10%, 1%, 0.1%; or with
+--layout range a run of consecutive ids, as one user's documents added together), the script
 writes the subset's vectors and computes their exact top 10 for every query (`vlc groundtruth`,
 ids mapped back to the base's), then runs `vlc search --allow-ids` at each nprobe on one thread
 and scores the hits. The unfiltered search of the same index at the same nprobe is the first
@@ -12,6 +13,7 @@ runs; queries/s = queries / that time.
 
 Usage: python3 bench/filtered_search.py DATASET_DIR [--vlc target/release/vlc]
        [--build-args "--codec rabitq1 --refine sq8"] [--nprobe 16,64] [--repeat 3]
+       [--shares 0.5,0.1,0.01,0.001] [--layout random|range]
 DATASET_DIR holds base.npy and query.npy (the dev set's layout).
 """
 import argparse, os, shlex, subprocess, tempfile, time
@@ -24,6 +26,9 @@ ap.add_argument("--build-args", default="--codec rabitq1 --refine sq8")
 ap.add_argument("--nprobe", default="16,64")
 ap.add_argument("--shares", default="0.5,0.1,0.01,0.001")
 ap.add_argument("--repeat", type=int, default=3)
+ap.add_argument("--layout", choices=["random", "range"], default="random",
+                help="random: a random subset (seed 0); range: a run of consecutive ids, from a random "
+                     "start (seed 0), as the documents of one user or source added together")
 a = ap.parse_args()
 vlc = os.path.abspath(a.vlc)
 
@@ -57,13 +62,18 @@ with tempfile.TemporaryDirectory() as tmp:
     run("build", "-q", p("base.npy"), "-o", p("index.vlc"), *shlex.split(a.build_args))
     run("groundtruth", p("base.npy"), queries_path, "-k", 10, "-o", p("gt.npy"), "-q")
     print(f"vlc: {vlc}; data: {a.dataset} ({base.shape[0]} x {base.shape[1]}, {num_queries} queries); "
-          f"vlc build {a.build_args}; search -k 10 --threads 1, best of {a.repeat}")
+          f"vlc build {a.build_args}; search -k 10 --threads 1, best of {a.repeat}; allowed: {a.layout} ids")
     print("| allowed | vectors | nprobe | recall@10 | queries/s |")
     print("|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     cases = [(1.0, None, np.load(p("gt.npy")))]
     for share in map(float, a.shares.split(",")):
-        allowed = np.sort(rng.choice(base.shape[0], max(10, round(share * base.shape[0])), replace=False))
+        count = max(10, round(share * base.shape[0]))
+        if a.layout == "random":
+            allowed = np.sort(rng.choice(base.shape[0], count, replace=False))
+        else:
+            first = int(rng.integers(0, base.shape[0] - count + 1))
+            allowed = np.arange(first, first + count)
         np.save(p("allowed.npy"), allowed.astype(np.int64))
         np.save(p("subset.npy"), base[allowed])
         run("groundtruth", p("subset.npy"), queries_path, "-k", 10, "-o", p("gt_subset.npy"), "-q")

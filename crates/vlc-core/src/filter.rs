@@ -282,8 +282,9 @@ mod tests {
     /// with the full code instead of the block's scan, so a pool of twice k holds the 2k best
     /// by the full code, and the k best of it are those of rescoring every allowed vector
     /// (the index of the allowed vectors alone, its pool all of them). Where some blocks are
-    /// scanned and some scored one by one, a pool of all the allowed vectors gives, bit for
-    /// bit, that index's results, and only allowed vectors.
+    /// scanned and some scored one by one, or where lists are mostly allowed (scanned whole),
+    /// a pool of all the allowed vectors gives, bit for bit, that index's results, and only
+    /// allowed vectors.
     #[test]
     fn sparse_blocks_are_scored_with_the_full_code() {
         let (dim, n) = (32, 4000);
@@ -306,7 +307,11 @@ mod tests {
                     (0..slots).step_by(2).collect()
                 }
             });
-            for (ids, pool) in [(&sparse, 20), (&mixed, 0)] {
+            // All but one slot of each block: lists scanned whole, then the exclusion.
+            let most = ids_by_block(&index, |_, b, slots| {
+                (0..slots).filter(|&j| j != b % slots).collect()
+            });
+            for (ids, pool) in [(&sparse, 20), (&mixed, 0), (&most, 0)] {
                 let filter = index.id_filter(ids);
                 let others: Vec<u32> = (0..n as u32)
                     .filter(|i| ids.binary_search(i).is_err())

@@ -1135,9 +1135,15 @@ impl Index {
         }
         let all = &mut scratch.dists;
         let (cs, primary) = (self.codec.code_size(), &mut scratch.primary);
+        // A list of which the filter allows more than a quarter seldom holds a block sparse
+        // enough to score alone (where a random quarter is allowed, one block in a thousand):
+        // it is scanned whole, as unfiltered, then the exclusion applied (none where the
+        // filter allows the whole list). The others are taken block by block.
+        let allowed = filter.map_or(0, |f| f.list_count(anchor as usize));
+        let by_block = filter.filter(|_| 4 * allowed <= hi - lo);
         // With a filter, whether a block was scanned whole (and needs the exclusion).
-        let mut scanned_whole = false;
-        match (self.fastscan(), filter) {
+        let mut scanned_whole = filter.is_some() && by_block.is_none() && allowed < hi - lo;
+        match (self.fastscan(), by_block) {
             (Some(fs), None) => {
                 all.resize(base + fs.padded_len(anchor), 0.0);
                 fs.scan(&scratch.lut, anchor, anchor_dist, &mut all[base..]);
