@@ -745,6 +745,111 @@ fn search_with_allowed_ids_returns_only_those() {
     }
 }
 
+/// `vlc groundtruth --allow-ids` computes the exact neighbours among the allowed rows (ids
+/// still rows of the base), and `vlc eval --allow-ids` scores a filtered search against them,
+/// given as --groundtruth or computed from --base: exact search (f32 refine, every candidate
+/// rescored) finds all of them. Refused: a truth listing a vector the filter leaves out, a GPU
+/// backend, an id beyond the base's rows.
+#[test]
+fn groundtruth_and_eval_with_allowed_ids() {
+    let s = Set::new();
+    s.build(
+        "base.npy",
+        "exact.vlc",
+        &["--codec", "sq4", "--refine", "f32"],
+    );
+    let data = clustered(2000, DIM, 16, 0.5, 1);
+    let queries = queries_near(&data, DIM, 50, 0.2, 2);
+    let allowed: Vec<u32> = (0..2000).filter(|i| i % 7 == 3).collect();
+    // NumPy's uint32 ids.
+    let body: Vec<u8> = allowed.iter().flat_map(|i| i.to_le_bytes()).collect();
+    std::fs::write(
+        s.p("allowed.npy"),
+        npy_bytes(NpyType::U32, 1, allowed.len(), &body),
+    )
+    .unwrap();
+    vlc()
+        .args(["groundtruth", "-q", "-k", "20", "--allow-ids"])
+        .arg(s.p("allowed.npy"))
+        .arg(s.p("base.npy"))
+        .arg(s.p("queries.npy"))
+        .arg("-o")
+        .arg(s.p("gt_allowed.npy"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "among the 286 allowed of 2000 vectors",
+        ));
+    let subset: Vec<f32> = allowed
+        .iter()
+        .flat_map(|&i| data[i as usize * DIM..][..DIM].iter().copied())
+        .collect();
+    let truth = read_ids_npy(&s.p("gt_allowed.npy"));
+    let exact: Vec<i64> = vlc::exact_knn(&subset, &queries, DIM, 20)
+        .unwrap()
+        .iter()
+        .map(|&r| allowed[r as usize] as i64)
+        .collect();
+    assert_eq!(truth, exact);
+    let eval = |truth: &[&str], extra: &[&str]| {
+        let mut cmd = vlc();
+        cmd.args([
+            "eval",
+            "--nprobe",
+            "16",
+            "--rerank",
+            "2000",
+            "--json",
+            "--queries",
+        ])
+        .arg(s.p("queries.npy"))
+        .args(truth.iter().map(|t| {
+            if t.starts_with("--") {
+                t.into()
+            } else {
+                s.p(t)
+            }
+        }))
+        .arg("--allow-ids")
+        .arg(s.p("allowed.npy"))
+        .args(extra)
+        .arg(s.p("exact.vlc"));
+        cmd
+    };
+    for truth in [["--groundtruth", "gt_allowed.npy"], ["--base", "base.npy"]] {
+        let out = eval(&truth, &[])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(j["allowed"], 286, "{truth:?}");
+        assert_eq!(j["results"][0]["recall@10"], 1.0, "{truth:?}");
+    }
+    // The unfiltered truth lists vectors the filter leaves out.
+    eval(&["--groundtruth", "gt.npy"], &[])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("which --allow-ids leaves out"));
+    eval(&["--base", "base.npy"], &["--backend", "wgpu"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("runs on the CPU only"));
+    std::fs::write(s.p("beyond.txt"), "3 2000").unwrap();
+    vlc()
+        .args(["groundtruth", "-q", "--allow-ids"])
+        .arg(s.p("beyond.txt"))
+        .arg(s.p("base.npy"))
+        .arg(s.p("queries.npy"))
+        .arg("-o")
+        .arg(s.p("refused.npy"))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("id 2000 is not a row of"));
+    assert!(!s.p("refused.npy").exists());
+}
+
 /// A new index of a few vectors has fewer than the default k (10) and nprobe (32): search
 /// with the defaults returns every vector (JSON: the hits only; npy: rows padded with −1 and
 /// +inf), and nprobe above the anchor count scans every list.

@@ -30,6 +30,14 @@ pub struct Args {
     /// or removed since.
     #[arg(long)]
     pub base: Option<PathBuf>,
+    /// Search with a filter: only the vectors with the ids in this file may be returned
+    /// (`vlc search --allow-ids`; on the CPU). With --base, the exact neighbours are computed
+    /// among those vectors; a --groundtruth must be too (`vlc groundtruth --allow-ids` with
+    /// the same file): an id it lists that the filter leaves out is an error. The file: .npy
+    /// of integers (int32, int64, uint32 or uint64; 1-d or 2-d), or text with ids separated
+    /// by spaces, commas or newlines.
+    #[arg(long, value_name = "PATH")]
+    pub allow_ids: Option<PathBuf>,
     /// Lists to probe, comma separated (values above the index's anchor count are measured
     /// once, at that count: every list).
     #[arg(long, value_delimiter = ',', default_values_t = [8usize, 16, 32, 64, 128])]
@@ -222,6 +230,7 @@ fn truth_from_base(
     index: &Index,
     base: &Path,
     queries: &Path,
+    allowed: Option<&[u32]>,
     quiet: bool,
 ) -> Result<vlc::io::Matrix<i64>> {
     let rows = vlc::io::VectorFile::open(base, Some(index.dim()))
@@ -237,9 +246,15 @@ fn truth_from_base(
             index.next_id()
         );
     }
+    // Ids the index does not hold are not rows either (the filter ignores them).
+    let allowed = allowed.map(|ids| &ids[..ids.partition_point(|&i| (i as usize) < rows)]);
     if !quiet {
         eprintln!(
-            "computing the exact neighbours of the queries among the {rows} vectors of {} ({})",
+            "computing the exact neighbours of the queries among {} vectors of {} ({})",
+            match allowed {
+                Some(ids) => format!("the {} allowed of the {rows}", ids.len()),
+                None => format!("the {rows}"),
+            },
             base.display(),
             index.metric().name()
         );
@@ -251,22 +266,51 @@ fn truth_from_base(
         100,
         index.metric(),
         &vlc::CpuBackend,
+        allowed,
         quiet,
     )?;
     Ok(super::groundtruth::id_matrix(&truth))
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if a.allow_ids.is_some() && matches!(a.backend, SearchBackend::Cuda | SearchBackend::Wgpu) {
+        bail!("--allow-ids runs on the CPU only (the GPU searches have no filter yet): use --backend cpu");
+    }
     let (index, queries) = super::open_with_queries(&a.index, a.view, &a.queries)?;
+    let allowed = a
+        .allow_ids
+        .as_deref()
+        .map(|path| super::filter_from_file(&index, path))
+        .transpose()?;
+    let allowed_ids = allowed.as_ref().map(|(ids, _)| ids.as_slice());
     let truth = match (&a.groundtruth, &a.base) {
         (Some(path), _) => {
-            vlc::io::read_ids(path).with_context(|| format!("reading {}", path.display()))?
+            let truth =
+                vlc::io::read_ids(path).with_context(|| format!("reading {}", path.display()))?;
+            if let Some(ids) = allowed_ids {
+                let out = truth.data.iter().find(|&&id| {
+                    id >= 0 && u32::try_from(id).map_or(true, |id| ids.binary_search(&id).is_err())
+                });
+                if let Some(id) = out {
+                    bail!(
+                        "{} lists id {id}, which --allow-ids leaves out: give the exact neighbours \
+                         among the allowed vectors (`vlc groundtruth --allow-ids` with the same \
+                         file, or --base instead of --groundtruth)",
+                        path.display()
+                    );
+                }
+            }
+            truth
         }
-        (None, Some(base)) => truth_from_base(&index, base, &a.queries, a.json)?,
+        (None, Some(base)) => truth_from_base(&index, base, &a.queries, allowed_ids, a.json)?,
         (None, None) => bail!("give --groundtruth or --base"),
     };
     super::check_truth(&truth, queries.rows, u64::from(index.next_id()))?;
-    if truth.cols < 10.min(index.len()) {
+    let searchable = allowed.as_ref().map_or(index.len(), |(_, f)| f.len());
+    if searchable == 0 {
+        bail!("none of the ids in the --allow-ids file is in the index: nothing to search");
+    }
+    if truth.cols < 10.min(searchable) {
         bail!(
             "ground truth has {} neighbours per query; eval needs at least 10 (`vlc groundtruth -k`)",
             truth.cols
@@ -298,7 +342,7 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         a.probe_margin.iter().map(|&m| Some(m)).collect()
     };
-    let points = with_search(a.backend, &index, |search| {
+    let run_sweep = |search: &Search| {
         let dim = index.dim();
         let batched = |q: &[f32], p: &SearchParams| in_batches(search, q, p, a.batch_size, dim);
         sweep(
@@ -312,7 +356,19 @@ pub fn run(a: Args) -> Result<()> {
             a.rerank,
             a.repeat,
         )
-    })?;
+    };
+    let points = match &allowed {
+        Some((_, filter)) => {
+            if a.backend == SearchBackend::Auto && !a.json {
+                eprintln!("search backend: cpu (--allow-ids runs on the CPU)");
+            }
+            run_sweep(&|q: &[f32], p: &SearchParams| {
+                index.search_batch_filtered(q, p, &vlc::CpuBackend, filter)
+            })?
+        }
+        None => with_search(a.backend, &index, run_sweep)?,
+    };
+    let filtered = allowed.as_ref().map(|(_, f)| f.len());
     let file_size = std::fs::metadata(&a.index)?.len();
     let bpv = file_size as f64 / index.len() as f64;
     let threads = rayon::current_num_threads();
@@ -323,14 +379,15 @@ pub fn run(a: Args) -> Result<()> {
             "bytes_per_vector": bpv, "queries": queries.rows, "threads": threads,
             "batch_size": a.batch_size,
             "backend": format!("{:?}", a.backend).to_lowercase(),
-            "cpu_kernels": vlc::simd::kernels(), "results": points,
+            "cpu_kernels": vlc::simd::kernels(), "allowed": filtered, "results": points,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         println!(
-            "{}: {} vectors, {} anchors, {}{}, {bpv:.1} bytes/vector; {} queries{} on {threads} thread(s); CPU kernels: {}",
+            "{}: {} vectors, {} anchors, {}{}, {bpv:.1} bytes/vector; {} queries{}{} on {threads} thread(s); CPU kernels: {}",
             a.index.display(), index.len(), index.num_anchors(), index.codec(),
             index.refine_codec().map(|r| format!(" + {r}")).unwrap_or_default(), queries.rows,
+            filtered.map(|n| format!(" among {n} allowed vectors")).unwrap_or_default(),
             match a.batch_size {
                 0 => String::new(),
                 1 => ", one per call".to_string(),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use vlc::eval::ground_truth;
 use vlc::io::{npy_bytes, NpyType, VectorFile};
-use vlc::Metric;
+use vlc::{Metric, VectorSource};
 
 /// Compute exact nearest neighbours (ground truth) of queries among base vectors, for `vlc
 /// eval --groundtruth` and `vlc bench` on your own data.
@@ -47,12 +47,54 @@ pub struct Args {
     /// per pick), and says so.
     #[arg(long, value_enum, default_value = "cpu")]
     pub backend: crate::backend::BackendChoice,
+    /// Only the base rows with these ids are neighbours: the exact neighbours among the vectors
+    /// a filter allows, to score `vlc search --allow-ids` or `vlc eval --allow-ids` with the
+    /// same file. The ids written are still the base's rows. The file: .npy of integers
+    /// (int32, int64, uint32 or uint64; 1-d or 2-d), or text with ids separated by spaces,
+    /// commas or newlines; every id must be a row of the base.
+    #[arg(long, value_name = "PATH")]
+    pub allow_ids: Option<PathBuf>,
     /// Print a JSON summary instead of text.
     #[arg(long)]
     pub json: bool,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// The rows `rows` (ascending) of `inner` as a source of their own, row i being `inner`'s row
+/// `rows[i]`: the base of the exact neighbours among the vectors a filter allows.
+struct RowsOf<'a> {
+    inner: &'a dyn VectorSource,
+    rows: &'a [u32],
+}
+
+impl VectorSource for RowsOf<'_> {
+    fn num_rows(&self) -> usize {
+        self.rows.len()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn read_rows(&self, start: usize, out: &mut [f32]) -> vlc::Result<()> {
+        let dim = self.dim();
+        let wanted = &self.rows[start..start + out.len() / dim];
+        // Runs of consecutive rows are read in one call.
+        let mut first = 0;
+        while first < wanted.len() {
+            let mut end = first + 1;
+            while end < wanted.len() && wanted[end] == wanted[end - 1] + 1 {
+                end += 1;
+            }
+            let out = &mut out[first * dim..end * dim];
+            self.inner.read_rows(wanted[first] as usize, out)?;
+            first = end;
+        }
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        format!("{} (the rows allowed)", self.inner.describe())
+    }
 }
 
 /// How ground truth ids are written: `.npy` (int32, or int64 past 2³¹ rows) or `.ivecs`.
@@ -109,7 +151,10 @@ fn id_file_bytes(
 }
 
 /// Exact neighbours of the rows of `queries` (read whole) among those of `base` (read a block
-/// at a time), with a progress bar unless `quiet`. Returns the truth and the base's row count.
+/// at a time), with a progress bar unless `quiet`; only among the rows `allowed` (ascending,
+/// each a row of `base`) where given, the truth's ids still rows of `base`. Returns the truth
+/// and the base's row count.
+#[allow(clippy::too_many_arguments)] // two call sites; a struct would only rename them
 pub fn compute(
     base: &Path,
     queries: &Path,
@@ -117,15 +162,42 @@ pub fn compute(
     k: usize,
     metric: Metric,
     backend: &dyn vlc::Backend,
+    allowed: Option<&[u32]>,
     quiet: bool,
 ) -> Result<(vlc::eval::GroundTruth, vlc::io::Matrix<f32>, usize)> {
-    let source =
+    let file =
         VectorFile::open(base, dim).with_context(|| format!("reading {}", base.display()))?;
-    let queries_m = vlc::io::read_vectors(queries, Some(source.cols()))
+    let queries_m = vlc::io::read_vectors(queries, Some(file.cols()))
         .with_context(|| format!("reading {}", queries.display()))?;
+    let subset = match allowed {
+        Some(rows) => {
+            if let Some(&last) = rows.last().filter(|&&r| r as usize >= file.rows()) {
+                bail!(
+                    "id {last} is not a row of {} ({} rows): allowed ids are rows of the base",
+                    base.display(),
+                    file.rows()
+                );
+            }
+            if rows.is_empty() {
+                bail!("no ids are allowed: the exact neighbours among none are none");
+            }
+            Some(RowsOf { inner: &file, rows })
+        }
+        None => None,
+    };
+    let source: &dyn VectorSource = match &subset {
+        Some(s) => s,
+        None => &file,
+    };
     let mut progress = BuildProgress::new(!quiet);
-    let truth = ground_truth(&source, &queries_m.data, k, metric, backend, &mut |e| {
+    let truth = ground_truth(source, &queries_m.data, k, metric, backend, &mut |e| {
         progress.handle(e)
+    })
+    .map(|mut truth| {
+        if let Some(rows) = allowed {
+            truth.ids.iter_mut().for_each(|i| *i = rows[*i as usize]);
+        }
+        truth
     })
     .with_context(|| {
         format!(
@@ -135,7 +207,7 @@ pub fn compute(
         )
     });
     progress.finish();
-    Ok((truth?, queries_m, source.rows()))
+    Ok((truth?, queries_m, file.rows()))
 }
 
 /// `truth`'s ids as the (queries, k) matrix that `vlc eval` and `vlc bench` score against.
@@ -151,12 +223,23 @@ pub fn run(a: Args) -> Result<()> {
     let format = id_format(&a.output)?;
     crate::output::refuse_overwriting_inputs(
         &[&a.output, &a.output.with_extension("distances.npy")],
-        &[("base vectors", &a.base), ("queries file", &a.queries)],
+        &[
+            ("base vectors", a.base.as_path()),
+            ("queries file", &a.queries),
+        ]
+        .into_iter()
+        .chain(a.allow_ids.as_deref().map(|p| ("ids file", p)))
+        .collect::<Vec<_>>(),
     )?;
     if a.k == 0 {
         bail!("-k 0 is out of range: ask for at least 1 neighbour per query");
     }
     let quiet = a.quiet || a.json;
+    let allowed = a
+        .allow_ids
+        .as_deref()
+        .map(super::read_sorted_ids)
+        .transpose()?;
     let backend = crate::backend::open_with(a.backend, quiet, true)?;
     let start = Instant::now();
     let (truth, queries, num_base) = compute(
@@ -166,6 +249,7 @@ pub fn run(a: Args) -> Result<()> {
         a.k,
         a.metric,
         backend.as_ref(),
+        allowed.as_deref(),
         quiet,
     )?;
     let seconds = start.elapsed().as_secs_f64();
@@ -183,6 +267,7 @@ pub fn run(a: Args) -> Result<()> {
             "seconds": seconds, "ids": a.output, "distances": dist_path,
             "threads": rayon::current_num_threads(), "rescanned": truth.rescanned,
             "backend": truth.ranked_by, "requested_backend": backend.name(),
+            "allowed": allowed.as_ref().map(Vec::len),
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
@@ -194,18 +279,21 @@ pub fn run(a: Args) -> Result<()> {
                 backend.fast_picks()
             );
         }
+        let among = match &allowed {
+            Some(rows) => format!("the {} allowed of {num_base}", rows.len()),
+            None => num_base.to_string(),
+        };
         if truth.k < a.k {
             eprintln!(
-                "the base has {num_base} vectors: {} neighbours per query, not {}",
+                "{among} vectors: {} neighbours per query, not {}",
                 truth.k, a.k
             );
         }
         println!(
-            "exact {} nearest neighbours ({}) of {} queries among {} vectors ({}-d) in {seconds:.2} s ({}, {} thread(s))",
+            "exact {} nearest neighbours ({}) of {} queries among {among} vectors ({}-d) in {seconds:.2} s ({}, {} thread(s))",
             truth.k,
             a.metric.name(),
             queries.rows,
-            num_base,
             queries.cols,
             truth.ranked_by,
             rayon::current_num_threads()

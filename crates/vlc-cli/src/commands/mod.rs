@@ -114,6 +114,30 @@ pub fn check_truth(truth: &vlc::io::Matrix<i64>, num_queries: usize, id_bound: u
     Ok(())
 }
 
+/// The ids in `path` ([`read_sorted_ids`]) and a filter of `index` allowing them, with a note
+/// on stderr counting those the index does not hold (the filter ignores them).
+fn filter_from_file(index: &vlc::Index, path: &Path) -> Result<(Vec<u32>, vlc::IdFilter)> {
+    let ids = read_sorted_ids(path)?;
+    let filter = index.id_filter(&ids);
+    if filter.len() < ids.len() {
+        eprintln!(
+            "note: {} of the {} ids in {} are not in the index",
+            ids.len() - filter.len(),
+            ids.len(),
+            path.display()
+        );
+    }
+    Ok((ids, filter))
+}
+
+/// [`read_id_file`]'s ids, ascending, each once.
+fn read_sorted_ids(path: &Path) -> Result<Vec<u32>> {
+    let mut ids = read_id_file(path)?;
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
 /// The ids in `path`: .npy of integers (int32, int64, uint32 or uint64; 1-d or 2-d), or text with ids separated by spaces,
 /// commas or newlines (`vlc remove --ids-file`, `vlc search --allow-ids`).
 fn read_id_file(path: &Path) -> Result<Vec<u32>> {

@@ -123,24 +123,12 @@ pub fn run(a: Args) -> Result<()> {
         bail!("--allow-ids runs on the CPU only (the GPU searches have no filter yet): use --backend cpu");
     }
     let index = super::open_index(&a.index, a.view)?;
-    let filter = match &a.allow_ids {
-        Some(path) => {
-            let mut ids = super::read_id_file(path)?;
-            ids.sort_unstable();
-            ids.dedup();
-            let filter = index.id_filter(&ids);
-            if filter.len() < ids.len() {
-                eprintln!(
-                    "note: {} of the {} ids in {} are not in the index",
-                    ids.len() - filter.len(),
-                    ids.len(),
-                    path.display()
-                );
-            }
-            Some(filter)
-        }
-        None => None,
-    };
+    let filter = a
+        .allow_ids
+        .as_deref()
+        .map(|path| super::filter_from_file(&index, path))
+        .transpose()?
+        .map(|(_, filter)| filter);
     let reading = || format!("reading {}", a.queries.display());
     let queries = vlc::io::VectorFile::open(&a.queries, Some(index.dim())).with_context(reading)?;
     let (rows, dim, k) = (queries.rows(), queries.cols(), a.k);
