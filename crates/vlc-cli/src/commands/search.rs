@@ -69,14 +69,16 @@ pub struct Args {
     pub batch_size: usize,
     /// Return only the vectors with the ids in this file (a filter, on the CPU).
     ///
-    /// E.g. one user's or one source's documents. The file: .npy of integers (int32, int64, uint32 or uint64; 1-d or 2-d), or
-    /// text with ids separated by spaces, commas or newlines. Each query probes the nearest lists that hold an allowed
-    /// vector until they hold --nprobe lists' worth of them (a list counts the share of its
-    /// vectors allowed: 0.1 where a tenth is), so it scores about as many allowed candidates as
-    /// an unfiltered search scores candidates and keeps its recall, but a narrow filter probes
-    /// more lists and takes more time (at most every list holding an allowed vector; lower
-    /// --nprobe to trade recall for speed). Ids the index does not hold are ignored (a note
-    /// says how many). Runs on the CPU: --backend cuda or wgpu is refused, auto searches there.
+    /// E.g. one user's or one source's documents. The file: .npy of integers (int32, int64,
+    /// uint32 or uint64; 1-d or 2-d), or text with ids separated by spaces, commas or
+    /// newlines. Each query probes the nearest lists that hold an allowed vector until they
+    /// hold --nprobe lists' worth of them (a list counts the share of its vectors allowed: 0.1
+    /// where a tenth is), so it scores about as many allowed candidates as an unfiltered
+    /// search scores candidates and keeps its recall, but a narrow filter probes more lists
+    /// (at most every list holding an allowed vector; lower --nprobe to trade recall for
+    /// speed); in them, it scores little more than the allowed vectors. Ids the index does
+    /// not hold are ignored (a note says how many). Runs on the CPU: --backend cuda or wgpu is
+    /// refused, auto searches there. `vlc eval --allow-ids` measures the recall.
     #[arg(long, value_name = "PATH")]
     pub allow_ids: Option<PathBuf>,
 }
