@@ -676,6 +676,22 @@ fn search_in_batches_gives_the_results_of_one_call() {
         .stderr(predicate::str::contains("must end in .npy"));
 }
 
+/// The ids of the exact `k` nearest of the `allowed` rows of [`Set`]'s base to each of its
+/// queries, nearest first, as rows of `k`.
+fn exact_among(allowed: &[u32], k: usize) -> Vec<i64> {
+    let data = clustered(2000, DIM, 16, 0.5, 1);
+    let queries = queries_near(&data, DIM, 50, 0.2, 2);
+    let subset: Vec<f32> = allowed
+        .iter()
+        .flat_map(|&i| data[i as usize * DIM..][..DIM].iter().copied())
+        .collect();
+    vlc::exact_knn(&subset, &queries, DIM, k)
+        .unwrap()
+        .iter()
+        .map(|&r| allowed[r as usize] as i64)
+        .collect()
+}
+
 /// `vlc search --allow-ids`: only the listed ids come back, the exact ones among them with an
 /// f32 refine tier and every list probed; ids not in the index are noted; GPU backends and bad
 /// id files are refused before any output is written.
@@ -687,8 +703,6 @@ fn search_with_allowed_ids_returns_only_those() {
         "exact.vlc",
         &["--codec", "sq4", "--refine", "f32"],
     );
-    let data = clustered(2000, DIM, 16, 0.5, 1);
-    let queries = queries_near(&data, DIM, 50, 0.2, 2);
     let allowed: Vec<u32> = (0..2000).filter(|i| i % 5 == 2).collect();
     let text: Vec<String> = allowed.iter().map(u32::to_string).collect();
     // Text of ids separated by commas and newlines, one id the index does not hold.
@@ -704,20 +718,7 @@ fn search_with_allowed_ids_returns_only_those() {
         .assert()
         .success()
         .stderr(predicate::str::contains("1 of the 401 ids in"));
-    let subset: Vec<f32> = allowed
-        .iter()
-        .flat_map(|&i| {
-            data[i as usize * DIM..(i as usize + 1) * DIM]
-                .iter()
-                .copied()
-        })
-        .collect();
-    let exact: Vec<i64> = vlc::exact_knn(&subset, &queries, DIM, 10)
-        .unwrap()
-        .iter()
-        .map(|&r| allowed[r as usize] as i64)
-        .collect();
-    assert_eq!(read_ids_npy(&s.p("hits.npy")), exact);
+    assert_eq!(read_ids_npy(&s.p("hits.npy")), exact_among(&allowed, 10));
     // Refused: a GPU backend, negative ids, a missing file; no output appears.
     for (extra, file, message) in [
         (
@@ -758,8 +759,6 @@ fn groundtruth_and_eval_with_allowed_ids() {
         "exact.vlc",
         &["--codec", "sq4", "--refine", "f32"],
     );
-    let data = clustered(2000, DIM, 16, 0.5, 1);
-    let queries = queries_near(&data, DIM, 50, 0.2, 2);
     let allowed: Vec<u32> = (0..2000).filter(|i| i % 7 == 3).collect();
     // NumPy's uint32 ids.
     let body: Vec<u8> = allowed.iter().flat_map(|i| i.to_le_bytes()).collect();
@@ -780,17 +779,10 @@ fn groundtruth_and_eval_with_allowed_ids() {
         .stdout(predicate::str::contains(
             "among the 286 allowed of 2000 vectors",
         ));
-    let subset: Vec<f32> = allowed
-        .iter()
-        .flat_map(|&i| data[i as usize * DIM..][..DIM].iter().copied())
-        .collect();
-    let truth = read_ids_npy(&s.p("gt_allowed.npy"));
-    let exact: Vec<i64> = vlc::exact_knn(&subset, &queries, DIM, 20)
-        .unwrap()
-        .iter()
-        .map(|&r| allowed[r as usize] as i64)
-        .collect();
-    assert_eq!(truth, exact);
+    assert_eq!(
+        read_ids_npy(&s.p("gt_allowed.npy")),
+        exact_among(&allowed, 20)
+    );
     let eval = |truth: &[&str], extra: &[&str]| {
         let mut cmd = vlc();
         cmd.args([
