@@ -809,7 +809,7 @@ fn groundtruth_and_eval_with_allowed_ids() {
         cmd
     };
     for truth in [["--groundtruth", "gt_allowed.npy"], ["--base", "base.npy"]] {
-        let out = eval(&truth, &[])
+        let out = eval(&truth, &["--backend", "auto"])
             .assert()
             .success()
             .get_output()
@@ -817,6 +817,7 @@ fn groundtruth_and_eval_with_allowed_ids() {
             .clone();
         let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(j["allowed"], 286, "{truth:?}");
+        assert_eq!(j["backend"], "cpu", "{truth:?}");
         assert_eq!(j["results"][0]["recall@10"], 1.0, "{truth:?}");
     }
     // The unfiltered truth lists vectors the filter leaves out.

@@ -378,7 +378,10 @@ pub fn run(a: Args) -> Result<()> {
             "codec": index.codec().name(), "refine": index.refine_codec().map(|c| c.name()),
             "bytes_per_vector": bpv, "queries": queries.rows, "threads": threads,
             "batch_size": a.batch_size,
-            "backend": format!("{:?}", a.backend).to_lowercase(),
+            "backend": match filtered {
+                Some(_) => "cpu".to_string(),
+                None => format!("{:?}", a.backend).to_lowercase(),
+            },
             "cpu_kernels": vlc::simd::kernels(), "allowed": filtered, "results": points,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
