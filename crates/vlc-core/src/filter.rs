@@ -265,6 +265,14 @@ mod tests {
         ids
     }
 
+    /// `index` with every vector but those of `ids` (ascending) removed.
+    fn allowed_only(index: &Index, ids: &[u32]) -> Index {
+        let others: Vec<u32> = (0..index.next_id())
+            .filter(|i| ids.binary_search(i).is_err())
+            .collect();
+        index.remove_ids(&others).unwrap().0
+    }
+
     /// One allowed vector in two blocks of three, at a random slot.
     fn sparse_ids(index: &Index) -> Vec<u32> {
         let mut rng = crate::Rng::new(13);
@@ -313,10 +321,7 @@ mod tests {
             });
             for (ids, pool) in [(&sparse, 20), (&mixed, 0), (&most, 0)] {
                 let filter = index.id_filter(ids);
-                let others: Vec<u32> = (0..n as u32)
-                    .filter(|i| ids.binary_search(i).is_err())
-                    .collect();
-                let kept = index.remove_ids(&others).unwrap().0;
+                let kept = allowed_only(&index, ids);
                 let all = SearchParams {
                     k: 10,
                     nprobe: index.num_anchors(),
@@ -377,10 +382,7 @@ mod tests {
                 _ => (1..slots).collect(),
             });
             let filter = index.id_filter(&ids);
-            let others: Vec<u32> = (0..n as u32)
-                .filter(|i| ids.binary_search(i).is_err())
-                .collect();
-            let kept = index.remove_ids(&others).unwrap().0;
+            let kept = allowed_only(&index, &ids);
             for rerank in [0, 20] {
                 let sp = SearchParams {
                     k: 10,

@@ -273,9 +273,7 @@ fn truth_from_base(
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if a.allow_ids.is_some() && matches!(a.backend, SearchBackend::Cuda | SearchBackend::Wgpu) {
-        bail!("--allow-ids runs on the CPU only (the GPU searches have no filter yet): use --backend cpu");
-    }
+    super::refuse_gpu_filter(a.allow_ids.is_some(), a.backend)?;
     let (index, queries) = super::open_with_queries(&a.index, a.view, &a.queries)?;
     let allowed = a
         .allow_ids
@@ -359,8 +357,8 @@ pub fn run(a: Args) -> Result<()> {
     };
     let points = match &allowed {
         Some((_, filter)) => {
-            if a.backend == SearchBackend::Auto && !a.json {
-                eprintln!("search backend: cpu (--allow-ids runs on the CPU)");
+            if !a.json {
+                super::note_filter_on_cpu(a.backend);
             }
             run_sweep(&|q: &[f32], p: &SearchParams| {
                 index.search_batch_filtered(q, p, &vlc::CpuBackend, filter)

@@ -130,6 +130,25 @@ fn filter_from_file(index: &vlc::Index, path: &Path) -> Result<(Vec<u32>, vlc::I
     Ok((ids, filter))
 }
 
+/// With `--allow-ids` (`filtered`), an error for `--backend cuda|wgpu`: filtered search runs
+/// on the CPU only.
+fn refuse_gpu_filter(filtered: bool, backend: crate::backend::SearchBackend) -> Result<()> {
+    use crate::backend::SearchBackend::{Cuda, Wgpu};
+    if filtered && matches!(backend, Cuda | Wgpu) {
+        anyhow::bail!(
+            "--allow-ids runs on the CPU only (the GPU searches have no filter yet): use --backend cpu"
+        );
+    }
+    Ok(())
+}
+
+/// The note that a filtered search asked to pick its backend (`auto`) runs on the CPU.
+fn note_filter_on_cpu(backend: crate::backend::SearchBackend) {
+    if backend == crate::backend::SearchBackend::Auto {
+        eprintln!("search backend: cpu (--allow-ids runs on the CPU)");
+    }
+}
+
 /// [`read_id_file`]'s ids, ascending, each once.
 fn read_sorted_ids(path: &Path) -> Result<Vec<u32>> {
     let mut ids = read_id_file(path)?;
@@ -138,8 +157,8 @@ fn read_sorted_ids(path: &Path) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
-/// The ids in `path`: .npy of integers (int32, int64, uint32 or uint64; 1-d or 2-d), or text with ids separated by spaces,
-/// commas or newlines (`vlc remove --ids-file`, `vlc search --allow-ids`).
+/// The ids in `path`: .npy of integers (int32, int64, uint32 or uint64; 1-d or 2-d), or
+/// text with ids separated by spaces, commas or newlines (`vlc remove --ids-file`, `vlc search --allow-ids`).
 fn read_id_file(path: &Path) -> Result<Vec<u32>> {
     let to_u32 = |v: i64| -> Result<u32> {
         u32::try_from(v)

@@ -121,9 +121,7 @@ pub fn run(a: Args) -> Result<()> {
         inputs.extend(a.allow_ids.as_deref().map(|p| ("ids file", p)));
         crate::output::refuse_overwriting_inputs(&outputs, &inputs)?;
     }
-    if a.allow_ids.is_some() && matches!(a.backend, SearchBackend::Cuda | SearchBackend::Wgpu) {
-        bail!("--allow-ids runs on the CPU only (the GPU searches have no filter yet): use --backend cpu");
-    }
+    super::refuse_gpu_filter(a.allow_ids.is_some(), a.backend)?;
     let index = super::open_index(&a.index, a.view)?;
     let filter = a
         .allow_ids
@@ -226,9 +224,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     match filter {
         Some(_) => {
-            if a.backend == SearchBackend::Auto {
-                eprintln!("search backend: cpu (--allow-ids runs on the CPU)");
-            }
+            super::note_filter_on_cpu(a.backend);
             run_search(&filtered)?
         }
         None => with_search(a.backend, &index, run_search)?,
