@@ -317,6 +317,15 @@ pub struct PackedAnchors {
     level_norms1: Vec<f32>,
 }
 
+impl std::fmt::Debug for PackedAnchors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedAnchors")
+            .field("rows", &self.rows)
+            .field("dim", &self.dim)
+            .finish_non_exhaustive()
+    }
+}
+
 impl PackedAnchors {
     /// Pack `b` (n, k), row-major, when every row is in 8-bit or 4-bit form; `None` otherwise, and for
     /// k beyond [`MAX_DIM`] (where int32 sums of 127 x 127 products could overflow).

@@ -9,17 +9,22 @@
 //! unfiltered search scores candidates, whatever the filter's share, and a filter that
 //! allows every vector probes `nprobe` lists as an unfiltered search does. A narrow filter
 //! thus takes more lists (at most every list holding an allowed vector), and costs more
-//! time. Only the allowed vectors enter the candidate pool. With a fast-scan codec, a block of
-//! 32 vectors that holds no allowed vector is passed over, and one that holds a single one
-//! has it scored with the full code (a finer estimate than the block's scan, and cheaper for
-//! one vector), so a narrow filter, whose blocks mostly hold one or none, scores little more
-//! than its allowed vectors. With every list probed, the results are those of the index with
-//! every other vector removed (the same anchors and codes) wherever that index's first stage
-//! gives the same estimates: codecs without a fast scan, filters that leave each block none
-//! or several allowed vectors, or a pool that takes every allowed vector.
+//! time. Only the anchors of the lists that hold an allowed vector are ranked (the filter
+//! keeps which they are), so a narrow filter's queries neither measure nor sort every
+//! anchor to pick the few lists they may probe. Only the allowed vectors enter the
+//! candidate pool. With a fast-scan codec, a block of 32 vectors that holds no allowed
+//! vector is passed over, and one that holds a single one has it scored with the full code
+//! (a finer estimate than the block's scan, and cheaper for one vector), so a narrow
+//! filter, whose blocks mostly hold one or none, scores little more than its allowed
+//! vectors. With every list probed, the results are those of the index with every other
+//! vector removed (the same anchors and codes) wherever that index's first stage gives the
+//! same estimates: codecs without a fast scan, filters that leave each block none or
+//! several allowed vectors, or a pool that takes every allowed vector.
 
+use crate::amx::PackedAnchors;
 use crate::index::Index;
 use rayon::prelude::*;
+use std::sync::{Arc, OnceLock};
 
 /// The vectors of one [`Index`] that a search may return, by their positions in its inverted
 /// lists. Made by [`Index::id_filter`] for that index only (a search of another index, or of
@@ -40,6 +45,15 @@ pub struct IdFilter {
     share_sum: f64,
     /// Allowed vectors in all.
     allowed: usize,
+    /// The lists that hold an allowed vector, ascending, where some list holds none (`None`
+    /// where every list holds one): the only anchors a filtered search ranks, so that a narrow
+    /// filter's queries neither measure nor sort every anchor to pick the few lists they may
+    /// probe (at 0.1% of the dev set, 61 of 1,024). Layout: (lists_with_allowed,).
+    ranked_lists: Option<Vec<u32>>,
+    /// The anchors of `ranked_lists` packed for the CPU's integer kernels where the index's
+    /// anchors pack (each row packs as it does there, so its products are the same): made at
+    /// the first search that ranks on them ([`Index::filter_packing`]).
+    packing: OnceLock<Option<Arc<PackedAnchors>>>,
 }
 
 /// Positions whose ids one task of [`Index::id_filter`] reads (a multiple of 64, so that each
@@ -63,11 +77,6 @@ impl IdFilter {
         self.list_counts[anchor] as usize
     }
 
-    /// Lists that hold no allowed vector.
-    pub(crate) fn empty_lists(&self) -> usize {
-        self.empty_lists
-    }
-
     /// Lists that hold an allowed vector.
     pub(crate) fn lists_with_allowed(&self) -> usize {
         self.list_counts.len() - self.empty_lists
@@ -84,6 +93,12 @@ impl IdFilter {
         }
         let mean_share = self.share_sum / with as f64;
         ((1.5 * nprobe as f64 / mean_share).ceil() as usize + 4).min(with)
+    }
+
+    /// The lists a filtered search ranks where not every list holds an allowed vector
+    /// (ascending); `None`: every list.
+    pub(crate) fn ranked_lists(&self) -> Option<&[u32]> {
+        self.ranked_lists.as_deref()
     }
 
     /// Whether the filter was made for `index` (this very value of it).
@@ -164,14 +179,46 @@ impl Index {
             .filter(|&(_, &c)| c > 0)
             .map(|(a, &c)| c as f64 / (offsets[a + 1] - offsets[a]) as f64)
             .sum();
+        let empty_lists = list_counts.iter().filter(|&&c| c == 0).count();
+        let ranked_lists = (empty_lists > 0).then(|| {
+            (0..list_counts.len() as u32)
+                .filter(|&a| list_counts[a as usize] > 0)
+                .collect()
+        });
         IdFilter {
             instance: self.instance,
             share_sum,
-            empty_lists: list_counts.iter().filter(|&&c| c == 0).count(),
+            empty_lists,
             allowed: list_counts.iter().map(|&c| c as usize).sum(),
             positions,
             list_counts,
+            ranked_lists,
+            packing: OnceLock::new(),
         }
+    }
+
+    /// The rows of `lists`' anchors. Layout: (lists.len(), dim), row-major.
+    pub(crate) fn anchors_of(&self, lists: &[u32]) -> Vec<f32> {
+        let dim = self.dim;
+        let mut anchors = Vec::with_capacity(lists.len() * dim);
+        for &a in lists {
+            let a = a as usize;
+            anchors.extend_from_slice(&self.anchors[a * dim..(a + 1) * dim]);
+        }
+        anchors
+    }
+
+    /// The packing of `filter`'s ranked lists' anchors ([`IdFilter::ranked_lists`]) for the
+    /// integer kernels, where the index's anchors pack; made at the first call.
+    pub(crate) fn filter_packing<'a>(&self, filter: &'a IdFilter) -> Option<&'a PackedAnchors> {
+        let lists = filter.ranked_lists()?;
+        filter
+            .packing
+            .get_or_init(|| {
+                self.stored_packing()?;
+                PackedAnchors::new(&self.anchors_of(lists), lists.len(), self.dim).map(Arc::new)
+            })
+            .as_deref()
     }
 
     /// With a filter, how many of `ranked` (anchor, distance), the nearest lists that hold an
@@ -466,6 +513,8 @@ mod tests {
             empty_lists: 0,
             share_sum: 0.0,
             allowed: 0,
+            ranked_lists: None,
+            packing: OnceLock::new(),
         };
         for start in 0..320 {
             for count in 0..=32.min(320 - start) {

@@ -352,11 +352,13 @@ struct Scratch {
     pool: Vec<Candidate>,
     /// Distance a candidate must beat to enter `pool`.
     worst: f32,
+    /// The query's squared distance to every anchor ranked ([`Index::rank_anchors_one`]:
+    /// every anchor, or a filter's lists'). Layout: (num_ranked,).
     anchor_dists: Vec<f32>,
-    /// The query's dot products with every anchor: the integer kernel's, layout (rows,
+    /// The query's dot products with every anchor ranked: the integer kernel's, layout (rows,
     /// anchors rounded up to 32), row-major, of which row 0 is the query's (see
     /// [`crate::amx::dots`]); or [`crate::simd::matrix_vector`]'s on the f32 anchors,
-    /// layout (num_anchors,).
+    /// layout (num_ranked,).
     anchor_dots: Vec<f32>,
     /// The probed anchors as [`order_key`]s of (distance, anchor), nearest first.
     order: Vec<u64>,
@@ -385,9 +387,52 @@ struct RankedRows<'a> {
     prepared: &'a [f32],
     /// Rows of `prepared` to rank, ascending; `None`: every row.
     queries: Option<&'a [usize]>,
+    /// The anchors ranked: the index's, or a filtered batch's subset of them
+    /// ([`RankedAnchors`]). Layout: (num_ranked, dim), row-major.
+    anchors: &'a [f32],
     /// Anchors ranked per query.
     per_point: usize,
+    /// `anchors` packed for the CPU's integer kernels, where they pack and such a kernel ranks
+    /// a batch here.
     packed: Option<&'a crate::amx::PackedAnchors>,
+}
+
+/// The anchors a filtered batch ranks: where some list holds no allowed vector, only those of
+/// the lists that hold one ([`IdFilter::ranked_lists`]), gathered for the block, with the
+/// filter's packing of them.
+struct RankedAnchors<'a> {
+    /// The lists ranked, ascending; `None`: every list.
+    lists: Option<&'a [u32]>,
+    /// Their anchors. Layout: (num_ranked, dim), row-major.
+    anchors: std::borrow::Cow<'a, [f32]>,
+    /// `anchors` packed for the integer kernels, where a batch ranks on them here
+    /// ([`Index::packed_for_batches`]).
+    packed: Option<&'a crate::amx::PackedAnchors>,
+}
+
+impl<'a> RankedAnchors<'a> {
+    /// The anchors `filter`'s batch ranks in `index`.
+    fn new(index: &'a Index, filter: &'a IdFilter) -> Self {
+        let index_packing = index.packed_for_batches();
+        match filter.ranked_lists() {
+            None => RankedAnchors {
+                lists: None,
+                anchors: std::borrow::Cow::Borrowed(&index.anchors[..]),
+                packed: index_packing,
+            },
+            Some(lists) => RankedAnchors {
+                lists: Some(lists),
+                anchors: std::borrow::Cow::Owned(index.anchors_of(lists)),
+                packed: index_packing.and_then(|_| index.filter_packing(filter)),
+            },
+        }
+    }
+
+    /// The anchor (list) of ranked row `j`.
+    #[inline]
+    fn list(&self, j: u32) -> u32 {
+        self.lists.map_or(j, |lists| lists[j as usize])
+    }
 }
 
 /// The most (anchor, distance) entries one ranking call of [`Index::rank_rows`] returns: 32
@@ -495,9 +540,14 @@ impl Index {
         let mut prepared = std::mem::take(&mut scratch.prepared);
         let q = self.prepare_one(query, &mut prepared);
         let mut probes = std::mem::take(&mut scratch.probes);
+        // The ranked lists (every list, or a filter's, see `rank_anchors_one`).
+        let lists = filter.and_then(IdFilter::ranked_lists);
         let keys_to_probes = |order: &[u64], probes: &mut Vec<(u32, f32)>| {
             probes.clear();
-            probes.extend(order.iter().map(|&k| (key_id(k), key_dist(k))));
+            probes.extend(order.iter().map(|&k| {
+                let j = key_id(k);
+                (lists.map_or(j, |lists| lists[j as usize]), key_dist(k))
+            }));
         };
         let n = match filter {
             Some(filter) if filter.is_empty() => {
@@ -506,8 +556,7 @@ impl Index {
             }
             Some(filter) => {
                 // The nearest lists holding an allowed vector, until nprobe lists' worth
-                // (`filtered_block_probes` takes the same for a batch). The lists without one
-                // rank at +∞, and at most the `with` lists holding one are picked.
+                // (`filtered_block_probes` takes the same for a batch): only they are ranked.
                 let with = filter.lists_with_allowed();
                 let first = filter.lists_to_rank(params.nprobe);
                 self.rank_anchors_one(q, first, Some(filter), scratch);
@@ -725,6 +774,7 @@ impl Index {
         let ranked_again = RankedRows {
             prepared,
             queries: Some(&again),
+            anchors: &self.anchors,
             per_point: params.nprobe,
             packed,
         };
@@ -738,9 +788,9 @@ impl Index {
 
     /// [`Index::block_probes`] with a filter: each query's nearest lists that hold an allowed
     /// vector, until `nprobe` lists' worth ([`Index::filtered_probe_count`]), as
-    /// [`Index::search_one`] takes them. The anchors are ranked for
-    /// [`IdFilter::lists_to_rank`] such lists (and as many more as lists without one), and
-    /// again in full for the queries whose first lists hold too little.
+    /// [`Index::search_one`] takes them. Only the anchors of lists that hold one are ranked
+    /// ([`RankedAnchors`]): [`IdFilter::lists_to_rank`] of them, and all of them for the
+    /// queries whose first lists hold too little.
     fn filtered_block_probes(
         &self,
         prepared: &[f32],
@@ -757,15 +807,12 @@ impl Index {
                 offsets: vec![0; num_queries + 1],
             });
         }
-        // Query `r`'s ranked lists that hold an allowed vector, cut to what it probes, appended
-        // to `out`; false (nothing appended) where they hold too little and others follow.
+        let ranked = RankedAnchors::new(self, filter);
+        // Query `r`'s ranked lists, cut to what it probes, appended to `out`; false (nothing
+        // appended) where they hold too little and others follow.
         let take = |near: &crate::backend::Nearest, r: usize, out: &mut Vec<(u32, f32)>| {
             let (m, start) = (near.per_point, out.len());
-            out.extend(
-                (0..m)
-                    .map(|j| (near.ids[r * m + j], near.dists[r * m + j]))
-                    .filter(|&(a, _)| filter.list_count(a as usize) > 0),
-            );
+            out.extend((0..m).map(|j| (ranked.list(near.ids[r * m + j]), near.dists[r * m + j])));
             let complete = out.len() - start >= with;
             match self.filtered_probe_count(filter, &out[start..], params.nprobe, complete) {
                 Some(count) => {
@@ -780,9 +827,6 @@ impl Index {
                 }
             }
         };
-        let ranked =
-            (filter.lists_to_rank(params.nprobe) + filter.empty_lists()).min(self.num_anchors());
-        let packed = self.packed_for_batches();
         let mut again = Vec::new();
         let mut probes = BlockProbes {
             lists: Vec::new(),
@@ -791,8 +835,9 @@ impl Index {
         let rows = RankedRows {
             prepared,
             queries: None,
-            per_point: ranked,
-            packed,
+            anchors: &ranked.anchors,
+            per_point: filter.lists_to_rank(params.nprobe),
+            packed: ranked.packed,
         };
         self.rank_rows(&rows, backend, |i, near, r| {
             if !take(near, r, &mut probes.lists) {
@@ -803,16 +848,16 @@ impl Index {
         if again.is_empty() {
             return Ok(probes);
         }
-        // Every anchor ranked for the queries whose first lists held too little.
+        // Every list holding an allowed vector ranked for the queries whose first lists held
+        // too little.
         let ranked_again = RankedRows {
-            prepared,
             queries: Some(&again),
-            per_point: self.num_anchors(),
-            packed,
+            per_point: with,
+            ..rows
         };
         self.rank_again(probes, &ranked_again, backend, |near, r, out| {
             let complete = take(near, r, out);
-            debug_assert!(complete, "every list was ranked");
+            debug_assert!(complete, "every list holding an allowed vector was ranked");
         })
     }
 
@@ -884,7 +929,7 @@ impl Index {
             };
             let near = backend.nearest_index_anchors(
                 points,
-                &self.anchors,
+                rows.anchors,
                 dim,
                 rows.per_point,
                 rows.packed,
@@ -919,7 +964,9 @@ impl Index {
     }
 
     /// Fill `scratch.order` with the keys of the `nprobe` nearest anchors and
-    /// `scratch.anchor_dists` with every anchor's squared distance.
+    /// `scratch.anchor_dists` with every anchor's squared distance; with a filter that leaves
+    /// some list without an allowed vector, of the lists that hold one only
+    /// ([`IdFilter::ranked_lists`]; key and entry `j` are its `j`-th list).
     ///
     /// From [`INTEGER_MIN_ANCHORS`] anchors in 8- or 4-bit form, where an integer kernel runs
     /// ([`crate::amx::few_rows_kernel`]: AVX-512 VNNI, AVX-VNNI, AMX, or AVX2), the dot
@@ -928,7 +975,6 @@ impl Index {
     /// caches. Where a batch's ranking on the CPU backend runs on integers too (on AVX2, where
     /// each query picks at most 1/16 of the anchors), the two give the same bits. Fewer
     /// anchors keep the f32 dot products.
-    /// With a filter, the lists that hold no allowed vector rank last, at +∞.
     fn rank_anchors_one(
         &self,
         q: &[f32],
@@ -938,39 +984,50 @@ impl Index {
     ) {
         let dim = self.dim;
         let qn = crate::linalg::dot(q, q);
-        scratch.anchor_dists.clear();
-        match self.integer_anchors() {
-            Some(packed) => {
-                crate::amx::dots(q, 1, packed, &mut scratch.anchor_dots);
-                scratch.anchor_dists.extend(
-                    scratch.anchor_dots[..self.num_anchors()]
-                        .iter()
-                        .zip(&self.anchor_norms)
-                        .map(|(&d, cn)| (qn - 2.0 * d + cn).max(0.0)),
-                );
-            }
+        // With a filter that leaves some list without an allowed vector, only the lists that
+        // hold one; row j of the ranking is list `lists[j]`.
+        let lists = filter.and_then(IdFilter::ranked_lists);
+        let norm = |j: usize| self.anchor_norms[lists.map_or(j, |lists| lists[j] as usize)];
+        let ranked = lists.map_or(self.num_anchors(), <[u32]>::len);
+        let packed = self.integer_anchors().map(|packed| match filter {
+            Some(filter) if lists.is_some() => self
+                .filter_packing(filter)
+                .expect("the anchors of some lists pack where all of them do"),
+            _ => packed,
+        });
+        match packed {
+            Some(packed) => crate::amx::dots(q, 1, packed, &mut scratch.anchor_dots),
             None => {
                 // The anchors' dot products side by side (f32 anchors, or no integer kernel
-                // here: NEON, or fewer than INTEGER_MIN_ANCHORS anchors).
+                // here: NEON, or fewer than INTEGER_MIN_ANCHORS anchors); a subset's row by
+                // row, each as it comes out side by side.
                 scratch.anchor_dots.clear();
-                scratch.anchor_dots.resize(self.num_anchors(), 0.0);
-                crate::simd::matrix_vector(&self.anchors, dim, q, &mut scratch.anchor_dots);
-                scratch.anchor_dists.extend(
-                    scratch
-                        .anchor_dots
-                        .iter()
-                        .zip(&self.anchor_norms)
-                        .map(|(&d, cn)| (qn - 2.0 * d + cn).max(0.0)),
-                );
-            }
-        }
-        if let Some(filter) = filter.filter(|f| f.empty_lists() > 0) {
-            for (a, d) in scratch.anchor_dists.iter_mut().enumerate() {
-                if filter.list_count(a) == 0 {
-                    *d = f32::INFINITY;
+                scratch.anchor_dots.resize(ranked, 0.0);
+                match lists {
+                    None => {
+                        crate::simd::matrix_vector(&self.anchors, dim, q, &mut scratch.anchor_dots)
+                    }
+                    Some(lists) => {
+                        for (&a, out) in lists.iter().zip(scratch.anchor_dots.chunks_mut(1)) {
+                            let a = a as usize;
+                            crate::simd::matrix_vector(
+                                &self.anchors[a * dim..(a + 1) * dim],
+                                dim,
+                                q,
+                                out,
+                            );
+                        }
+                    }
                 }
             }
         }
+        scratch.anchor_dists.clear();
+        scratch.anchor_dists.extend(
+            scratch.anchor_dots[..ranked]
+                .iter()
+                .enumerate()
+                .map(|(j, &d)| (qn - 2.0 * d + norm(j)).max(0.0)),
+        );
         smallest_keys(&scratch.anchor_dists, nprobe, &mut scratch.order);
     }
 
@@ -984,7 +1041,7 @@ impl Index {
     }
 
     /// [`Index::packed_anchors`], packed at the first call.
-    fn stored_packing(&self) -> Option<&crate::amx::PackedAnchors> {
+    pub(crate) fn stored_packing(&self) -> Option<&crate::amx::PackedAnchors> {
         self.packed_anchors
             .get_or_init(|| crate::amx::packed_anchors(&self.anchors, self.num_anchors(), self.dim))
             .as_deref()

@@ -117,6 +117,57 @@ fn a_filtered_search_returns_what_the_index_of_the_allowed_vectors_returns() {
     }
 }
 
+/// A narrow filter leaves many lists without an allowed vector, and a search ranks only the
+/// anchors of the lists that hold one; their distances are the ones ranking every anchor
+/// gives, so with every list probed the results are, bit for bit, those of the index with
+/// every other vector removed (which ranks every anchor), one query at a time and in
+/// batches. 300 anchors: where the CPU has an integer kernel, both rank on it, the filter's
+/// lists with a packing of their own.
+#[test]
+fn a_narrow_filter_ranks_its_lists_as_the_whole_index_does() {
+    let dim = 24;
+    let n = 6000;
+    let data = clustered(n, dim, 40, 0.6, 15);
+    let queries = queries_near(&data, dim, 40, 0.3, 16);
+    let allowed: Vec<u32> = (0..n as u32).filter(|i| i % 40 == 7).collect();
+    let others: Vec<u32> = (0..n as u32).filter(|i| i % 40 != 7).collect();
+    for (codec, refine) in [
+        (CodecKind::Sq8, None),
+        (CodecKind::RaBitQ1, Some(CodecKind::Sq8)),
+    ] {
+        let params = BuildParams::default()
+            .with_codec(codec)
+            .with_refine(refine)
+            .with_num_anchors(300);
+        let index = build(&data, dim, &params);
+        assert_eq!(index.num_anchors(), 300);
+        let filter = index.id_filter(&allowed);
+        let (kept, _) = index.remove_ids(&others).unwrap();
+        let empty = kept.list_sizes().iter().filter(|&&s| s == 0).count();
+        assert!(empty > 50, "{empty} lists without an allowed vector");
+        let sp = SearchParams {
+            k: 10,
+            nprobe: index.num_anchors(),
+            rerank: 0,
+            probe_margin: None,
+        };
+        let name = format!("{codec:?} + {refine:?}");
+        let batch = index
+            .search_batch_filtered(&queries, &sp, &CpuBackend, &filter)
+            .unwrap();
+        assert_eq!(
+            batch,
+            kept.search_batch(&queries, &sp, &CpuBackend).unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            one_at_a_time(&index, &queries, &sp, Some(&filter)),
+            one_at_a_time(&kept, &queries, &sp, None),
+            "{name}"
+        );
+    }
+}
+
 /// With the f32 refine tier, every list probed and every candidate rescored, a filtered search
 /// finds the exact nearest allowed vectors.
 #[test]
@@ -379,10 +430,11 @@ fn queries_whose_nearest_lists_hold_little_rank_every_list() {
     }
 }
 
-/// A narrow filter of an index of 4,096 anchors ranks nearly every anchor for each query: a
-/// block of 2,500 queries is then ranked a chunk of queries at a time (at most 2^22 entries
-/// per call), and gives the bytes of the same queries searched in batches of 500, each ranked
-/// in one call.
+/// A filter that leaves some of 4,096 lists without an allowed vector, at nprobe 1,024, ranks
+/// thousands of the lists that hold one for each query (their anchors only): a block of 2,500
+/// queries is then ranked a chunk of queries at a time (at most 2^22 entries per call), and
+/// gives the bytes of the same queries searched in batches of 500, each ranked in one call, and
+/// the lists that one query at a time takes.
 #[test]
 fn a_block_ranked_in_chunks_gives_the_results_of_smaller_batches() {
     let dim = 8;
@@ -397,23 +449,21 @@ fn a_block_ranked_in_chunks_gives_the_results_of_smaller_batches() {
             .with_num_anchors(4096),
     );
     assert_eq!(index.num_anchors(), 4096);
-    let allowed: Vec<u32> = (0..n as u32).step_by(50).collect();
+    let allowed: Vec<u32> = (0..n as u32).step_by(2).collect();
     let filter = index.id_filter(&allowed);
     let sp = SearchParams {
         k: 10,
-        nprobe: 4,
+        nprobe: 1024,
         rerank: 0,
         probe_margin: None,
     };
     let whole = index
         .search_batch_filtered(&queries, &sp, &CpuBackend, &filter)
         .unwrap();
-    // (Lists of 3 vectors on average: 4 lists' worth can hold fewer than k, padded with −1.)
     assert!(whole
         .ids
         .iter()
-        .all(|&id| id == -1 || allowed.contains(&(id as u32))));
-    assert!(whole.ids.iter().filter(|&&id| id >= 0).count() > 2500 * 8);
+        .all(|&id| id >= 0 && allowed.binary_search(&(id as u32)).is_ok()));
     for (part, chunk) in queries.chunks(500 * dim).enumerate() {
         let results = index
             .search_batch_filtered(chunk, &sp, &CpuBackend, &filter)
@@ -422,4 +472,6 @@ fn a_block_ranked_in_chunks_gives_the_results_of_smaller_batches() {
         assert_eq!(results.ids, whole.ids[rows.clone()], "part {part}");
         assert_eq!(results.distances, whole.distances[rows], "part {part}");
     }
+    let single = one_at_a_time(&index, &queries[..100 * dim], &sp, Some(&filter));
+    assert_eq!(single.ids, whole.ids[..100 * 10]);
 }
