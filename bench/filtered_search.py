@@ -13,7 +13,7 @@ runs; queries/s = queries / that time.
 
 Usage: python3 bench/filtered_search.py DATASET_DIR [--vlc target/release/vlc]
        [--build-args "--codec rabitq1 --refine sq8"] [--nprobe 16,64] [--repeat 3]
-       [--shares 0.5,0.1,0.01,0.001] [--layout random|range]
+       [--shares 0.5,0.1,0.01,0.001] [--layout random|range] [--batch-size N]
 DATASET_DIR holds base.npy and query.npy (the dev set's layout).
 """
 import argparse, os, shlex, subprocess, tempfile, time
@@ -29,6 +29,10 @@ ap.add_argument("--repeat", type=int, default=3)
 ap.add_argument("--layout", choices=["random", "range"], default="random",
                 help="random: a random subset (seed 0); range: a run of consecutive ids, from a random "
                      "start (seed 0), as the documents of one user or source added together")
+ap.add_argument("--batch-size", type=int, default=0,
+                help="vlc search --batch-size: 0 (default) every query in one call, as a batch; 1 each "
+                     "query searched alone, as an application asking for one user at a time (the "
+                     "results then written a query at a time, which the time includes)")
 a = ap.parse_args()
 vlc = os.path.abspath(a.vlc)
 
@@ -43,7 +47,8 @@ def timed_search(index, queries, nprobe, out, extra=()):
     best = None
     for _ in range(a.repeat):
         start = time.perf_counter()
-        run("search", index, queries, "-k", 10, "--nprobe", nprobe, "--threads", 1, "-o", out, *extra)
+        run("search", index, queries, "-k", 10, "--nprobe", nprobe, "--threads", 1, "-o", out,
+            "--batch-size", a.batch_size, *extra)
         took = time.perf_counter() - start
         best = took if best is None else min(best, took)
     return best, np.load(out)
@@ -62,7 +67,8 @@ with tempfile.TemporaryDirectory() as tmp:
     run("build", "-q", p("base.npy"), "-o", p("index.vlc"), *shlex.split(a.build_args))
     run("groundtruth", p("base.npy"), queries_path, "-k", 10, "-o", p("gt.npy"), "-q")
     print(f"vlc: {vlc}; data: {a.dataset} ({base.shape[0]} x {base.shape[1]}, {num_queries} queries); "
-          f"vlc build {a.build_args}; search -k 10 --threads 1, best of {a.repeat}; allowed: {a.layout} ids")
+          f"vlc build {a.build_args}; search -k 10 --threads 1 --batch-size {a.batch_size}, best of {a.repeat}; "
+          f"allowed: {a.layout} ids")
     print("| allowed | vectors | nprobe | recall@10 | queries/s |")
     print("|---|---|---|---|---|")
     rng = np.random.default_rng(0)
