@@ -368,6 +368,47 @@ impl PackedAnchors {
         })
     }
 
+    /// The packing of the anchors `rows` of this one (each below [`PackedAnchors::rows`]), in
+    /// that order: their levels and scales copied, so each anchor's products are the ones this
+    /// packing gives, and the result is what [`PackedAnchors::new`] makes of those rows.
+    pub fn select_rows(&self, rows: &[u32]) -> PackedAnchors {
+        let n = rows.len();
+        let steps = self.steps;
+        let padded_rows = n.div_ceil(2 * TILE_ROWS) * 2 * TILE_ROWS;
+        let mut scales = vec![0f32; padded_rows];
+        let mut level_sums = vec![0i32; padded_rows];
+        let mut level_norms1 = vec![0f32; n];
+        let mut tiles = vec![0i8; padded_rows * steps * TILE_K];
+        for (j, &from) in rows.iter().enumerate() {
+            let from = from as usize;
+            assert!(from < self.rows, "row {from} of {} packed", self.rows);
+            scales[j] = self.scales[from];
+            level_sums[j] = self.level_sums[from];
+            level_norms1[j] = self.level_norms1[from];
+            let (g, col) = (j / TILE_ROWS, j % TILE_ROWS);
+            let (from_g, from_col) = (from / TILE_ROWS, from % TILE_ROWS);
+            for s in 0..steps {
+                let to = (g * steps + s) * TILE_ROWS * TILE_K;
+                let at = (from_g * steps + s) * TILE_ROWS * TILE_K;
+                for r in 0..TILE_ROWS {
+                    tiles[to + r * TILE_K + 4 * col..][..4]
+                        .copy_from_slice(&self.tiles[at + r * TILE_K + 4 * from_col..][..4]);
+                }
+            }
+        }
+        PackedAnchors {
+            rows: n,
+            padded_rows,
+            dim: self.dim,
+            steps,
+            scales,
+            level_sums,
+            tiles,
+            row_levels: std::sync::OnceLock::new(),
+            level_norms1,
+        }
+    }
+
     /// Row stride of [`dots`]' output: the anchors rounded up to 32.
     pub fn stride(&self) -> usize {
         self.padded_rows
@@ -1694,6 +1735,52 @@ mod tests {
         changed[7] = 0.0;
         let other = packed_anchors(&changed, 10, 33);
         assert!(other.is_none() || !Arc::ptr_eq(&first, other.as_ref().unwrap()));
+    }
+
+    /// Rows selected from a packing are what packing those rows gives: levels in the same
+    /// tile places, the same scales and sums, padding zero (8- and 4-bit rows, across tile
+    /// groups and a dimension that ends inside a tile step, in and out of order).
+    #[test]
+    fn selected_rows_pack_as_those_rows_do() {
+        let mut r = Rng::new(9);
+        let (n, k) = (70, 150);
+        for precision in [AnchorPrecision::Int8, AnchorPrecision::Int4] {
+            let anchors = stored_anchors(&mut r, n, k, precision);
+            let packed = PackedAnchors::new(&anchors, n, k).expect("integer rows pack");
+            let ascending: Vec<u32> = (0..n as u32).filter(|j| j % 3 != 1).collect();
+            for rows in [
+                ascending,
+                vec![69, 0, 33, 16, 5],
+                vec![],
+                (0..n as u32).collect(),
+            ] {
+                let gathered: Vec<f32> = rows
+                    .iter()
+                    .flat_map(|&j| {
+                        anchors[j as usize * k..(j as usize + 1) * k]
+                            .iter()
+                            .copied()
+                    })
+                    .collect();
+                let expected = PackedAnchors::new(&gathered, rows.len(), k).unwrap();
+                let selected = packed.select_rows(&rows);
+                let what = format!("{precision:?}, rows {rows:?}");
+                assert_eq!(
+                    (selected.rows, selected.padded_rows),
+                    (expected.rows, expected.padded_rows),
+                    "{what}"
+                );
+                assert_eq!(
+                    (selected.dim, selected.steps),
+                    (expected.dim, expected.steps),
+                    "{what}"
+                );
+                assert_eq!(selected.scales, expected.scales, "{what}");
+                assert_eq!(selected.level_sums, expected.level_sums, "{what}");
+                assert_eq!(selected.level_norms1, expected.level_norms1, "{what}");
+                assert_eq!(selected.tiles, expected.tiles, "{what}");
+            }
+        }
     }
 
     fn packed_for_test(v: &[f32]) -> Arc<PackedAnchors> {

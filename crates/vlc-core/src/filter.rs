@@ -51,8 +51,8 @@ pub struct IdFilter {
     /// probe (at 0.1% of the dev set, 61 of 1,024). Layout: (lists_with_allowed,).
     ranked_lists: Option<Vec<u32>>,
     /// The anchors of `ranked_lists` packed for the CPU's integer kernels where the index's
-    /// anchors pack (each row packs as it does there, so its products are the same): made at
-    /// the first search that ranks on them ([`Index::filter_packing`]).
+    /// anchors pack (their rows of the index's packing, so their products are the same): made
+    /// at the first search that ranks on them ([`Index::filter_packing`]).
     packing: OnceLock<Option<Arc<PackedAnchors>>>,
 }
 
@@ -214,10 +214,7 @@ impl Index {
         let lists = filter.ranked_lists()?;
         filter
             .packing
-            .get_or_init(|| {
-                self.stored_packing()?;
-                PackedAnchors::new(&self.anchors_of(lists), lists.len(), self.dim).map(Arc::new)
-            })
+            .get_or_init(|| Some(Arc::new(self.stored_packing()?.select_rows(lists))))
             .as_deref()
     }
 
