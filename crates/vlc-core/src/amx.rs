@@ -334,79 +334,69 @@ impl PackedAnchors {
         if k > MAX_DIM {
             return None;
         }
-        let steps = k.div_ceil(TILE_K);
-        let padded_rows = n.div_ceil(2 * TILE_ROWS) * 2 * TILE_ROWS;
-        let mut scales = vec![0f32; padded_rows];
-        let mut level_sums = vec![0i32; padded_rows];
-        let mut levels = vec![0i8; steps * TILE_K];
-        let mut tiles = vec![0i8; padded_rows * steps * TILE_K];
-        let mut level_norms1 = vec![0f32; n];
+        let mut packed = Self::zeroed(n, k);
+        let mut levels = vec![0i8; packed.steps * TILE_K];
         for j in 0..n {
-            scales[j] = integer_levels(&b[j * k..(j + 1) * k], &mut levels[..k])?;
-            level_sums[j] = levels[..k].iter().map(|&l| l as i32).sum();
+            let scale = integer_levels(&b[j * k..(j + 1) * k], &mut levels[..k])?;
+            packed.scales[j] = scale;
+            packed.level_sums[j] = levels[..k].iter().map(|&l| l as i32).sum();
             let norm1: i64 = levels[..k].iter().map(|&l| (l as i64).abs()).sum();
-            level_norms1[j] = scales[j] * norm1 as f32;
-            let (g, col) = (j / TILE_ROWS, j % TILE_ROWS);
-            for s in 0..steps {
-                let tile = &mut tiles[(g * steps + s) * TILE_ROWS * TILE_K..][..TILE_ROWS * TILE_K];
+            packed.level_norms1[j] = scale * norm1 as f32;
+            for s in 0..packed.steps {
                 for r in 0..TILE_ROWS {
-                    tile[r * TILE_K + 4 * col..r * TILE_K + 4 * col + 4]
+                    let at = packed.tile_place(j, s, r);
+                    packed.tiles[at..at + 4]
                         .copy_from_slice(&levels[s * TILE_K + 4 * r..s * TILE_K + 4 * r + 4]);
                 }
             }
         }
-        Some(PackedAnchors {
-            rows: n,
-            padded_rows,
-            dim: k,
-            steps,
-            scales,
-            level_sums,
-            tiles,
-            row_levels: std::sync::OnceLock::new(),
-            level_norms1,
-        })
+        Some(packed)
     }
 
     /// The packing of the anchors `rows` of this one (each below [`PackedAnchors::rows`]), in
     /// that order: their levels and scales copied, so each anchor's products are the ones this
     /// packing gives, and the result is what [`PackedAnchors::new`] makes of those rows.
     pub fn select_rows(&self, rows: &[u32]) -> PackedAnchors {
-        let n = rows.len();
-        let steps = self.steps;
-        let padded_rows = n.div_ceil(2 * TILE_ROWS) * 2 * TILE_ROWS;
-        let mut scales = vec![0f32; padded_rows];
-        let mut level_sums = vec![0i32; padded_rows];
-        let mut level_norms1 = vec![0f32; n];
-        let mut tiles = vec![0i8; padded_rows * steps * TILE_K];
+        let mut packed = Self::zeroed(rows.len(), self.dim);
         for (j, &from) in rows.iter().enumerate() {
             let from = from as usize;
             assert!(from < self.rows, "row {from} of {} packed", self.rows);
-            scales[j] = self.scales[from];
-            level_sums[j] = self.level_sums[from];
-            level_norms1[j] = self.level_norms1[from];
-            let (g, col) = (j / TILE_ROWS, j % TILE_ROWS);
-            let (from_g, from_col) = (from / TILE_ROWS, from % TILE_ROWS);
-            for s in 0..steps {
-                let to = (g * steps + s) * TILE_ROWS * TILE_K;
-                let at = (from_g * steps + s) * TILE_ROWS * TILE_K;
+            packed.scales[j] = self.scales[from];
+            packed.level_sums[j] = self.level_sums[from];
+            packed.level_norms1[j] = self.level_norms1[from];
+            for s in 0..self.steps {
                 for r in 0..TILE_ROWS {
-                    tiles[to + r * TILE_K + 4 * col..][..4]
-                        .copy_from_slice(&self.tiles[at + r * TILE_K + 4 * from_col..][..4]);
+                    let (to, at) = (packed.tile_place(j, s, r), self.tile_place(from, s, r));
+                    packed.tiles[to..to + 4].copy_from_slice(&self.tiles[at..at + 4]);
                 }
             }
         }
+        packed
+    }
+
+    /// A packing of `n` rows of `k` values whose levels, scales and sums are all zero, to be
+    /// filled row by row.
+    fn zeroed(n: usize, k: usize) -> PackedAnchors {
+        let steps = k.div_ceil(TILE_K);
+        let padded_rows = n.div_ceil(2 * TILE_ROWS) * 2 * TILE_ROWS;
         PackedAnchors {
             rows: n,
             padded_rows,
-            dim: self.dim,
+            dim: k,
             steps,
-            scales,
-            level_sums,
-            tiles,
+            scales: vec![0f32; padded_rows],
+            level_sums: vec![0i32; padded_rows],
+            tiles: vec![0i8; padded_rows * steps * TILE_K],
             row_levels: std::sync::OnceLock::new(),
-            level_norms1,
+            level_norms1: vec![0f32; n],
         }
+    }
+
+    /// Where in `tiles` row `j`'s 4 levels `64·s + 4r .. 64·s + 4r + 4` lie (see the field).
+    #[inline]
+    fn tile_place(&self, j: usize, s: usize, r: usize) -> usize {
+        let (g, col) = (j / TILE_ROWS, j % TILE_ROWS);
+        ((g * self.steps + s) * TILE_ROWS + r) * TILE_K + 4 * col
     }
 
     /// Row stride of [`dots`]' output: the anchors rounded up to 32.
@@ -425,14 +415,10 @@ impl PackedAnchors {
             let row_len = self.steps * TILE_K;
             let mut rows = vec![0i8; self.rows * row_len];
             for (j, row) in rows.chunks_exact_mut(row_len).enumerate() {
-                let (g, col) = (j / TILE_ROWS, j % TILE_ROWS);
                 for s in 0..self.steps {
                     for r in 0..TILE_ROWS {
-                        let tile_row = ((g * self.steps + s) * TILE_ROWS + r) * TILE_K;
-                        let at = s * TILE_K + 4 * r;
-                        row[at..at + 4].copy_from_slice(
-                            &self.tiles[tile_row + 4 * col..tile_row + 4 * col + 4],
-                        );
+                        let (to, at) = (s * TILE_K + 4 * r, self.tile_place(j, s, r));
+                        row[to..to + 4].copy_from_slice(&self.tiles[at..at + 4]);
                     }
                 }
             }
