@@ -28,8 +28,9 @@ use std::sync::{Arc, OnceLock};
 
 /// The vectors of one [`Index`] that a search may return, by their positions in its inverted
 /// lists. Made by [`Index::id_filter`] for that index only (a search of another index, or of
-/// the same one after an add or a remove, which makes a new [`Index`], is refused): making one
-/// reads every id of the index once, so a filter used by many searches is made once.
+/// the same one after an add or a remove, which makes a new [`Index`], is refused). The first
+/// filter of an index value reads every id of the index, so a filter used by many searches is
+/// best made once; narrow ones made later look up only their own ids ([`Index::id_filter`]).
 #[derive(Clone, Debug)]
 pub struct IdFilter {
     /// [`Index::instance`] of the index the filter was made for.
@@ -55,6 +56,15 @@ pub struct IdFilter {
     /// at the first search that ranks on them ([`Index::filter_packing`]).
     packing: OnceLock<Option<Arc<PackedAnchors>>>,
 }
+
+/// A filter of at most one vector in this many of the index looks its ids up in the map of
+/// each id's position ([`Index::id_filter`]); a broader one reads every id of the index, on all
+/// threads, which costs less than as many lookups at random places of the map.
+const LOOKUP_MAX_SHARE: usize = 32;
+
+/// The map of each id's position is made only where the index's ids leave at most this many
+/// ids' room per vector (ids given by the user may be spread over all of `u32`).
+const MAP_MAX_SPACE: usize = 4;
 
 /// Positions whose ids one task of [`Index::id_filter`] reads (a multiple of 64, so that each
 /// task writes whole words).
@@ -137,42 +147,26 @@ impl IdFilter {
 impl Index {
     /// A filter that lets searches of this index return only the vectors with these ids
     /// ([`Index::search_filtered`], [`Index::search_batch_filtered`]). Ids the index does not
-    /// hold (removed, or never given) are ignored, and so are repeats. Reads every id of the
-    /// index once, on all threads of the current rayon pool.
+    /// hold (removed, or never given) are ignored, and so are repeats. Making one reads every
+    /// id of the index once, on all threads of the current rayon pool, except for narrow
+    /// filters (at most one vector in 32) from the second on: the second makes a map of each
+    /// id's position (4 bytes per id, kept with this index value), in which it and every later
+    /// one look up their own ids only. So a server that makes a filter per request (one user's
+    /// documents) pays for the ids it names, not for the index.
     pub fn id_filter(&self, ids: &[u32]) -> IdFilter {
-        let id_space = self.next_id() as usize;
-        let mut wanted = vec![0u64; id_space.div_ceil(64)];
-        for &id in ids {
-            let id = id as usize;
-            if id < id_space {
-                wanted[id / 64] |= 1 << (id % 64);
-            }
-        }
-        let n = self.num_vectors;
+        let map = (ids.len() * LOOKUP_MAX_SHARE <= self.num_vectors)
+            .then(|| {
+                let made = self
+                    .narrow_filters_made
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.id_positions_for_filters(made)
+            })
+            .flatten();
+        let (positions, list_counts) = match map {
+            Some(map) => self.filter_by_map(ids, map),
+            None => self.filter_by_reading(ids),
+        };
         let offsets = &self.list_offsets;
-        let mut positions = vec![0u64; n.div_ceil(64)];
-        positions
-            .par_chunks_mut(POSITIONS_PER_TASK / 64)
-            .enumerate()
-            .for_each(|(t, words)| {
-                let start = t * POSITIONS_PER_TASK;
-                let end = (start + 64 * words.len()).min(n);
-                // The list holding `start`: the last whose first position is at most it.
-                let mut list = offsets.partition_point(|&o| o as usize <= start) - 1;
-                for p in start..end {
-                    while offsets[list + 1] as usize <= p {
-                        list += 1;
-                    }
-                    let id = self.ids.get_in_list(list, p) as usize;
-                    if wanted[id / 64] >> (id % 64) & 1 == 1 {
-                        words[(p - start) / 64] |= 1 << (p % 64);
-                    }
-                }
-            });
-        let list_counts: Vec<u32> = (0..self.num_anchors())
-            .into_par_iter()
-            .map(|a| count_ones_in(&positions, offsets[a] as usize, offsets[a + 1] as usize))
-            .collect();
         let share_sum = list_counts
             .iter()
             .enumerate()
@@ -195,6 +189,94 @@ impl Index {
             ranked_lists,
             packing: OnceLock::new(),
         }
+    }
+
+    /// The map of each id's position ([`Index::id_positions`]) for the narrow filter made
+    /// after `made` others: made at the second (a filter made once reads the ids either way),
+    /// kept from then on. `None` before, and where ids are spread far beyond the index's size
+    /// (more than [`MAP_MAX_SPACE`] ids' room per vector: the map takes 4 bytes per id).
+    fn id_positions_for_filters(&self, made: usize) -> Option<&[u32]> {
+        if let Some(map) = self.id_positions.get() {
+            return Some(map);
+        }
+        let space = self.id_space();
+        if made == 0 || space > MAP_MAX_SPACE * self.num_vectors + 64 {
+            return None;
+        }
+        Some(self.id_positions.get_or_init(|| {
+            let ids = self.ids.to_u32();
+            let mut map = vec![u32::MAX; space];
+            for (p, &id) in ids.iter().enumerate() {
+                map[id as usize] = p as u32;
+            }
+            map
+        }))
+    }
+
+    /// One past the largest id the index holds (0 for none), found once per index value.
+    fn id_space(&self) -> usize {
+        *self.id_space.get_or_init(|| {
+            self.ids
+                .max_id(&self.list_offsets)
+                .map_or(0, |m| m as usize + 1)
+        })
+    }
+
+    /// A filter's bitmap and per-list counts ([`IdFilter`]'s `positions` and `list_counts`)
+    /// from the map of each id's position.
+    fn filter_by_map(&self, ids: &[u32], map: &[u32]) -> (Vec<u64>, Vec<u32>) {
+        let mut positions = vec![0u64; self.num_vectors.div_ceil(64)];
+        let mut list_counts = vec![0u32; self.num_anchors()];
+        let offsets = &self.list_offsets;
+        for &id in ids {
+            let p = match map.get(id as usize) {
+                Some(&p) if p != u32::MAX => p as usize,
+                _ => continue,
+            };
+            let (word, bit) = (p / 64, 1u64 << (p % 64));
+            if positions[word] & bit == 0 {
+                positions[word] |= bit;
+                list_counts[offsets.partition_point(|&o| o as usize <= p) - 1] += 1;
+            }
+        }
+        (positions, list_counts)
+    }
+
+    /// A filter's bitmap and per-list counts ([`IdFilter`]'s `positions` and `list_counts`)
+    /// by reading every id of the index, on all threads of the current rayon pool.
+    fn filter_by_reading(&self, ids: &[u32]) -> (Vec<u64>, Vec<u32>) {
+        // The ids asked for that the index could hold, as bits.
+        let space = self.id_space();
+        let mut wanted = vec![0u64; space.div_ceil(64)];
+        for &id in ids.iter().filter(|&&id| (id as usize) < space) {
+            wanted[id as usize / 64] |= 1 << (id % 64);
+        }
+        let is_wanted = |id: usize| wanted[id / 64] >> (id % 64) & 1 == 1;
+        let n = self.num_vectors;
+        let offsets = &self.list_offsets;
+        let mut positions = vec![0u64; n.div_ceil(64)];
+        positions
+            .par_chunks_mut(POSITIONS_PER_TASK / 64)
+            .enumerate()
+            .for_each(|(t, words)| {
+                let start = t * POSITIONS_PER_TASK;
+                let end = (start + 64 * words.len()).min(n);
+                // The list holding `start`: the last whose first position is at most it.
+                let mut list = offsets.partition_point(|&o| o as usize <= start) - 1;
+                for p in start..end {
+                    while offsets[list + 1] as usize <= p {
+                        list += 1;
+                    }
+                    if is_wanted(self.ids.get_in_list(list, p) as usize) {
+                        words[(p - start) / 64] |= 1 << (p % 64);
+                    }
+                }
+            });
+        let list_counts = (0..self.num_anchors())
+            .into_par_iter()
+            .map(|a| count_ones_in(&positions, offsets[a] as usize, offsets[a + 1] as usize))
+            .collect();
+        (positions, list_counts)
     }
 
     /// The rows of `lists`' anchors. Layout: (lists.len(), dim), row-major.
@@ -486,6 +568,94 @@ mod tests {
             .sum();
         let recall = found as f64 / truth.len() as f64;
         assert!(recall > 0.8, "recall@10 {recall} of {} allowed", ids.len());
+    }
+
+    /// The fields of two filters that say what they allow.
+    fn same_filter(a: &IdFilter, b: &IdFilter, what: &str) {
+        assert_eq!(a.positions, b.positions, "{what}");
+        assert_eq!(a.list_counts, b.list_counts, "{what}");
+        assert_eq!(a.share_sum.to_bits(), b.share_sum.to_bits(), "{what}");
+        assert_eq!(
+            (a.empty_lists, a.allowed),
+            (b.empty_lists, b.allowed),
+            "{what}"
+        );
+        assert_eq!(a.ranked_lists, b.ranked_lists, "{what}");
+    }
+
+    /// Narrow filters from the second on look their ids up in the map of each id's position,
+    /// and allow exactly what reading every id gives: ids in any order, repeated, removed or
+    /// never given. Broad filters keep reading and make no map.
+    #[test]
+    fn filters_looked_up_in_the_map_of_positions_allow_what_reading_the_ids_does() {
+        let dim = 8;
+        let data = clustered(4000, dim, 20, 0.5, 3);
+        let params = BuildParams::default()
+            .with_codec(CodecKind::Sq8)
+            .with_num_anchors(40);
+        let built = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {})
+            .unwrap()
+            .0;
+        // Ids 0..3000 only, from 100 on every third removed: the id space has holes.
+        let removed: Vec<u32> = (100..4000).filter(|i| i % 3 == 0 || *i >= 3000).collect();
+        let index = built.remove_ids(&removed).unwrap().0;
+        let n = index.num_vectors;
+        let mut rng = crate::Rng::new(21);
+        let mut random = |count: usize| -> Vec<u32> {
+            (0..count).map(|_| (rng.next_u64() % 5000) as u32).collect()
+        };
+        let broad: Vec<u32> = (0..4000).step_by(2).collect();
+        let read = index.id_filter(&broad);
+        assert!(
+            index.id_positions.get().is_none(),
+            "a broad filter made a map"
+        );
+        let narrow: Vec<Vec<u32>> = vec![
+            random(40),
+            vec![3, 3, 99, 100, 102, 2999, 3000, 3999, 4000, u32::MAX, 7, 5],
+            (0..n as u32 / 32).rev().collect(),
+            Vec::new(),
+            random(n / 32),
+        ];
+        for (i, ids) in narrow.iter().enumerate() {
+            assert!(ids.len() * LOOKUP_MAX_SHARE <= n);
+            let (positions, list_counts) = index.filter_by_reading(ids);
+            let filter = index.id_filter(ids);
+            assert_eq!(index.id_positions.get().is_some(), i > 0, "filter {i}");
+            assert_eq!(
+                (filter.positions, filter.list_counts),
+                (positions, list_counts),
+                "{i}"
+            );
+        }
+        // Broad filters read the ids even with the map there.
+        same_filter(&index.id_filter(&broad), &read, "broad");
+        let map = index.id_positions.get().unwrap();
+        assert_eq!(map.len(), 3000);
+        assert_eq!(map.iter().filter(|&&p| p != u32::MAX).count(), n);
+        let first = index.filter_by_reading(&narrow[0]);
+        assert_eq!(index.filter_by_map(&narrow[0], map), first);
+        // A filter made by reading and one looked up agree in every field.
+        let fresh = built.remove_ids(&removed).unwrap().0;
+        let by_reading = fresh.id_filter(&narrow[1]);
+        assert!(fresh.id_positions.get().is_none());
+        same_filter(
+            &index.id_filter(&narrow[1]),
+            &by_reading,
+            "reading and looking up",
+        );
+        // Ids spread far beyond the vectors (one in ten kept): no map, filters read.
+        let thinned: Vec<u32> = (0..4000).filter(|i| i % 10 != 0).collect();
+        let sparse = built.remove_ids(&thinned).unwrap().0;
+        let ids: Vec<u32> = (0..4000).step_by(470).collect();
+        let first = sparse.id_filter(&ids);
+        let second = sparse.id_filter(&ids);
+        assert!(
+            sparse.id_positions.get().is_none(),
+            "a map of ten ids' room per vector"
+        );
+        same_filter(&first, &second, "spread ids");
+        assert_eq!(first.len(), ids.iter().filter(|&&i| i % 10 == 0).count());
     }
 
     #[test]

@@ -488,6 +488,21 @@ impl Ids {
         self.len() == 0
     }
 
+    /// The largest id of lists with these offsets (num_lists + 1, from 0 to `len()`), `None`
+    /// for no ids: the last of each list where every list ascends (Elias-Fano per list), else
+    /// found by reading every id.
+    pub fn max_id(&self, offsets: &[u64]) -> Option<u32> {
+        match self {
+            Ids::PerList(_) => offsets
+                .windows(2)
+                .enumerate()
+                .filter(|(_, w)| w[1] > w[0])
+                .map(|(list, w)| self.get_in_list(list, w[1] as usize - 1))
+                .max(),
+            _ => self.to_u32().iter().copied().max(),
+        }
+    }
+
     /// Bits each id takes in the file: the packed width, or the Elias-Fano section's bits over
     /// the id count (its two words of universe and padding included).
     pub fn bits_per_id(&self) -> f64 {
@@ -594,6 +609,26 @@ impl Ids {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The largest id, from each list's last where lists ascend (Elias-Fano) and by reading
+    /// every id otherwise (bit-packed, plain), with empty lists anywhere.
+    #[test]
+    fn the_largest_id_of_every_form() {
+        let offsets = [0u64, 0, 3, 3, 5, 9, 9];
+        let ascending = [4u32, 90, 700, 2, 3, 1, 8, 65, 66];
+        let per_list = Ids::PerList(ListIds::encode(&ascending, &offsets).unwrap());
+        assert_eq!(per_list.max_id(&offsets), Some(700));
+        let unordered = [4u32, 700, 90, 3, 2, 8, 1, 66, 65];
+        assert!(ListIds::encode(&unordered, &offsets).is_none());
+        let packed = Ids::for_lists(&unordered, &offsets);
+        assert!(matches!(packed, Ids::Packed { .. }));
+        assert_eq!(packed.max_id(&offsets), Some(700));
+        let plain = Ids::Plain(crate::format::Section::Owned(unordered.to_vec()));
+        assert_eq!(plain.max_id(&offsets), Some(700));
+        assert_eq!(Ids::packed(&[]).max_id(&[0, 0, 0]), None);
+        let none = Ids::PerList(ListIds::encode(&[], &[0, 0, 0]).unwrap());
+        assert_eq!(none.max_id(&[0, 0, 0]), None);
+    }
 
     #[test]
     fn packed_ids_give_every_id_back_at_every_width_and_tail() {

@@ -345,6 +345,16 @@ pub struct Index {
     /// [`crate::Backend::nearest_index_anchors`]) from [`crate::amx::packed_anchors`]; `None`
     /// inside when the anchors are not in 8- or 4-bit form (f16 or f32 storage).
     pub(crate) packed_anchors: OnceLock<Option<std::sync::Arc<crate::amx::PackedAnchors>>>,
+    /// Each id's position in the lists, `u32::MAX` for an id the index does not hold: made at
+    /// the second narrow [`crate::IdFilter`] of this index value ([`Index::id_filter`]), so
+    /// that later ones look their ids up rather than read every id of the index. Layout: (one
+    /// past the largest id held,).
+    pub(crate) id_positions: OnceLock<Vec<u32>>,
+    /// One past the largest id held (0 for none), found at the first filter
+    /// ([`Index::id_filter`]).
+    pub(crate) id_space: OnceLock<usize>,
+    /// Narrow filters made for this index value so far.
+    pub(crate) narrow_filters_made: std::sync::atomic::AtomicUsize,
     pub(crate) report: BuildReport,
     /// This value's number in the process, unique to it (an index added to or removed from is
     /// a new value): an [`crate::filter::IdFilter`] names the index it was made for.
@@ -928,6 +938,9 @@ impl Index {
             refine,
             fastscan: OnceLock::new(),
             packed_anchors: OnceLock::new(),
+            id_positions: OnceLock::new(),
+            id_space: OnceLock::new(),
+            narrow_filters_made: std::sync::atomic::AtomicUsize::new(0),
             report,
             instance: NEXT_INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };

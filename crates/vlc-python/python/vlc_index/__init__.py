@@ -159,7 +159,8 @@ class Index:
         CPU's results within rounding. `search_backend` then says where the search ran.
         allowed: return only these vectors (a filter, e.g. one user's documents): their ids
         (array-like of integers), or an `IdFilter` from `filter(ids)`, which serves many searches
-        (making one reads every id of the index). Each query then probes the nearest lists
+        (the first filter of an index reads every id of the index; narrow ones, at most one
+        vector in 32, look up their own ids from the second on). Each query then probes the nearest lists
         that hold an allowed vector until they hold nprobe lists' worth of them (a list counts
         the share of its vectors allowed), so a narrow filter keeps its recall and takes more
         time (see `vlc search --help`). Filtered searches run on the CPU ("auto" searches
@@ -192,7 +193,10 @@ class Index:
     def filter(self, ids) -> "IdFilter":
         """A filter for `search(..., allowed=...)`: only the vectors with these ids (array-like
         of integers) may be returned. Ids the index does not hold are ignored; `len()` of the
-        filter counts those it does. Valid until the index changes (`add`, `remove`)."""
+        filter counts those it does. Valid until the index changes (`add`, `remove`). The first
+        filter of an index reads every id of the index; from the second narrow one (at most one
+        vector in 32) on, a map of each id's position (4 bytes per id, kept with the index) lets
+        a filter look up its own ids only, so a filter per request costs little."""
         ids = _uint32_ids(ids, "ids")
         return IdFilter(self._native.id_filter(ids), ids.size)
 
