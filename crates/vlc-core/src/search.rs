@@ -987,7 +987,6 @@ impl Index {
         // With a filter that leaves some list without an allowed vector, only the lists that
         // hold one; row j of the ranking is list `lists[j]`.
         let lists = filter.and_then(IdFilter::ranked_lists);
-        let norm = |j: usize| self.anchor_norms[lists.map_or(j, |lists| lists[j] as usize)];
         let ranked = lists.map_or(self.num_anchors(), <[u32]>::len);
         let packed = self.integer_anchors().map(|packed| match filter {
             Some(filter) if lists.is_some() => self
@@ -1021,13 +1020,21 @@ impl Index {
                 }
             }
         }
+        let dots = &scratch.anchor_dots[..ranked];
+        let distance = |d: f32, norm: f32| (qn - 2.0 * d + norm).max(0.0);
         scratch.anchor_dists.clear();
-        scratch.anchor_dists.extend(
-            scratch.anchor_dots[..ranked]
-                .iter()
-                .enumerate()
-                .map(|(j, &d)| (qn - 2.0 * d + norm(j)).max(0.0)),
-        );
+        match lists {
+            None => scratch.anchor_dists.extend(
+                dots.iter()
+                    .zip(&self.anchor_norms)
+                    .map(|(&d, &norm)| distance(d, norm)),
+            ),
+            Some(lists) => scratch.anchor_dists.extend(
+                dots.iter()
+                    .zip(lists)
+                    .map(|(&d, &a)| distance(d, self.anchor_norms[a as usize])),
+            ),
+        }
         smallest_keys(&scratch.anchor_dists, nprobe, &mut scratch.order);
     }
 
