@@ -193,14 +193,17 @@ impl Index {
 
     /// The map of each id's position ([`Index::id_positions`]) for the narrow filter made
     /// after `made` others: made at the second (a filter made once reads the ids either way),
-    /// kept from then on. `None` before, and where ids are spread far beyond the index's size
-    /// (more than [`MAP_MAX_SPACE`] ids' room per vector: the map takes 4 bytes per id).
+    /// kept from then on. `None` before, where ids are spread far beyond the index's size
+    /// (more than [`MAP_MAX_SPACE`] ids' room per vector: the map takes 4 bytes per id), and
+    /// where a position would not fit its `u32`.
     fn id_positions_for_filters(&self, made: usize) -> Option<&[u32]> {
         if let Some(map) = self.id_positions.get() {
             return Some(map);
         }
         let space = self.id_space();
-        if made == 0 || space > MAP_MAX_SPACE * self.num_vectors + 64 {
+        // (Positions are stored as u32, u32::MAX meaning none.)
+        let too_many = self.num_vectors >= u32::MAX as usize;
+        if made == 0 || too_many || space > MAP_MAX_SPACE * self.num_vectors + 64 {
             return None;
         }
         Some(self.id_positions.get_or_init(|| {
