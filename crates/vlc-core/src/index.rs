@@ -807,7 +807,7 @@ impl Index {
     /// The id the next added vector gets: one past the largest id the index has held (its
     /// size, unless vectors were removed), so that no id is given twice.
     pub fn next_id(&self) -> u32 {
-        let held = self.ids.to_u32().iter().max().map_or(0, |&m| m + 1);
+        let held = self.ids.max_id(&self.list_offsets).map_or(0, |m| m + 1);
         held.max(self.report.next_id.unwrap_or(0))
     }
 
