@@ -1,7 +1,7 @@
 //! Choosing the compute backend at run time.
 
 use anyhow::Result;
-use vlc::{Backend, CpuBackend, Index, SearchParams, SearchResults};
+use vlc::{Backend, CpuBackend, IdFilter, Index, SearchParams, SearchResults};
 
 /// Which backend a command should use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -111,20 +111,28 @@ pub fn cpu_search(
 }
 
 /// Run `body` with a search over `index` on the chosen backend (the GPU copy of the index is
-/// built first and lives as long as `body` runs).
+/// built first and lives as long as `body` runs); with `filter`, a search that returns only
+/// the vectors it allows (on a GPU, the probed lists are ranked on the CPU and scanned on the
+/// GPU: `CudaIndex::search_batch_filtered`).
 pub fn with_search<R>(
     choice: SearchBackend,
     index: &Index,
+    filter: Option<&IdFilter>,
     body: impl FnOnce(&Search) -> Result<R>,
 ) -> Result<R> {
-    let cpu = |body: SearchBody<'_, R>| body(&cpu_search(index));
+    let cpu = |body: SearchBody<'_, R>| match filter {
+        None => body(&cpu_search(index)),
+        Some(filter) => body(&|q: &[f32], p: &SearchParams| {
+            index.search_batch_filtered(q, p, &CpuBackend, filter)
+        }),
+    };
     match choice {
         SearchBackend::Cpu => cpu(Box::new(body)),
         SearchBackend::Cuda => {
-            search_cuda(index, Box::new(body)).map_err(|e| e.context("--backend cuda"))
+            search_cuda(index, filter, Box::new(body)).map_err(|e| e.context("--backend cuda"))
         }
         SearchBackend::Wgpu => {
-            search_wgpu(index, Box::new(body)).map_err(|e| e.context("--backend wgpu"))
+            search_wgpu(index, filter, Box::new(body)).map_err(|e| e.context("--backend wgpu"))
         }
         SearchBackend::Auto => {
             if let Some(kind) = index.device_unsupported_codec() {
@@ -133,11 +141,11 @@ pub fn with_search<R>(
             }
             #[cfg(feature = "cuda")]
             if vlc_cuda::device_available() {
-                return search_cuda(index, Box::new(body));
+                return search_cuda(index, filter, Box::new(body));
             }
             #[cfg(feature = "wgpu")]
             match vlc_wgpu::WgpuBackend::new_hardware() {
-                Ok(b) => return run_wgpu(&b, index, Box::new(body)),
+                Ok(b) => return run_wgpu(&b, index, filter, Box::new(body)),
                 Err(e) => eprintln!("search backend: cpu (no CUDA device; {e})"),
             }
             #[cfg(not(feature = "wgpu"))]
@@ -148,31 +156,54 @@ pub fn with_search<R>(
 }
 
 #[cfg(feature = "cuda")]
-fn search_cuda<R>(index: &Index, body: SearchBody<'_, R>) -> Result<R> {
+fn search_cuda<R>(index: &Index, filter: Option<&IdFilter>, body: SearchBody<'_, R>) -> Result<R> {
     let b = vlc_cuda::CudaBackend::new(0)?;
     eprintln!("search backend: cuda ({})", b.device_name());
     let gpu = vlc_cuda::CudaIndex::new(&b, index)?;
-    body(&|q: &[f32], p: &SearchParams| gpu.search_batch(q, p))
+    match filter {
+        None => body(&|q: &[f32], p: &SearchParams| gpu.search_batch(q, p)),
+        Some(filter) => {
+            body(&|q: &[f32], p: &SearchParams| gpu.search_batch_filtered(index, q, p, filter))
+        }
+    }
 }
 
 #[cfg(not(feature = "cuda"))]
-fn search_cuda<R>(_index: &Index, _body: SearchBody<'_, R>) -> Result<R> {
+fn search_cuda<R>(
+    _index: &Index,
+    _filter: Option<&IdFilter>,
+    _body: SearchBody<'_, R>,
+) -> Result<R> {
     anyhow::bail!("this vlc was built without the `cuda` feature")
 }
 
 #[cfg(feature = "wgpu")]
-fn search_wgpu<R>(index: &Index, body: SearchBody<'_, R>) -> Result<R> {
-    run_wgpu(&vlc_wgpu::WgpuBackend::new()?, index, body)
+fn search_wgpu<R>(index: &Index, filter: Option<&IdFilter>, body: SearchBody<'_, R>) -> Result<R> {
+    run_wgpu(&vlc_wgpu::WgpuBackend::new()?, index, filter, body)
 }
 
 #[cfg(feature = "wgpu")]
-fn run_wgpu<R>(b: &vlc_wgpu::WgpuBackend, index: &Index, body: SearchBody<'_, R>) -> Result<R> {
+fn run_wgpu<R>(
+    b: &vlc_wgpu::WgpuBackend,
+    index: &Index,
+    filter: Option<&IdFilter>,
+    body: SearchBody<'_, R>,
+) -> Result<R> {
     eprintln!("search backend: wgpu ({})", b.adapter_name());
     let gpu = vlc_wgpu::WgpuIndex::new(b, index)?;
-    body(&|q: &[f32], p: &SearchParams| gpu.search_batch(q, p))
+    match filter {
+        None => body(&|q: &[f32], p: &SearchParams| gpu.search_batch(q, p)),
+        Some(filter) => {
+            body(&|q: &[f32], p: &SearchParams| gpu.search_batch_filtered(index, q, p, filter))
+        }
+    }
 }
 
 #[cfg(not(feature = "wgpu"))]
-fn search_wgpu<R>(_index: &Index, _body: SearchBody<'_, R>) -> Result<R> {
+fn search_wgpu<R>(
+    _index: &Index,
+    _filter: Option<&IdFilter>,
+    _body: SearchBody<'_, R>,
+) -> Result<R> {
     anyhow::bail!("this vlc was built without the `wgpu` feature")
 }

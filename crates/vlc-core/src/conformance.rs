@@ -779,9 +779,19 @@ pub fn compare_search_with_cpu(
     params: &crate::SearchParams,
     device: &DeviceSearch<'_>,
 ) -> f64 {
-    let (k, nprobe) = (params.k, params.nprobe);
     let cpu = index.search_batch(queries, params, &CpuBackend).unwrap();
     let dev = device(queries, params).unwrap();
+    compare_results(label, params, &cpu, &dev)
+}
+
+/// What [`compare_search_with_cpu`] asserts, of results already found.
+fn compare_results(
+    label: &str,
+    params: &crate::SearchParams,
+    cpu: &crate::SearchResults,
+    dev: &crate::SearchResults,
+) -> f64 {
+    let (k, nprobe) = (params.k, params.nprobe);
     assert_eq!(dev.ids.len(), cpu.ids.len(), "{label}");
     let (mut same, mut total) = (0usize, 0usize);
     for (c, g) in cpu.ids.chunks(k).zip(dev.ids.chunks(k)) {
@@ -812,6 +822,156 @@ pub fn compare_search_with_cpu(
         }
     }
     overlap
+}
+
+/// A device copy's filtered batch search (e.g. CUDA's `CudaIndex::search_batch_filtered`):
+/// the canonical index it was copied from, the queries, the parameters and a filter made for
+/// that index.
+pub type DeviceFilteredSearch<'a> = Box<
+    dyn Fn(
+            &crate::Index,
+            &[f32],
+            &crate::SearchParams,
+            &crate::IdFilter,
+        ) -> crate::Result<crate::SearchResults>
+        + 'a,
+>;
+
+/// Builds a backend's [`DeviceFilteredSearch`] for an index.
+pub type OpenFilteredSearch<'a> =
+    dyn Fn(&crate::Index) -> crate::Result<DeviceFilteredSearch<'a>> + 'a;
+
+/// A device's filtered search against the CPU's ([`crate::Index::search_batch_filtered`])
+/// on the same index and filter, for filters that allow 0.5%, 5%, a third, all and none of
+/// the vectors, and those of a few lists only, over codecs with and without a second stage,
+/// both metrics, odd dims, fixed, full and adaptive probing: every id returned is allowed,
+/// each row holds as many as the CPU's (the same lists are probed), and the rows agree as
+/// [`compare_search_with_cpu`]'s do (at least 97% of the CPU's ids, equal distances at equal
+/// ranks and ids, sorted, padded alike). A filter made for another index, and a device copy
+/// searched with another index than its own, are errors.
+pub fn check_filtered_search_matches_cpu(open: &OpenFilteredSearch<'_>) {
+    use crate::{BuildParams, CodecKind, Index, Metric, SearchParams};
+    use std::collections::HashSet;
+    // (dim, codec, pcaq's bits per dimension, refine tier, metric)
+    let cases = [
+        (64, CodecKind::RaBitQ1, 0.0, None, Metric::L2),
+        (
+            36,
+            CodecKind::RaBitQ1,
+            0.0,
+            Some(CodecKind::Sq8),
+            Metric::Cosine,
+        ),
+        (
+            35,
+            CodecKind::RaBitQ2,
+            0.0,
+            Some(CodecKind::F32),
+            Metric::L2,
+        ),
+        (33, CodecKind::Sq8, 0.0, None, Metric::L2),
+        (40, CodecKind::PcaRaBitQ, 3.0, None, Metric::L2),
+        (35, CodecKind::F16, 0.0, None, Metric::Cosine),
+        (32, CodecKind::AnchorOnly, 0.0, None, Metric::L2),
+    ];
+    let (n, anchors) = (6_000, 100);
+    for (dim, codec, bits, refine, metric) in cases {
+        let data = crate::synthetic::clustered(n, dim, 40, 0.4, 21);
+        let queries = crate::synthetic::clustered(300, dim, 40, 0.5, 22);
+        let mut params = BuildParams::default()
+            .with_codec(codec)
+            .with_refine(refine)
+            .with_metric(metric)
+            .with_num_anchors(anchors);
+        if codec == CodecKind::PcaRaBitQ {
+            params.codec_params.bits = bits;
+        }
+        let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
+        let device = open(&index).unwrap();
+        let label = format!(
+            "{codec}{} dim {dim} {metric:?}",
+            refine.map(|r| format!("+{r}")).unwrap_or_default()
+        );
+        // Ids by a multiplicative hash, so that each share is spread over the lists; and the
+        // ids of the vectors nearest 3 of the anchors (a few lists hold them all).
+        let share = |per_mille: u64| -> Vec<u32> {
+            (0..n as u32)
+                .filter(|&i| (u64::from(i).wrapping_mul(2_654_435_761) >> 7) % 1000 < per_mille)
+                .collect()
+        };
+        let mut few_lists = Vec::new();
+        for a in 0..3 {
+            let centre = &index.anchors()[a * dim..(a + 1) * dim];
+            let near = crate::exact_knn(&data, centre, dim, 40).unwrap();
+            few_lists.extend_from_slice(&near);
+        }
+        let filters = [
+            ("0.5%", share(5)),
+            ("5%", share(50)),
+            ("a third", share(333)),
+            ("all", (0..n as u32).collect()),
+            ("none", Vec::new()),
+            ("3 anchors' nearest", few_lists),
+        ];
+        for (name, ids) in &filters {
+            let filter = index.id_filter(ids);
+            let allowed: HashSet<i64> = ids.iter().map(|&i| i64::from(i)).collect();
+            for (k, nprobe, rerank, probe_margin) in [
+                (10, 8, 0, None),
+                (10, anchors, 0, None),
+                (5, 16, 40, None),
+                (10, 32, 0, Some(0.5)),
+            ] {
+                let p = SearchParams {
+                    k,
+                    nprobe,
+                    rerank,
+                    probe_margin,
+                };
+                let case = format!("{label}, filter {name}, k {k} nprobe {nprobe}");
+                let cpu = index
+                    .search_batch_filtered(&queries, &p, &CpuBackend, &filter)
+                    .unwrap();
+                let dev = device(&index, &queries, &p, &filter).unwrap();
+                for (row, (c, d)) in cpu.ids.chunks(k).zip(dev.ids.chunks(k)).enumerate() {
+                    let real = |r: &[i64]| r.iter().filter(|&&i| i >= 0).count();
+                    assert_eq!(real(d), real(c), "{case}: row {row}'s neighbours");
+                    for id in d.iter().filter(|&&i| i >= 0) {
+                        assert!(allowed.contains(id), "{case}: id {id} is not allowed");
+                    }
+                }
+                let overlap = if cpu.ids.iter().any(|&i| i >= 0) {
+                    compare_results(&case, &p, &cpu, &dev)
+                } else {
+                    assert!(dev.ids.iter().all(|&i| i < 0), "{case}");
+                    1.0
+                };
+                eprintln!("{case}: overlap {overlap:.4}");
+            }
+        }
+    }
+    // A filter of another index, and this device copy searched with another index.
+    let data = crate::synthetic::clustered(2_000, 16, 8, 0.3, 5);
+    let params = BuildParams::default().with_num_anchors(16);
+    let (index, _) = Index::build(&data, 16, &params, &CpuBackend, &mut |_| {}).unwrap();
+    let (other, _) = Index::build(&data, 16, &params, &CpuBackend, &mut |_| {}).unwrap();
+    let device = open(&index).unwrap();
+    let p = SearchParams::default();
+    let q = &data[..16 * 20];
+    let foreign = other.id_filter(&[1, 2, 3]);
+    assert!(
+        device(&index, q, &p, &foreign).is_err(),
+        "a filter of another index"
+    );
+    let theirs = other.id_filter(&[1, 2, 3]);
+    assert!(
+        device(&other, q, &p, &theirs).is_err(),
+        "a device copy searched with another index"
+    );
+    let ours = index.id_filter(&[1, 2, 3]);
+    let found = device(&index, q, &p, &ours).unwrap();
+    assert!(found.ids.iter().all(|&i| (1..=3).contains(&i) || i < 0));
+    assert!(found.ids.iter().any(|&i| i >= 0));
 }
 
 /// The automatic pool on a device (`rerank` 0, [`crate::SearchParams::automatic_pool`]), on

@@ -125,6 +125,36 @@ pub struct DeviceView<'a> {
     /// The index's energy ([`Index::energy`]), the scale of
     /// [`crate::SearchParams::probe_margin`].
     pub energy: f32,
+    /// Which index value this is (each build, load, add and remove makes a new one): a device
+    /// copy keeps it to refuse a [`DeviceFilter`] made with another index
+    /// ([`Index::device_filter`]).
+    pub instance: u64,
+}
+
+/// What a device search of a batch needs of an [`crate::IdFilter`]
+/// ([`Index::device_filter`]): the lists each query probes, as the CPU's filtered batch
+/// search probes them, and the vectors the filter allows, list by list. The device scans
+/// only the allowed vectors of those lists (a narrow filter's few), so that its results match
+/// the CPU's filtered search as its unfiltered ones match the CPU's unfiltered search.
+#[derive(Clone, Debug)]
+pub struct DeviceFilter<'a> {
+    /// The index value the probes were ranked in ([`DeviceView::instance`]).
+    pub instance: u64,
+    /// The lists (anchors) each query probes, nearest first: query `i`'s are entries
+    /// `probe_offsets[i]..probe_offsets[i + 1]`. Layout: (total probes,).
+    pub probe_anchors: Vec<u32>,
+    /// The query's squared distance to each probed anchor. Layout: as `probe_anchors`.
+    pub probe_distances: Vec<f32>,
+    /// Layout: (num_queries + 1,).
+    pub probe_offsets: Vec<u32>,
+    /// The most lists one query probes.
+    pub max_probes: usize,
+    /// Vectors the filter allows, in all (0: every row is padding).
+    pub allowed_count: usize,
+    /// The allowed vectors list by list ([`crate::IdFilter::allowed_by_list`]): a device
+    /// scans entries `starts[a]..starts[a + 1]` of `positions` for probed list `a`, and
+    /// nothing else.
+    pub allowed: &'a crate::filter::AllowedByList,
 }
 
 /// Whether device kernels score `codec` (the others map to [`StageCodec::Unsupported`]).
@@ -297,6 +327,7 @@ impl Index {
                 .map(|(c, codes)| device_stage(c, codes)),
             has_second_stage: self.has_second_stage(),
             energy: self.energy(),
+            instance: self.instance,
         }
     }
 }

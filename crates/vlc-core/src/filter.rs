@@ -55,6 +55,20 @@ pub struct IdFilter {
     /// anchors pack (their rows of the index's packing, so their products are the same): made
     /// at the first search that ranks on them ([`Index::filter_packing`]).
     packing: OnceLock<Option<Arc<PackedAnchors>>>,
+    /// The allowed vectors' list positions, list by list, for device searches
+    /// ([`IdFilter::allowed_by_list`]): made at the first call.
+    by_list: OnceLock<AllowedByList>,
+}
+
+/// The allowed vectors of an [`IdFilter`] list by list ([`IdFilter::allowed_by_list`]).
+#[derive(Clone, Debug, Default)]
+pub struct AllowedByList {
+    /// List `a`'s allowed vectors are entries `starts[a]..starts[a + 1]` of `positions`.
+    /// Layout: (num_anchors + 1,).
+    pub starts: Vec<u32>,
+    /// The list positions of the allowed vectors, ascending (so list by list). Layout:
+    /// (allowed,).
+    pub positions: Vec<u32>,
 }
 
 /// A filter of at most one vector in this many of the index looks its ids up in the map of
@@ -79,6 +93,31 @@ impl IdFilter {
     /// Whether the filter allows no vector (a search then returns padding only).
     pub fn is_empty(&self) -> bool {
         self.allowed == 0
+    }
+
+    /// The allowed vectors' list positions (the order of [`Index::device_view`]'s codes and
+    /// ids), list by list, so that a device scans only them; made at the first call and kept
+    /// with the filter (4 bytes per allowed vector, 4 per list). For indexes of at most 2^32
+    /// vectors, as device searches take.
+    pub fn allowed_by_list(&self) -> &AllowedByList {
+        self.by_list.get_or_init(|| {
+            let mut starts = Vec::with_capacity(self.list_counts.len() + 1);
+            starts.push(0u32);
+            let mut total = 0u32;
+            for &count in &self.list_counts {
+                total += count;
+                starts.push(total);
+            }
+            let mut positions = Vec::with_capacity(self.allowed);
+            for (w, &word) in self.positions.iter().enumerate() {
+                let mut bits = word;
+                while bits != 0 {
+                    positions.push((64 * w) as u32 + bits.trailing_zeros());
+                    bits &= bits - 1;
+                }
+            }
+            AllowedByList { starts, positions }
+        })
     }
 
     /// Allowed vectors in list `anchor`.
@@ -188,6 +227,7 @@ impl Index {
             list_counts,
             ranked_lists,
             packing: OnceLock::new(),
+            by_list: OnceLock::new(),
         }
     }
 
@@ -532,6 +572,81 @@ mod tests {
     /// are made too: a pool of twice k, taken by the full 1-bit code and rescored by SQ8,
     /// finds most of the exact 10 nearest allowed vectors (a pool of 20 of the 93 allowed
     /// taken at random would find about a fifth).
+    /// A device's view of a filter: list by list, the positions of exactly the allowed ids;
+    /// and its probes are the CPU batch's lists, each holding an allowed vector.
+    #[test]
+    fn the_allowed_vectors_list_by_list_are_the_filters() {
+        let (dim, n) = (16, 3000);
+        let data = clustered(n, dim, 20, 0.5, 31);
+        let queries = queries_near(&data, dim, 50, 0.4, 32);
+        let params = BuildParams::default().with_num_anchors(30);
+        let index = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {})
+            .unwrap()
+            .0;
+        let ids: Vec<u32> = (0..n as u32).filter(|i| i % 13 == 4).collect();
+        let filter = index.id_filter(&ids);
+        let by_list = filter.allowed_by_list();
+        assert_eq!(by_list.starts.len(), index.num_anchors() + 1);
+        assert_eq!(by_list.positions.len(), ids.len());
+        let mut seen = Vec::new();
+        for list in 0..index.num_anchors() {
+            let (lo, hi) = (index.list_offsets[list], index.list_offsets[list + 1]);
+            let range = by_list.starts[list] as usize..by_list.starts[list + 1] as usize;
+            assert_eq!(range.len(), filter.list_count(list), "list {list}");
+            for &position in &by_list.positions[range] {
+                assert!((lo..hi).contains(&u64::from(position)), "list {list}");
+                seen.push(index.ids.get_in_list(list, position as usize));
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, ids);
+        let sp = SearchParams {
+            k: 10,
+            nprobe: 4,
+            rerank: 0,
+            probe_margin: None,
+        };
+        let probes = index.device_filter(&queries, &sp, &filter).unwrap();
+        assert_eq!(probes.probe_offsets.len(), 51);
+        assert_eq!(probes.allowed_count, ids.len());
+        for q in 0..50 {
+            let row = probes.probe_offsets[q] as usize..probes.probe_offsets[q + 1] as usize;
+            assert!(row.len() <= probes.max_probes && !row.is_empty());
+            let dists = &probes.probe_distances[row.clone()];
+            assert!(
+                dists.windows(2).all(|w| w[0] <= w[1]),
+                "query {q}: nearest first"
+            );
+            for &a in &probes.probe_anchors[row] {
+                assert!(filter.list_count(a as usize) > 0, "query {q}: list {a}");
+            }
+        }
+        // The CPU's filtered batch returns only vectors of those lists.
+        let in_list_order = index.ids.to_u32();
+        let found = index
+            .search_batch_filtered(&queries, &sp, &CpuBackend, &filter)
+            .unwrap();
+        for (q, row) in found.ids.chunks(10).enumerate() {
+            let lists = &probes.probe_anchors
+                [probes.probe_offsets[q] as usize..probes.probe_offsets[q + 1] as usize];
+            for &id in row.iter().filter(|&&id| id >= 0) {
+                let position = in_list_order
+                    .iter()
+                    .position(|&i| i64::from(i) == id)
+                    .expect("a stored id");
+                let list = index
+                    .list_offsets
+                    .partition_point(|&o| o <= position as u64)
+                    - 1;
+                assert!(lists.contains(&(list as u32)), "query {q}: id {id}");
+            }
+        }
+        let other = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {})
+            .unwrap()
+            .0;
+        assert!(other.device_filter(&queries, &sp, &filter).is_err());
+    }
+
     #[test]
     fn sparse_blocks_are_scored_with_a_refine_tier_too() {
         let (dim, n) = (32, 4000);
@@ -685,6 +800,7 @@ mod tests {
             allowed: 0,
             ranked_lists: None,
             packing: OnceLock::new(),
+            by_list: OnceLock::new(),
         };
         for start in 0..320 {
             for count in 0..=32.min(320 - start) {

@@ -727,6 +727,54 @@ impl Index {
         Ok(SearchResults { k, ids, distances })
     }
 
+    /// What a device search of `queries` (num_queries, dim) with `filter` needs
+    /// ([`crate::device_view::DeviceFilter`]): each query's probed lists, ranked on the CPU
+    /// as [`Index::search_batch_filtered`] ranks them on the CPU backend (only the anchors of
+    /// lists that hold an allowed vector, a few per query for a narrow filter), and the
+    /// allowed vectors list by list. The same errors as [`Index::search_batch_filtered`]; `params` are
+    /// resolved against this index as a search resolves them.
+    pub fn device_filter<'f>(
+        &self,
+        queries: &[f32],
+        params: &SearchParams,
+        filter: &'f IdFilter,
+    ) -> Result<crate::device_view::DeviceFilter<'f>> {
+        let params = &self.resolve_search(params)?;
+        validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
+        self.check_filter(filter)?;
+        self.prepare_search();
+        let dim = self.dim;
+        let num_queries = queries.len() / dim;
+        let mut out = crate::device_view::DeviceFilter {
+            instance: self.instance,
+            probe_anchors: Vec::new(),
+            probe_distances: Vec::new(),
+            probe_offsets: Vec::with_capacity(num_queries + 1),
+            max_probes: 0,
+            allowed_count: filter.len(),
+            allowed: filter.allowed_by_list(),
+        };
+        out.probe_offsets.push(0);
+        for block in queries.chunks(QUERY_BLOCK * dim) {
+            let prepared = self.prepare_queries(block);
+            let probes = self.block_probes(&prepared, params, Some(filter), &crate::CpuBackend)?;
+            for i in 0..block.len() / dim {
+                let row = probes.row(i);
+                out.max_probes = out.max_probes.max(row.len());
+                out.probe_anchors.extend(row.iter().map(|&(a, _)| a));
+                out.probe_distances.extend(row.iter().map(|&(_, d)| d));
+                let total = u32::try_from(out.probe_anchors.len()).map_err(|_| {
+                    VlcError::param(
+                        "queries",
+                        "a filtered device search of this batch probes more than 2^32 lists in all: search it in smaller batches",
+                    )
+                })?;
+                out.probe_offsets.push(total);
+            }
+        }
+        Ok(out)
+    }
+
     /// The lists each query of a block (num_queries, dim) scans: (anchor, squared distance),
     /// nearest first. With a probe margin the anchors are ranked for the first
     /// [`first_probes`] lists only, and again for all nprobe for the queries whose margin

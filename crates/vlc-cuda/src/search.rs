@@ -46,10 +46,18 @@ struct SearchArgs {
     pca_planes: u64,
     out_ids: u64,
     out_dists: u64,
+    /// A filtered search's probed lists ([`vlc::device_view::DeviceFilter`]), else 0.
+    probe_anchors: u64,
+    probe_dists: u64,
+    probe_offsets: u64,
+    /// A filtered search's allowed vectors list by list ([`vlc::AllowedByList`]), else 0.
+    allowed_starts: u64,
+    allowed_positions: u64,
     num_queries: i32,
     num_anchors: i32,
     dim: i32,
     padded_dim: i32,
+    /// Probe slots of the shared layout: nprobe, or a filtered launch's most lists per query.
     nprobe: i32,
     pool_size: i32,
     k: i32,
@@ -128,6 +136,15 @@ struct Scratch {
     out_ids: Option<CudaSlice<i64>>,
     /// Layout: (queries, k).
     out_dists: Option<CudaSlice<f32>>,
+    /// A filtered launch's probed lists. Layout: (total probes,).
+    probe_anchors: Option<CudaSlice<u32>>,
+    /// Layout: as `probe_anchors`.
+    probe_dists: Option<CudaSlice<f32>>,
+    /// Layout: (queries + 1,).
+    probe_offsets: Option<CudaSlice<u32>>,
+    /// A filter's allowed vectors: list starts, then positions. Layout: (num_anchors + 1 +
+    /// allowed,).
+    allowed: Option<CudaSlice<u32>>,
 }
 
 /// An index copied to the GPU, searched in batches. Build it once with [`CudaIndex::new`]; the
@@ -143,6 +160,8 @@ pub struct CudaIndex<'b> {
     has_second_stage: bool,
     /// The index's energy, the scale of `SearchParams::probe_margin`.
     energy: f32,
+    /// [`vlc::device_view::DeviceView::instance`] of the index copied.
+    instance: u64,
     /// Layout: (num_anchors, dim), row-major.
     anchors: CudaSlice<f32>,
     /// Layout: (num_anchors,).
@@ -303,6 +322,7 @@ impl<'b> CudaIndex<'b> {
             num_anchors: view.anchor_norms.len(),
             has_second_stage: view.has_second_stage,
             energy: view.energy,
+            instance: view.instance,
             anchors: backend.upload(view.anchors)?,
             anchor_norms: backend.upload(view.anchor_norms)?,
             list_offsets: backend.upload(view.list_offsets)?,
@@ -323,22 +343,41 @@ impl<'b> CudaIndex<'b> {
     /// padded to the k asked for ([`SearchParams::resolve`]).
     pub fn search_batch(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
         let resolved = params.resolve(self.num_vectors, self.num_anchors)?;
-        self.search_resolved(queries, &resolved)?.widen(params.k)
+        self.search_resolved(queries, &resolved, None)?
+            .widen(params.k)
     }
 
-    /// [`Self::search_batch`] with parameters already resolved against this index.
-    fn search_resolved(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
-        vlc::vectors::validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
-        let b = self.backend;
-        let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);
+    /// [`Self::search_batch`] that returns only the vectors `filter` allows, as
+    /// [`Index::search_batch_filtered`] does on the CPU: each query probes the lists the CPU
+    /// would (ranked on the CPU, [`Index::device_filter`]: only the anchors of lists that hold
+    /// an allowed vector), and the GPU scans the allowed vectors of those lists only. `index` is the index this copy was made from, and `filter` was made for it
+    /// ([`Index::id_filter`]); either mismatch is an error.
+    pub fn search_batch_filtered(
+        &self,
+        index: &Index,
+        queries: &[f32],
+        params: &SearchParams,
+        filter: &vlc::IdFilter,
+    ) -> Result<SearchResults> {
+        let resolved = params.resolve(self.num_vectors, self.num_anchors)?;
+        self.search_resolved(queries, &resolved, Some((index, filter)))?
+            .widen(params.k)
+    }
+
+    /// Shared memory per query block (bytes) for `probe_slots` probed lists, of which the
+    /// kernel selects `selected` (0 where a filtered search's lists come ranked), and the pool
+    /// slots `(cap, cap_rescore, slots)`; an error where the device allows less.
+    fn layout(
+        &self,
+        params: &SearchParams,
+        probe_slots: usize,
+        selected: usize,
+    ) -> Result<(usize, usize, usize, usize)> {
+        let (dim, nprobe) = (self.dim, params.nprobe);
         let pool_size = params.pool_size(self.has_second_stage);
-        let probe_margin = params
-            .probe_margin
-            .map_or(f32::INFINITY, |m| m * self.energy);
-        let nq = queries.len() / dim;
         // Pool slots: the larger of the two selections plus one round of the block; steps 3
         // and 4 (the top k) need only the pool's.
-        let cap = (pool_size.max(nprobe) + BLOCK).next_power_of_two();
+        let cap = (pool_size.max(selected) + BLOCK).next_power_of_two();
         let cap_rescore = (pool_size + BLOCK).next_power_of_two();
         let tables = if self.pca.is_some() { 2 } else { 1 };
         let error_margin = params.error_margin(self.has_second_stage);
@@ -352,28 +391,60 @@ impl<'b> CudaIndex<'b> {
         } else {
             cap
         };
-        let shared =
-            slots * 12 + nprobe * 16 + (nprobe + 1) * 8 + 16 * tables * self.padded_dim + 4 * dim;
-        let kernel = b.search_kernel()?;
-        let limit = b
+        let shared = slots * 12
+            + probe_slots * 16
+            + (probe_slots + 1) * 8
+            + 16 * tables * self.padded_dim
+            + 4 * dim;
+        let limit = self
+            .backend
             .ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .map_err(err)? as usize;
         // The kernel's own shared variables take under 256 bytes.
         if shared + 256 > limit {
+            let what = if selected == 0 {
+                format!(
+                    "with this filter, where a query of the batch probes {probe_slots} lists (a narrow filter takes many), and a pool of {pool_size}"
+                )
+            } else {
+                format!("at nprobe {nprobe} and a pool of {pool_size}")
+            };
             return Err(VlcError::param(
                 "nprobe/rerank",
                 format!(
-                    "GPU search needs {shared} bytes of shared memory per query at nprobe {nprobe} and a pool of {pool_size}; this device allows {limit} (lower nprobe or rerank, or search on the CPU)"
+                    "GPU search needs {shared} bytes of shared memory per query {what}; this device allows {limit} (lower nprobe or rerank, or search on the CPU)"
                 ),
             ));
         }
-        kernel
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared as i32,
-            )
-            .map_err(err)?;
+        Ok((shared, cap, cap_rescore, slots))
+    }
+
+    /// [`Self::search_batch`] with parameters already resolved against this index; with
+    /// `filtered`, [`Self::search_batch_filtered`].
+    fn search_resolved(
+        &self,
+        queries: &[f32],
+        params: &SearchParams,
+        filtered: Option<(&Index, &vlc::IdFilter)>,
+    ) -> Result<SearchResults> {
+        vlc::vectors::validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
+        let b = self.backend;
+        let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);
+        let pool_size = params.pool_size(self.has_second_stage);
+        // A filtered search's lists come cut to what each query scans.
+        let probe_margin = match (filtered, params.probe_margin) {
+            (None, Some(m)) => m * self.energy,
+            _ => f32::INFINITY,
+        };
+        let nq = queries.len() / dim;
+        let tables = if self.pca.is_some() { 2 } else { 1 };
+        let error_margin = params.error_margin(self.has_second_stage);
+        let kernel = b.search_kernel()?;
+        if filtered.is_none() {
+            // Checked before any work; a filtered search checks each launch's layout.
+            self.layout(params, nprobe, nprobe)?;
+        }
 
         let prepared = vlc::vectors::prepare_rows(
             queries,
@@ -382,6 +453,11 @@ impl<'b> CudaIndex<'b> {
             self.centre.as_deref(),
         );
         let chunk = ((256usize << 20) / (self.num_anchors * 4)).clamp(1, MAX_QUERIES_PER_LAUNCH);
+        // A filter's allowed vectors, list starts then positions, in one buffer.
+        let allowed_words: Vec<u32> = filtered.map_or_else(Vec::new, |(_, filter)| {
+            let by_list = filter.allowed_by_list();
+            [&by_list.starts[..], &by_list.positions[..]].concat()
+        });
         let mut ids = vec![-1i64; nq * k];
         let mut distances = vec![f32::INFINITY; nq * k];
         let _gpu = b.state.lock().unwrap();
@@ -389,37 +465,90 @@ impl<'b> CudaIndex<'b> {
         let s = &mut *guard;
         b.set_fp32_math(true)?;
         let result = (|| -> Result<()> {
+            // Device addresses of the list starts and of the positions after them.
+            let (allowed_starts, allowed_positions) = match filtered {
+                Some(_) => {
+                    let at = addr(b, b.put(&mut s.allowed, &allowed_words)?);
+                    (at, at + 4 * (self.num_anchors as u64 + 1))
+                }
+                None => (0, 0),
+            };
             for start in (0..nq).step_by(chunk) {
                 let rows = chunk.min(nq - start);
                 let block = &prepared[start * dim..(start + rows) * dim];
-                let q = b.put(&mut s.queries, block)?;
-                let q_norms = b.grow(&mut s.query_norms, rows)?;
-                b.row_norms(&q.slice(0..rows * dim), rows, dim, q_norms)?;
-                let dots = b.grow(&mut s.dots, rows * self.num_anchors)?;
-                let (ka, d_i32, r_i32) = (self.num_anchors as i32, dim as i32, rows as i32);
-                // SAFETY: column-major view: dotsᵀ (num_anchors × rows, ld num_anchors) =
-                // anchorsᵀ (dim × num_anchors)ᵀ · qᵀ (dim × rows); the buffers hold
-                // num_anchors·dim, rows·dim and rows·num_anchors floats.
-                unsafe {
-                    b.blas.gemm(
-                        GemmConfig {
-                            transa: cublas_sys::cublasOperation_t::CUBLAS_OP_T,
-                            transb: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
-                            m: ka,
-                            n: r_i32,
-                            k: d_i32,
-                            alpha: 1.0f32,
-                            lda: d_i32,
-                            ldb: d_i32,
-                            beta: 0.0f32,
-                            ldc: ka,
-                        },
-                        &self.anchors,
-                        &q.slice(0..rows * dim),
-                        &mut dots.slice_mut(0..rows * self.num_anchors),
+                // A filtered launch's lists, ranked on the CPU from the caller's queries.
+                let probes = match filtered {
+                    None => None,
+                    Some((index, filter)) => {
+                        let raw = &queries[start * dim..(start + rows) * dim];
+                        let probes = index.device_filter(raw, params, filter)?;
+                        if probes.instance != self.instance {
+                            return Err(VlcError::param(
+                                "index",
+                                "this GPU index was copied from another index than the one given (or from this one before an add or a remove): copy it again",
+                            ));
+                        }
+                        if probes.max_probes == 0 {
+                            // Nothing allowed in reach: the rows stay padding.
+                            continue;
+                        }
+                        Some(probes)
+                    }
+                };
+                let (probe_slots, selected) = match &probes {
+                    Some(p) => (p.max_probes, 0),
+                    None => (nprobe, nprobe),
+                };
+                let (shared, cap, cap_rescore, slots) =
+                    self.layout(params, probe_slots, selected)?;
+                kernel
+                    .set_attribute(
+                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        shared as i32,
                     )
-                }
-                .map_err(err)?;
+                    .map_err(err)?;
+                let q = b.put(&mut s.queries, block)?;
+                let (ka, d_i32, r_i32) = (self.num_anchors as i32, dim as i32, rows as i32);
+                let (dots, q_norms) = if probes.is_some() {
+                    (0, 0)
+                } else {
+                    let q_norms = b.grow(&mut s.query_norms, rows)?;
+                    b.row_norms(&q.slice(0..rows * dim), rows, dim, q_norms)?;
+                    let dots = b.grow(&mut s.dots, rows * self.num_anchors)?;
+                    // SAFETY: column-major view: dotsᵀ (num_anchors × rows, ld num_anchors) =
+                    // anchorsᵀ (dim × num_anchors)ᵀ · qᵀ (dim × rows); the buffers hold
+                    // num_anchors·dim, rows·dim and rows·num_anchors floats.
+                    unsafe {
+                        b.blas.gemm(
+                            GemmConfig {
+                                transa: cublas_sys::cublasOperation_t::CUBLAS_OP_T,
+                                transb: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                                m: ka,
+                                n: r_i32,
+                                k: d_i32,
+                                alpha: 1.0f32,
+                                lda: d_i32,
+                                ldb: d_i32,
+                                beta: 0.0f32,
+                                ldc: ka,
+                            },
+                            &self.anchors,
+                            &q.slice(0..rows * dim),
+                            &mut dots.slice_mut(0..rows * self.num_anchors),
+                        )
+                    }
+                    .map_err(err)?;
+                    (addr(b, dots), addr(b, q_norms))
+                };
+                // A filtered launch's lists.
+                let (probe_anchors, probe_dists, probe_offsets) = match &probes {
+                    None => (0, 0, 0),
+                    Some(p) => (
+                        addr(b, b.put(&mut s.probe_anchors, &p.probe_anchors)?),
+                        addr(b, b.put(&mut s.probe_dists, &p.probe_distances)?),
+                        addr(b, b.put(&mut s.probe_offsets, &p.probe_offsets)?),
+                    ),
+                };
                 let rotated = match &self.rotation {
                     Some(m) => {
                         let p = self.padded_dim as i32;
@@ -456,8 +585,8 @@ impl<'b> CudaIndex<'b> {
                 let opt = |x: &Option<CudaSlice<f32>>| x.as_ref().map_or(0, |x| addr(b, x));
                 let second = self.second.as_ref();
                 let args = SearchArgs {
-                    dots: addr(b, dots),
-                    query_norms: addr(b, q_norms),
+                    dots,
+                    query_norms: q_norms,
                     anchor_norms: addr(b, &self.anchor_norms),
                     list_offsets: addr(b, &self.list_offsets),
                     ids: addr(b, &self.ids),
@@ -479,11 +608,16 @@ impl<'b> CudaIndex<'b> {
                     pca_planes: self.pca.as_ref().map_or(0, |t| addr(b, &t.planes)),
                     out_ids: addr(b, out_ids),
                     out_dists: addr(b, out_dists),
+                    probe_anchors,
+                    probe_dists,
+                    probe_offsets,
+                    allowed_starts,
+                    allowed_positions,
                     num_queries: r_i32,
                     num_anchors: ka,
                     dim: d_i32,
                     padded_dim: self.padded_dim as i32,
-                    nprobe: nprobe as i32,
+                    nprobe: probe_slots as i32,
                     pool_size: pool_size as i32,
                     k: k as i32,
                     cap: cap as i32,
@@ -499,7 +633,7 @@ impl<'b> CudaIndex<'b> {
                     per_anchor2: second.is_some_and(|st| st.per_anchor) as i32,
                     probe_margin,
                     pca_scale: self.pca.as_ref().map_or(0.0, |t| t.scale),
-                    tables: tables as i32,
+                    tables,
                     error_margin,
                     group: second.map_or(1, |st| second_stage_group(st.code_size) as i32),
                 };
@@ -510,9 +644,12 @@ impl<'b> CudaIndex<'b> {
                 };
                 // SAFETY: one block per query row; every pointer in `args` addresses a live
                 // buffer of the size its comment in search.cu states (dots rows·num_anchors,
-                // outputs rows·k, codes num_vectors·code_size), and the shared memory size is
-                // the kernel's layout for (cap, nprobe, padded_dim, dim), within the opt-in
-                // limit checked above.
+                // outputs rows·k, codes num_vectors·code_size; a filtered launch's probes as
+                // its offsets give, each probed anchor below num_anchors, num_anchors + 1 list
+                // starts and the positions they index, each below num_vectors) or is 0 where
+                // the kernel reads none, and the shared
+                // memory size is the kernel's layout for (cap, probe slots, padded_dim, dim),
+                // within the opt-in limit `layout` checked.
                 unsafe { b.stream.launch_builder(&kernel).arg(&args).launch(cfg) }.map_err(err)?;
                 let got_ids = b.get(out_ids, rows * k)?;
                 let got_dists = b.get(out_dists, rows * k)?;

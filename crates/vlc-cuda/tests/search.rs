@@ -42,3 +42,15 @@ fn gpu_search_clamps_k_and_nprobe_like_the_cpu() {
     let Some(gpu) = backend() else { return };
     vlc::conformance::check_search_clamps_k_and_nprobe(&opener(&gpu));
 }
+
+#[test]
+fn gpu_filtered_search_matches_cpu_filtered_search() {
+    let Some(gpu) = backend() else { return };
+    let gpu = &gpu;
+    vlc::conformance::check_filtered_search_matches_cpu(&move |index| {
+        let device = vlc_cuda::CudaIndex::new(gpu, index)?;
+        Ok(Box::new(move |index, q, p, filter| {
+            device.search_batch_filtered(index, q, p, filter)
+        }))
+    });
+}

@@ -277,12 +277,27 @@ impl DeviceCopy {
         }
     }
 
-    fn search(&self, queries: &[f32], params: &SearchParams) -> vlc::Result<vlc::SearchResults> {
-        match &self.search {
+    /// A batch search on the copy; with `filter`, of the index it was copied from and a filter
+    /// made for that index, only the vectors it allows.
+    fn search(
+        &self,
+        queries: &[f32],
+        params: &SearchParams,
+        filter: Option<(&Index, &vlc::IdFilter)>,
+    ) -> vlc::Result<vlc::SearchResults> {
+        match (&self.search, filter) {
             #[cfg(feature = "cuda")]
-            DeviceSearch::Cuda { index, .. } => index.search_batch(queries, params),
+            (DeviceSearch::Cuda { index, .. }, None) => index.search_batch(queries, params),
+            #[cfg(feature = "cuda")]
+            (DeviceSearch::Cuda { index, .. }, Some((cpu, filter))) => {
+                index.search_batch_filtered(cpu, queries, params, filter)
+            }
             #[cfg(feature = "wgpu")]
-            DeviceSearch::Wgpu { index, .. } => index.search_batch(queries, params),
+            (DeviceSearch::Wgpu { index, .. }, None) => index.search_batch(queries, params),
+            #[cfg(feature = "wgpu")]
+            (DeviceSearch::Wgpu { index, .. }, Some((cpu, filter))) => {
+                index.search_batch_filtered(cpu, queries, params, filter)
+            }
         }
     }
 }
@@ -493,7 +508,8 @@ impl NativeIndex {
     /// (rows, k), C-contiguous, allocated by the caller. `backend`: `cpu`, `cuda`, `wgpu` or
     /// `auto` (a GPU copy of the index is made on the first such search and kept until the
     /// index changes). Returns where the search ran: `cpu`, `cuda` or `wgpu`. `filter`: only
-    /// the vectors it allows are returned, on the CPU (`id_filter`; a GPU backend is refused).
+    /// the vectors it allows are returned (`id_filter`; on a GPU, the probed lists are ranked
+    /// on the CPU and scanned on the GPU).
     #[pyo3(signature = (queries, k, nprobe, rerank, probe_margin, threads, backend, ids, distances, filter=None))]
     #[allow(clippy::too_many_arguments)]
     fn search(
@@ -526,22 +542,17 @@ impl NativeIndex {
             ));
         }
         let filter = filter.as_ref().map(|f| &f.filter);
-        if filter.is_some() && matches!(choice.as_str(), "cuda" | "wgpu") {
-            return Err(param_err(
-                "backend",
-                format!("a filtered search runs on the CPU only (the GPU searches have no filter yet), not on `{choice}`"),
-            ));
-        }
         let searched = py.detach(|| {
             let state = self.read();
             let device = match choice.as_str() {
                 "cpu" => None,
-                _ if filter.is_some() => None,
                 other => state.device_for(other).map_err(py_err)?,
             };
             let results = match device {
-                Some(copy) => with_threads(threads, || copy.search(values, &params))
-                    .map(|r| r.map(|r| (r, copy.kind()))),
+                Some(copy) => with_threads(threads, || {
+                    copy.search(values, &params, filter.map(|f| (&state.index, f)))
+                })
+                .map(|r| r.map(|r| (r, copy.kind()))),
                 None => {
                     let search = || match filter {
                         Some(filter) => {

@@ -232,8 +232,6 @@ def test_filtered_search_returns_only_allowed_vectors(data):
     other = vlc.build(base, codec="sq8", anchors=16)
     with pytest.raises(vlc.VlcError, match="filter was made for another index"):
         other.search(queries, k=10, allowed=index.filter(allowed))
-    with pytest.raises(vlc.VlcError, match="runs on the CPU only"):
-        other.search(queries, k=10, allowed=allowed, backend="cuda")
     with pytest.raises(TypeError, match="`ids`"):
         index.filter([1.5])
     with pytest.raises(vlc.VlcError, match="between 0 and 2"):
@@ -457,6 +455,29 @@ def test_gpu_search_matches_the_cpu(data, truth, backend, codec):
     assert list(found[:, 0]) == list(new)
     assert index.release_device() is True and index.release_device() is False
     assert index.info()["device_copy"] is None
+
+
+@pytest.mark.parametrize("backend", ["wgpu", "cuda"])
+def test_gpu_filtered_search_matches_the_cpu(data, backend):
+    base, queries = data
+    index = vlc.build(base, codec="rabitq1", refine="sq8", backend="cpu", anchors=32, seed=3)
+    # A spread filter, and a few vectors (most lists hold none of them).
+    for allowed in (np.arange(0, len(base), 9), np.array([5, 900, 2500])):
+        cpu_ids, cpu_dist = index.search(queries, k=10, nprobe=8, allowed=allowed)
+        ids, dist = gpu_or_skip(index, queries, backend, k=10, nprobe=8, allowed=allowed)
+        assert index.search_backend == backend
+        # Only allowed vectors, as many per row as the CPU finds in the same lists, and the
+        # same neighbours up to near-ties.
+        assert np.isin(ids[ids >= 0], allowed).all()
+        np.testing.assert_array_equal((ids >= 0).sum(axis=1), (cpu_ids >= 0).sum(axis=1))
+        assert (ids == cpu_ids).mean() > 0.95
+        same = (ids == cpu_ids) & (ids >= 0)
+        np.testing.assert_allclose(dist[same], cpu_dist[same], rtol=1e-3, atol=1e-3)
+    # A filter made before the index changed is refused on the GPU as on the CPU.
+    f = index.filter(np.arange(0, len(base), 9))
+    index.remove([0])
+    with pytest.raises(vlc.VlcError, match="filter was made for another index"):
+        index.search(queries, k=10, allowed=f, backend=backend)
 
 
 def test_auto_search_says_where_it_ran(data):

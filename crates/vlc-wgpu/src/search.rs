@@ -47,6 +47,8 @@ pub struct WgpuIndex<'b> {
     has_second_stage: bool,
     /// The index's energy, the scale of `SearchParams::probe_margin`.
     energy: f32,
+    /// [`vlc::device_view::DeviceView::instance`] of the index copied.
+    instance: u64,
     padded_dim: usize,
     /// Layout: (num_anchors, dim), row-major.
     anchors: wgpu::Buffer,
@@ -151,6 +153,7 @@ impl<'b> WgpuIndex<'b> {
             num_anchors,
             has_second_stage: view.has_second_stage,
             energy: view.energy,
+            instance: view.instance,
             padded_dim,
             anchors: backend.storage("anchors", view.anchors)?,
             floats: backend.storage("search floats", &floats)?,
@@ -216,11 +219,67 @@ impl<'b> WgpuIndex<'b> {
         self.search_resolved(queries, &resolved)?.widen(params.k)
     }
 
+    /// [`Self::search_batch`] that returns only the vectors `filter` allows, as
+    /// [`Index::search_batch_filtered`] does on the CPU: each query probes the lists the CPU
+    /// would (ranked on the CPU, [`Index::device_filter`]: only the anchors of lists that hold
+    /// an allowed vector), and the device scans the allowed vectors of those lists only. `index` is the index this copy was made from, and `filter` was made for it
+    /// ([`Index::id_filter`]); either mismatch is an error.
+    pub fn search_batch_filtered(
+        &self,
+        index: &Index,
+        queries: &[f32],
+        params: &SearchParams,
+        filter: &vlc::IdFilter,
+    ) -> Result<SearchResults> {
+        let params = &params.resolve(self.num_vectors, self.num_anchors)?;
+        vlc::vectors::validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
+        let (dim, k) = (self.dim, params.k);
+        let nq = queries.len() / dim;
+        let mut results = SearchResults {
+            k,
+            ids: vec![-1; nq * k],
+            distances: vec![f32::INFINITY; nq * k],
+        };
+        // A dispatch's worth of queries at a time: the scratch per query grows with the most
+        // lists one of them probes.
+        for (c, block) in queries.chunks(MAX_QUERIES_PER_DISPATCH * dim).enumerate() {
+            let probes = index.device_filter(block, params, filter)?;
+            if probes.instance != self.instance {
+                return Err(VlcError::param(
+                    "index",
+                    "this WGPU index was copied from another index than the one given (or from this one before an add or a remove): copy it again",
+                ));
+            }
+            if probes.max_probes == 0 {
+                // Nothing allowed in reach: the rows stay padding.
+                continue;
+            }
+            let found = self.search_prepared(block, params, Some(&probes))?;
+            let at = c * MAX_QUERIES_PER_DISPATCH * k;
+            results.ids[at..at + found.ids.len()].copy_from_slice(&found.ids);
+            results.distances[at..at + found.ids.len()].copy_from_slice(&found.distances);
+        }
+        Ok(results)
+    }
+
     /// [`Self::search_batch`] with parameters already resolved against this index.
     fn search_resolved(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
         vlc::vectors::validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
+        self.search_prepared(queries, params, None)
+    }
+
+    /// The search of `queries` with resolved `params`; with `probes`, a filtered search of
+    /// at most [`MAX_QUERIES_PER_DISPATCH`] queries, which probe those lists.
+    fn search_prepared(
+        &self,
+        queries: &[f32],
+        params: &SearchParams,
+        probes: Option<&vlc::device_view::DeviceFilter<'_>>,
+    ) -> Result<SearchResults> {
         let b = self.backend;
-        let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);
+        let (dim, k) = (self.dim, params.k);
+        // Probe slots per query: nprobe, or the most lists a query of a filtered batch probes.
+        let nprobe = probes.map_or(params.nprobe, |p| p.max_probes);
         let pool_size = params.pool_size(self.has_second_stage);
         let nq = queries.len() / dim;
         let cap = self.pool_cap(params);
@@ -237,11 +296,45 @@ impl<'b> WgpuIndex<'b> {
             .min(limit / (4 * dim))
             .min(MAX_QUERIES_PER_DISPATCH);
         if chunk == 0 {
+            let what = match probes {
+                Some(_) => format!("with this filter, where a query of the batch probes {nprobe} lists (a narrow filter takes many), and a pool of {pool_size}"),
+                None => format!("at nprobe {nprobe} and a pool of {pool_size}"),
+            };
             return Err(VlcError::param(
                 "nprobe/rerank",
                 format!(
-                    "WGPU search needs {} bytes of scratch per query at nprobe {nprobe} and a pool of {pool_size}; this adapter binds at most {limit} (lower nprobe or rerank, or search on the CPU)",
+                    "WGPU search needs {} bytes of scratch per query {what}; this adapter binds at most {limit} (lower nprobe or rerank, or search on the CPU)",
                     4 * stride
+                ),
+            ));
+        }
+        // A filtered search's section of the queries buffer (see `queries` in search.wgsl):
+        // probe offsets, anchors and distances, then the allowed vectors' list starts and
+        // positions; the same for every dispatch, since `probes` covers one dispatch at most.
+        let filter_words: Vec<u32> = match probes {
+            None => Vec::new(),
+            Some(p) => {
+                assert!(
+                    nq <= MAX_QUERIES_PER_DISPATCH,
+                    "one dispatch of filtered queries"
+                );
+                let mut words = p.probe_offsets.clone();
+                words.extend_from_slice(&p.probe_anchors);
+                words.extend(p.probe_distances.iter().map(|d| d.to_bits()));
+                words.extend_from_slice(&p.allowed.starts);
+                words.extend_from_slice(&p.allowed.positions);
+                words
+            }
+        };
+        let filter_start = chunk.min(nq) * dim;
+        let off_allowed =
+            filter_start + probes.map_or(0, |p| p.probe_offsets.len() + 2 * p.probe_anchors.len());
+        if 4 * (filter_start + filter_words.len()) > limit {
+            return Err(VlcError::param(
+                "queries",
+                format!(
+                    "a filtered WGPU search of these {nq} queries needs {} bytes of queries, probes and allowed vectors' positions; this adapter binds at most {limit} (search fewer queries at a time, or on the CPU or CUDA)",
+                    4 * (filter_start + filter_words.len())
                 ),
             ));
         }
@@ -265,7 +358,17 @@ impl<'b> WgpuIndex<'b> {
             // a fresh allocation, work that grows with the scratch (which holds every query's
             // dot products with the anchors). The shaders write every word they read.
             let most = chunk.min(nq);
-            let d_queries = b.take_scratch("search queries", (most * dim * 4) as u64)?;
+            let d_queries = b.take_scratch(
+                "search queries",
+                ((most * dim + filter_words.len()) * 4) as u64,
+            )?;
+            if !filter_words.is_empty() {
+                b.queue.write_buffer(
+                    &d_queries,
+                    (filter_start * 4) as u64,
+                    bytemuck::cast_slice(&filter_words),
+                );
+            }
             let out = b.take_scratch("search results", (most * k * 8) as u64)?;
             let scratch = b.take_scratch("search scratch", (most * stride * 4) as u64)?;
             for start in (0..nq).step_by(chunk) {
@@ -314,6 +417,11 @@ impl<'b> WgpuIndex<'b> {
                     pool_words as u32,
                     params.error_margin(self.has_second_stage).to_bits(),
                     second_stage_group(second.code_size as usize) as u32,
+                    probes.is_some() as u32,
+                    (filter_start + start) as u32,
+                    probes.map_or(0, |p| filter_start + p.probe_offsets.len()) as u32,
+                    probes.map_or(0, |p| p.probe_anchors.len()) as u32,
+                    off_allowed as u32,
                 ];
                 let uniform = b.uniform(&words);
                 let products = [
@@ -338,14 +446,17 @@ impl<'b> WgpuIndex<'b> {
                 );
                 let tiles = |n: usize| n.div_ceil(TILE) as u32;
                 let mut encoder = b.device.create_command_encoder(&Default::default());
-                let dots = b.bind(&pipelines.dots, &products);
-                b.dispatch(
-                    &mut encoder,
-                    &pipelines.dots,
-                    &dots,
-                    tiles(self.num_anchors),
-                    tiles(rows),
-                );
+                if probes.is_none() {
+                    // A filtered search's lists come ranked.
+                    let dots = b.bind(&pipelines.dots, &products);
+                    b.dispatch(
+                        &mut encoder,
+                        &pipelines.dots,
+                        &dots,
+                        tiles(self.num_anchors),
+                        tiles(rows),
+                    );
+                }
                 if self.padded_dim > 0 {
                     let rotate = b.bind(&pipelines.rotate, &products);
                     b.dispatch(

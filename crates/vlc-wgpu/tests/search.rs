@@ -85,3 +85,14 @@ fn wgpu_search_pool_in_workgroup_or_storage_memory() {
         eprintln!("{label} (rerank {}): overlap {overlap:.4}", p.rerank);
     }
 }
+#[test]
+fn wgpu_filtered_search_matches_cpu_filtered_search() {
+    let Some(gpu) = backend() else { return };
+    let gpu = &gpu;
+    vlc::conformance::check_filtered_search_matches_cpu(&move |index| {
+        let device = vlc_wgpu::WgpuIndex::new(gpu, index)?;
+        Ok(Box::new(move |index, q, p, filter| {
+            device.search_batch_filtered(index, q, p, filter)
+        }))
+    });
+}

@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long)]
     pub base: Option<PathBuf>,
     /// Search with a filter: only the vectors with the ids in this file may be returned
-    /// (`vlc search --allow-ids`; on the CPU). With --base, the exact neighbours are computed
+    /// (`vlc search --allow-ids`, on any backend). With --base, the exact neighbours are computed
     /// among those vectors; a --groundtruth must be too (`vlc groundtruth --allow-ids` with
     /// the same file): an id it lists that the filter leaves out is an error. The file: .npy
     /// of integers (int32, int64, uint32 or uint64; 1-d or 2-d), or text with ids separated
@@ -273,7 +273,6 @@ fn truth_from_base(
 }
 
 pub fn run(a: Args) -> Result<()> {
-    super::refuse_gpu_filter(a.allow_ids.is_some(), a.backend)?;
     let (index, queries) = super::open_with_queries(&a.index, a.view, &a.queries)?;
     let allowed = a
         .allow_ids
@@ -355,17 +354,8 @@ pub fn run(a: Args) -> Result<()> {
             a.repeat,
         )
     };
-    let points = match &allowed {
-        Some((_, filter)) => {
-            if !a.json {
-                super::note_filter_on_cpu(a.backend);
-            }
-            run_sweep(&|q: &[f32], p: &SearchParams| {
-                index.search_batch_filtered(q, p, &vlc::CpuBackend, filter)
-            })?
-        }
-        None => with_search(a.backend, &index, run_sweep)?,
-    };
+    let filter = allowed.as_ref().map(|(_, filter)| filter);
+    let points = with_search(a.backend, &index, filter, run_sweep)?;
     let filtered = allowed.as_ref().map(|(_, f)| f.len());
     let file_size = std::fs::metadata(&a.index)?.len();
     let bpv = file_size as f64 / index.len() as f64;
@@ -376,10 +366,7 @@ pub fn run(a: Args) -> Result<()> {
             "codec": index.codec().name(), "refine": index.refine_codec().map(|c| c.name()),
             "bytes_per_vector": bpv, "queries": queries.rows, "threads": threads,
             "batch_size": a.batch_size,
-            "backend": match filtered {
-                Some(_) => "cpu".to_string(),
-                None => format!("{:?}", a.backend).to_lowercase(),
-            },
+            "backend": format!("{:?}", a.backend).to_lowercase(),
             "cpu_kernels": vlc::simd::kernels(), "allowed": filtered, "results": points,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);

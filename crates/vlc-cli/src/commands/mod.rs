@@ -130,25 +130,6 @@ fn filter_from_file(index: &vlc::Index, path: &Path) -> Result<(Vec<u32>, vlc::I
     Ok((ids, filter))
 }
 
-/// With `--allow-ids` (`filtered`), an error for `--backend cuda|wgpu`: filtered search runs
-/// on the CPU only.
-fn refuse_gpu_filter(filtered: bool, backend: crate::backend::SearchBackend) -> Result<()> {
-    use crate::backend::SearchBackend::{Cuda, Wgpu};
-    if filtered && matches!(backend, Cuda | Wgpu) {
-        anyhow::bail!(
-            "--allow-ids runs on the CPU only (the GPU searches have no filter yet): use --backend cpu"
-        );
-    }
-    Ok(())
-}
-
-/// The note that a filtered search asked to pick its backend (`auto`) runs on the CPU.
-fn note_filter_on_cpu(backend: crate::backend::SearchBackend) {
-    if backend == crate::backend::SearchBackend::Auto {
-        eprintln!("search backend: cpu (--allow-ids runs on the CPU)");
-    }
-}
-
 /// [`read_id_file`]'s ids, ascending, each once.
 fn read_sorted_ids(path: &Path) -> Result<Vec<u32>> {
     let mut ids = read_id_file(path)?;

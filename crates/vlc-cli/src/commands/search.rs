@@ -67,7 +67,7 @@ pub struct Args {
     /// 16 queries joins the one before.
     #[arg(long, default_value_t = 0)]
     pub batch_size: usize,
-    /// Return only the vectors with the ids in this file (a filter, on the CPU).
+    /// Return only the vectors with the ids in this file (a filter).
     ///
     /// E.g. one user's or one source's documents. The file: .npy of integers (int32, int64,
     /// uint32 or uint64; 1-d or 2-d), or text with ids separated by spaces, commas or
@@ -77,8 +77,9 @@ pub struct Args {
     /// search scores candidates and keeps its recall, but a narrow filter probes more lists
     /// (at most every list holding an allowed vector; lower --nprobe to trade recall for
     /// speed); in them, it scores little more than the allowed vectors. Ids the index does
-    /// not hold are ignored (a note says how many). Runs on the CPU: --backend cuda or wgpu is
-    /// refused, auto searches there. `vlc eval --allow-ids` measures the recall.
+    /// not hold are ignored (a note says how many). On a GPU backend the lists are ranked on
+    /// the CPU (only those holding an allowed vector) and the GPU scans their allowed vectors
+    /// only. `vlc eval --allow-ids` measures the recall.
     #[arg(long, value_name = "PATH")]
     pub allow_ids: Option<PathBuf>,
 }
@@ -121,7 +122,6 @@ pub fn run(a: Args) -> Result<()> {
         inputs.extend(a.allow_ids.as_deref().map(|p| ("ids file", p)));
         crate::output::refuse_overwriting_inputs(&outputs, &inputs)?;
     }
-    super::refuse_gpu_filter(a.allow_ids.is_some(), a.backend)?;
     let index = super::open_index(&a.index, a.view)?;
     let filter = a
         .allow_ids
@@ -174,10 +174,6 @@ pub fn run(a: Args) -> Result<()> {
         }
         Ok(())
     };
-    let filtered = |q: &[f32], p: &SearchParams| {
-        let filter = filter.as_ref().expect("a filter was given");
-        index.search_batch_filtered(q, p, &vlc::CpuBackend, filter)
-    };
     let run_search = |search: &Search| match output {
         Output::Stdout => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -222,13 +218,7 @@ pub fn run(a: Args) -> Result<()> {
             Ok(())
         }
     };
-    match filter {
-        Some(_) => {
-            super::note_filter_on_cpu(a.backend);
-            run_search(&filtered)?
-        }
-        None => with_search(a.backend, &index, run_search)?,
-    }
+    with_search(a.backend, &index, filter.as_ref(), run_search)?;
     bar.finish_and_clear();
     Ok(())
 }

@@ -44,6 +44,15 @@ struct SearchArgs {
                                   // dimensions of each (E + L), as vlc's StageCodec::Pca
     long long* out_ids;           // (num_queries, k); -1 pads
     float* out_dists;             // (num_queries, k); +inf pads
+    // A filtered search (vlc's DeviceFilter), else all null: the lists each query probes,
+    // ranked on the host, and the vectors it may return, list by list.
+    const u32* probe_anchors;     // (total probes,): query i's lists, nearest first, are
+                                  // entries probe_offsets[i] .. probe_offsets[i + 1]
+    const float* probe_dists;     // (total probes,): squared distances to those anchors
+    const u32* probe_offsets;     // (num_queries + 1,), for this launch's queries
+    const u32* allowed_starts;    // (num_anchors + 1,): list a's allowed vectors are entries
+                                  // allowed_starts[a] .. allowed_starts[a + 1] of:
+    const u32* allowed_positions; // (allowed,): their list positions, ascending
     int num_queries, num_anchors, dim, padded_dim;
     int nprobe, pool_size, k, cap;
     int cap_rescore;              // pool slots of steps 3 and 4: a power of two, at least
@@ -363,28 +372,40 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     __shared__ float margin;
     __shared__ int staged;
 
-    // 1. The nprobe nearest anchors.
+    // 1. The nprobe nearest anchors, or a filtered search's lists ranked on the host (`np`
+    // of them, at most nprobe).
+    const bool filtered = a.probe_anchors != nullptr;
+    const u32 first_probe = filtered ? a.probe_offsets[query] : 0u;
+    const int np = filtered ? (int)(a.probe_offsets[query + 1] - first_probe) : a.nprobe;
     if (tid == 0) {
         count = 0;
         threshold = infinity();
     }
     __syncthreads();
-    const float* dots = a.dots + (size_t)query * a.num_anchors;
-    const float qn = a.query_norms[query];
-    for (int base = 0; base < a.num_anchors; base += bd) {
-        int j = base + tid;
-        bool valid = j < a.num_anchors;
-        float d = valid ? fmaxf(qn - 2.f * dots[j] + a.anchor_norms[j], 0.f) : 0.f;
-        offer(valid, d, (u32)j, 0, keys, aux, &count, &threshold, a.nprobe, a.cap);
+    if (!filtered) {
+        const float* dots = a.dots + (size_t)query * a.num_anchors;
+        const float qn = a.query_norms[query];
+        for (int base = 0; base < a.num_anchors; base += bd) {
+            int j = base + tid;
+            bool valid = j < a.num_anchors;
+            float d = valid ? fmaxf(qn - 2.f * dots[j] + a.anchor_norms[j], 0.f) : 0.f;
+            offer(valid, d, (u32)j, 0, keys, aux, &count, &threshold, a.nprobe, a.cap);
+        }
+        compact(keys, aux, &count, &threshold, a.nprobe, a.cap);
     }
-    compact(keys, aux, &count, &threshold, a.nprobe, a.cap);
-    for (int i = tid; i < a.nprobe; i += bd) {
-        u32 anchor = (u32)keys[i];
+    // A probed list's range: its positions, or (filtered) its entries of allowed_positions.
+    for (int i = tid; i < np; i += bd) {
+        u32 anchor = filtered ? a.probe_anchors[first_probe + i] : (u32)keys[i];
         probe_anchor[i] = anchor;
-        probe_dist[i] = key_dist(keys[i]);
-        probe_start[i] = (u32)a.list_offsets[anchor];
+        probe_dist[i] = filtered ? a.probe_dists[first_probe + i] : key_dist(keys[i]);
         list_min[i] = 0xffffffffu;
-        prefix[i + 1] = (u32)(a.list_offsets[anchor + 1] - a.list_offsets[anchor]);
+        if (filtered) {
+            probe_start[i] = a.allowed_starts[anchor];
+            prefix[i + 1] = a.allowed_starts[anchor + 1] - a.allowed_starts[anchor];
+        } else {
+            probe_start[i] = (u32)a.list_offsets[anchor];
+            prefix[i + 1] = (u32)(a.list_offsets[anchor + 1] - a.list_offsets[anchor]);
+        }
     }
     // The query and its tables.
     const float* query_row = a.queries + (size_t)query * a.dim;
@@ -409,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     __syncthreads();
     if (tid < 32) {
         // Prefix sums of the probed list sizes (warp 0), then the RaBitQ constant -sum(Pq)/sqrt(D).
-        warp_prefix_sums(prefix, a.nprobe, [&](int i) { return prefix[i + 1]; });
+        warp_prefix_sums(prefix, np, [&](int i) { return prefix[i + 1]; });
         if (pca) {
             // Grid-centre terms of the first stage and of the full code.
             const float* rq = a.rotated + (size_t)query * a.padded_dim;
@@ -441,10 +462,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
             count = 0;
             threshold = infinity();
             // Adaptive probing (SearchParams::lists_to_scan): the first list past the margin
-            // whose predecessors hold k vectors ends the scan.
-            int eff = a.nprobe;
-            const float limit = probe_dist[0] + a.probe_margin;
-            for (int j = 1; j < a.nprobe; ++j) {
+            // whose predecessors hold k vectors ends the scan (a filtered search's lists
+            // come cut to what it scans: its margin is +inf).
+            int eff = np;
+            const float limit = np > 0 ? probe_dist[0] + a.probe_margin : 0.f;
+            for (int j = 1; j < np; ++j) {
                 if (probe_dist[j] > limit && prefix[j] >= (u32)a.k) {
                     eff = j;
                     break;
@@ -456,6 +478,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     __syncthreads();
 
     // 2. Scan the probed lists as one flat range; each thread walks its probe cursor forward.
+    // A filtered search's range holds its allowed vectors only: entry j is at
+    // allowed_positions[j].
+    auto position_of = [&](u32 entry) { return filtered ? a.allowed_positions[entry] : entry; };
     const u32 total = prefix[scanned];
     const float c_q = rabitq ? constant : 0.f;
     const float c_q2 = pca ? constant2 : 0.f;
@@ -493,7 +518,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
         u32 position = 0;
         if (valid) {
             while (prefix[p + 1] <= t) ++p;
-            position = probe_start[p] + (t - prefix[p]);
+            position = position_of(probe_start[p] + (t - prefix[p]));
             d = first_stage(position, p);
         }
         offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.pool_size, a.cap,
@@ -578,7 +603,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
                     u32 t = base + tid;
                     if (t < live_total) {
                         while (live[p + 1] <= t) ++p;
-                        u32 position = probe_start[p] + (t - live[p]);
+                        u32 position = position_of(probe_start[p] + (t - live[p]));
                         float estimate = first_stage(position, p);
                         if (order_key(estimate, position) > boundary &&
                             estimate < threshold + margin) {

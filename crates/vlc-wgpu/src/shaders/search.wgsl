@@ -71,6 +71,16 @@ struct Params {
     error_margin: f32,
     // Invocations that score one second-stage code together: a power of two, at most 32.
     group: u32,
+    // A filtered search (vlc's DeviceFilter): 1, with the lists each query probes and the
+    // filter's bits in `queries` past the queries (see there); `nprobe` is then the most
+    // lists a query of the dispatch probes. 0 otherwise.
+    filtered: u32,
+    // Word offsets in `queries` of this dispatch's first query's probe offset, of the probed
+    // anchors (then as many distances) and of the filter's bits; and the probes in all.
+    off_probes: u32,
+    off_probe_anchors: u32,
+    probe_count: u32,
+    off_allowed: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -81,8 +91,16 @@ struct Params {
 @group(0) @binding(2) var<storage, read> floats: array<f32>;
 // List offsets (num_anchors + 1,), then caller ids in list order (num_vectors,).
 @group(0) @binding(3) var<storage, read> lists: array<u32>;
-// (rows, dim), prepared (normalised for the cosine metric).
-@group(0) @binding(4) var<storage, read> queries: array<f32>;
+// (rows, dim) f32 bits, prepared (normalised for the cosine metric). A filtered search
+// appends the probe offsets of every query of the batch (query i's lists are entries
+// offsets[i] .. offsets[i + 1] of the anchors; this dispatch's first query's at
+// `off_probes`), the probed anchors (`probe_count`, nearest first per query, at
+// `off_probe_anchors`), their squared distances' bits (as many, after them); at
+// `off_allowed`, the allowed vectors' list starts (num_anchors + 1: list a's are entries
+// starts[a] .. starts[a + 1] of the positions that follow), then their list positions,
+// ascending. Words rather than f32, so that a bit pattern read back is never a float load
+// (no NaN or subnormal can be altered).
+@group(0) @binding(4) var<storage, read> queries: array<u32>;
 // Primary and second-stage codes, bytes packed little-endian in words.
 @group(0) @binding(5) var<storage, read> codes1: array<u32>;
 @group(0) @binding(6) var<storage, read> codes2: array<u32>;
@@ -203,6 +221,11 @@ var<private> table: u32;
 var<private> dots: u32;
 var<private> query_at: u32;
 
+// Dimension `d` of this workgroup's query.
+fn query_value(d: u32) -> f32 {
+    return bitcast<f32>(queries[query_at + d]);
+}
+
 // Set the offsets above for workgroup slice `query` (the host's `stride` is the same sum).
 fn slice_layout(query: u32) {
     key_hi = query * p.stride;
@@ -248,7 +271,7 @@ fn query_products(wg: vec3<u32>, l: vec3<u32>, by_anchor: bool) {
             let k = k0 + d;
             var q = 0.0;
             if (m0 + r < p.rows && k < p.dim) {
-                q = queries[(m0 + r) * p.dim + k];
+                q = bitcast<f32>(queries[(m0 + r) * p.dim + k]);
             }
             tile_q[d * TILE + r] = q;
             var b = 0.0;
@@ -647,11 +670,11 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
             for (var d = first; d < p.dim; d = d + stride) {
                 let o = start + 2u * d;
                 let h = code_byte(stage, o) | (code_byte(stage, o + 1u) << 8u);
-                ip = ip + queries[query_at + d] * half_to_f32(h);
+                ip = ip + query_value(d) * half_to_f32(h);
             }
         } else {
             for (var d = first; d < p.dim; d = d + stride) {
-                ip = ip + queries[query_at + d] * code_f32(stage, start + 4u * d);
+                ip = ip + query_value(d) * code_f32(stage, start + 4u * d);
             }
         }
         return Share(ip, 0.0, anchor_dist + code_f32(stage, start + (bits / 8u) * p.dim), -2.0);
@@ -663,13 +686,13 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
     if (bits == 8u) {
         for (var d = first; d < p.dim; d = d + stride) {
             let level = f32(code_byte(stage, start + d));
-            ip = ip + queries[query_at + d] * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
+            ip = ip + query_value(d) * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
         }
         packed = p.dim;
     } else {
         for (var d = first; d < p.dim; d = d + stride) {
             let level = f32((code_byte(stage, start + (d >> 1u)) >> ((d & 1u) * 4u)) & 15u);
-            ip = ip + queries[query_at + d] * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
+            ip = ip + query_value(d) * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
         }
         packed = (p.dim + 1u) / 2u;
     }
@@ -682,7 +705,12 @@ fn locate(t: u32, pr: ptr<function, u32>) -> u32 {
     while (scratch[prefix + *pr + 1u] <= t) {
         *pr = *pr + 1u;
     }
-    return scratch[probe_start + *pr] + (t - scratch[prefix + *pr]);
+    let entry = scratch[probe_start + *pr] + (t - scratch[prefix + *pr]);
+    if (p.filtered != 0u) {
+        // A filtered search's range holds its allowed vectors only.
+        return queries[p.off_allowed + p.num_anchors + 1u + entry];
+    }
+    return entry;
 }
 
 // The first stage's estimate of the vector at `position` of probed list `pr`, by one invocation.
@@ -745,34 +773,58 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
     let query = wg.x;
     slice_layout(query);
 
-    // 1. The nprobe nearest anchors, by ||q||^2 - 2 q.c + ||c||^2 (q.c from `query_dots`).
-    var sq = 0.0;
-    for (var d = tid; d < p.dim; d = d + WG) {
-        let v = queries[query_at + d];
-        sq = sq + v * v;
-    }
-    let qn = sum_over_workgroup(sq, tid);
-    reset_pool(tid);
-    for (var b = 0u; b < p.num_anchors; b = b + WG) {
-        let j = b + tid;
-        let valid = j < p.num_anchors;
-        var dist = 0.0;
-        if (valid) {
-            let dot = bitcast<f32>(scratch[dots + j]);
-            dist = max(qn - 2.0 * dot + floats[p.off_norms + j], 0.0);
+    // 1. The nprobe nearest anchors, by ||q||^2 - 2 q.c + ||c||^2 (q.c from `query_dots`);
+    // or a filtered search's lists, ranked on the host (`np` of them, at most nprobe).
+    let filtered = p.filtered != 0u;
+    var np = p.nprobe;
+    var first_probe = 0u;
+    if (filtered) {
+        first_probe = queries[p.off_probes + query];
+        np = queries[p.off_probes + query + 1u] - first_probe;
+    } else {
+        var sq = 0.0;
+        for (var d = tid; d < p.dim; d = d + WG) {
+            let v = query_value(d);
+            sq = sq + v * v;
         }
-        offer(valid, dist, j, 0u, p.nprobe, tid, false);
+        let qn = sum_over_workgroup(sq, tid);
+        reset_pool(tid);
+        for (var b = 0u; b < p.num_anchors; b = b + WG) {
+            let j = b + tid;
+            let valid = j < p.num_anchors;
+            var dist = 0.0;
+            if (valid) {
+                let dot = bitcast<f32>(scratch[dots + j]);
+                dist = max(qn - 2.0 * dot + floats[p.off_norms + j], 0.0);
+            }
+            offer(valid, dist, j, 0u, p.nprobe, tid, false);
+        }
+        compact(p.nprobe, tid, false);
     }
-    compact(p.nprobe, tid, false);
-    for (var i = tid; i < p.nprobe; i = i + WG) {
-        let anchor = get_lo(i);
+    let probed_anchors = p.off_probe_anchors + first_probe;
+    for (var i = tid; i < np; i = i + WG) {
+        var anchor = 0u;
+        if (filtered) {
+            anchor = queries[probed_anchors + i];
+            scratch[probe_dist + i] = queries[probed_anchors + p.probe_count + i];
+        } else {
+            anchor = get_lo(i);
+            scratch[probe_dist + i] = bitcast<u32>(unordered(get_hi(i)));
+        }
         scratch[probe_anchor + i] = anchor;
-        scratch[probe_dist + i] = bitcast<u32>(unordered(get_hi(i)));
-        scratch[probe_start + i] = lists[anchor];
+        // A probed list's range: its positions, or (filtered) its entries of the allowed
+        // vectors' positions.
+        if (filtered) {
+            let starts = p.off_allowed + anchor;
+            scratch[probe_start + i] = queries[starts];
+            scratch[prefix + i + 1u] = queries[starts + 1u] - queries[starts];
+        } else {
+            scratch[probe_start + i] = lists[anchor];
+            scratch[prefix + i + 1u] = lists[anchor + 1u] - lists[anchor];
+        }
         if (i < LIST_MIN_SLOTS) {
             atomicStore(&list_min[i], 0xffffffffu);
         }
-        scratch[prefix + i + 1u] = lists[anchor + 1u] - lists[anchor];
     }
     // The rotated query's (from `rotate_queries`) lookup tables and the grid-centre constants:
     // RaBitQ's -sum(Pq)/sqrt(D); pcaq's first-stage and full-code ones.
@@ -820,15 +872,15 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
     storageBarrier();
     if (tid == 0u) {
         scratch[prefix] = 0u;
-        for (var i = 0u; i < p.nprobe; i = i + 1u) {
+        for (var i = 0u; i < np; i = i + 1u) {
             scratch[prefix + i + 1u] = scratch[prefix + i + 1u] + scratch[prefix + i];
         }
         // Adaptive probing: the first list past the margin whose predecessors hold k vectors
-        // ends the scan.
-        var scanned = p.nprobe;
-        if (p.adaptive != 0u) {
+        // ends the scan (a filtered search's lists come cut to what it scans).
+        var scanned = np;
+        if (p.adaptive != 0u && !filtered) {
             let limit = bitcast<f32>(scratch[probe_dist]) + p.probe_margin;
-            for (var j = 1u; j < p.nprobe; j = j + 1u) {
+            for (var j = 1u; j < np; j = j + 1u) {
                 if (bitcast<f32>(scratch[probe_dist + j]) > limit && scratch[prefix + j] >= p.k) {
                     scanned = j;
                     break;
@@ -914,7 +966,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                     let bound = unordered(threshold) + margin;
                     var run = 0u;
                     var end = 0u;
-                    for (var i = 0u; i < p.nprobe; i = i + 1u) {
+                    for (var i = 0u; i < np; i = i + 1u) {
                         let next = scratch[prefix + i + 1u];
                         if (next > total) {
                             break;  // past the lists scanned
