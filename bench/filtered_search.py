@@ -14,7 +14,10 @@ runs; queries/s = queries / that time.
 Usage: python3 bench/filtered_search.py DATASET_DIR [--vlc target/release/vlc]
        [--build-args "--codec rabitq1 --refine sq8"] [--nprobe 16,64] [--repeat 3]
        [--shares 0.5,0.1,0.01,0.001] [--layout random|range] [--batch-size N]
-DATASET_DIR holds base.npy and query.npy (the dev set's layout).
+       [--backend cpu|cuda|wgpu] [--threads N]
+DATASET_DIR holds base.npy and query.npy (the dev set's layout). On a GPU backend the time
+includes copying the index to the device (once per `vlc search`), as --threads includes the
+CPU's share of a filtered GPU search (ranking the lists).
 """
 import argparse, os, shlex, subprocess, tempfile, time
 import numpy as np
@@ -33,6 +36,9 @@ ap.add_argument("--batch-size", type=int, default=0,
                 help="vlc search --batch-size: 0 (default) every query in one call, as a batch; 1 each "
                      "query searched alone, as an application asking for one user at a time (the "
                      "results then written a query at a time, which the time includes)")
+ap.add_argument("--backend", choices=["cpu", "cuda", "wgpu"], default="cpu",
+                help="vlc search --backend (default cpu)")
+ap.add_argument("--threads", type=int, default=1, help="vlc search --threads (default 1)")
 a = ap.parse_args()
 vlc = os.path.abspath(a.vlc)
 
@@ -47,8 +53,8 @@ def timed_search(index, queries, nprobe, out, extra=()):
     best = None
     for _ in range(a.repeat):
         start = time.perf_counter()
-        run("search", index, queries, "-k", 10, "--nprobe", nprobe, "--threads", 1, "-o", out,
-            "--batch-size", a.batch_size, *extra)
+        run("search", index, queries, "-k", 10, "--nprobe", nprobe, "--threads", a.threads, "-o", out,
+            "--batch-size", a.batch_size, "--backend", a.backend, *extra)
         took = time.perf_counter() - start
         best = took if best is None else min(best, took)
     return best, np.load(out)
@@ -67,7 +73,7 @@ with tempfile.TemporaryDirectory() as tmp:
     run("build", "-q", p("base.npy"), "-o", p("index.vlc"), *shlex.split(a.build_args))
     run("groundtruth", p("base.npy"), queries_path, "-k", 10, "-o", p("gt.npy"), "-q")
     print(f"vlc: {vlc}; data: {a.dataset} ({base.shape[0]} x {base.shape[1]}, {num_queries} queries); "
-          f"vlc build {a.build_args}; search -k 10 --threads 1 --batch-size {a.batch_size}, best of {a.repeat}; "
+          f"vlc build {a.build_args}; search -k 10 --threads {a.threads} --backend {a.backend} --batch-size {a.batch_size}, best of {a.repeat}; "
           f"allowed: {a.layout} ids")
     print("| allowed | vectors | nprobe | recall@10 | queries/s |")
     print("|---|---|---|---|---|")
