@@ -843,7 +843,8 @@ pub type OpenFilteredSearch<'a> =
 
 /// A device's filtered search against the CPU's ([`crate::Index::search_batch_filtered`])
 /// on the same index and filter, for filters that allow 0.5%, 5%, a third, all and none of
-/// the vectors, and those of a few lists only, over codecs with and without a second stage,
+/// the vectors, those of a few lists only, and whole lists beside one vector of each other
+/// list, over codecs with and without a second stage,
 /// both metrics, odd dims, fixed, full and adaptive probing: every id returned is allowed,
 /// each row holds as many as the CPU's (the same lists are probed), and the rows agree as
 /// [`compare_search_with_cpu`]'s do (at least 97% of the CPU's ids, equal distances at equal
@@ -905,6 +906,19 @@ pub fn check_filtered_search_matches_cpu(open: &OpenFilteredSearch<'_>) {
             let near = crate::exact_knn(&data, centre, dim, 40).unwrap();
             few_lists.extend_from_slice(&near);
         }
+        // Every vector of 40 lists and one of each other list: the filter's mean share ranks
+        // few lists first, and a query among the sparse lists needs every one (a device
+        // that ranks its lists itself hands such queries to the host).
+        let mut lopsided = Vec::new();
+        for list in 0..index.num_anchors() {
+            let (lo, hi) = (
+                index.list_offsets[list] as usize,
+                index.list_offsets[list + 1] as usize,
+            );
+            let take = if list < 40 { hi } else { (lo + 1).min(hi) };
+            lopsided.extend((lo..take).map(|p| index.ids.get_in_list(list, p)));
+        }
+        lopsided.sort_unstable();
         let filters = [
             ("0.5%", share(5)),
             ("5%", share(50)),
@@ -912,6 +926,7 @@ pub fn check_filtered_search_matches_cpu(open: &OpenFilteredSearch<'_>) {
             ("all", (0..n as u32).collect()),
             ("none", Vec::new()),
             ("3 anchors' nearest", few_lists),
+            ("40 whole lists and one of each other", lopsided),
         ];
         for (name, ids) in &filters {
             let filter = index.id_filter(ids);

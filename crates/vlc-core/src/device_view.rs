@@ -131,6 +131,29 @@ pub struct DeviceView<'a> {
     pub instance: u64,
 }
 
+/// What a device needs to rank a filtered batch's lists itself ([`Index::device_filter_lists`]),
+/// as [`Index::device_filter`] ranks them on the CPU: among the lists that hold an allowed
+/// vector (`starts[a + 1] > starts[a]` in `allowed`), the `lists_to_rank` nearest the query
+/// (ties by anchor id), nearest first; of them, lists in order until their shares of allowed
+/// vectors (allowed / list size, each an `f64` quotient, added in that order) reach `nprobe`,
+/// or all of them where they fall short and they are every list holding one
+/// (`lists_to_rank` = `lists_with_allowed`); a query whose ranked lists fall short while
+/// others remain takes [`Index::device_filter`]'s lists instead. Adaptive probing then counts
+/// each list's allowed vectors.
+#[derive(Clone, Debug)]
+pub struct DeviceFilterLists<'a> {
+    /// The index value the filter was made for ([`DeviceView::instance`]).
+    pub instance: u64,
+    /// Lists holding an allowed vector that a query ranks first.
+    pub lists_to_rank: usize,
+    /// Lists that hold an allowed vector.
+    pub lists_with_allowed: usize,
+    /// Vectors the filter allows, in all (0: every row is padding).
+    pub allowed_count: usize,
+    /// The allowed vectors list by list.
+    pub allowed: &'a crate::filter::AllowedByList,
+}
+
 /// What a device search of a batch needs of an [`crate::IdFilter`]
 /// ([`Index::device_filter`]): the lists each query probes, as the CPU's filtered batch
 /// search probes them, and the vectors the filter allows, list by list. The device scans

@@ -727,6 +727,25 @@ impl Index {
         Ok(SearchResults { k, ids, distances })
     }
 
+    /// What a device needs to rank the lists of a filtered search with `params` itself
+    /// ([`crate::device_view::DeviceFilterLists`]); an error where `filter` was made for
+    /// another index, or `params` are invalid.
+    pub fn device_filter_lists<'f>(
+        &self,
+        params: &SearchParams,
+        filter: &'f IdFilter,
+    ) -> Result<crate::device_view::DeviceFilterLists<'f>> {
+        let params = self.resolve_search(params)?;
+        self.check_filter(filter)?;
+        Ok(crate::device_view::DeviceFilterLists {
+            instance: self.instance,
+            lists_to_rank: filter.lists_to_rank(params.nprobe),
+            lists_with_allowed: filter.lists_with_allowed(),
+            allowed_count: filter.len(),
+            allowed: filter.allowed_by_list(),
+        })
+    }
+
     /// What a device search of `queries` (num_queries, dim) with `filter` needs
     /// ([`crate::device_view::DeviceFilter`]): each query's probed lists, ranked on the CPU
     /// as [`Index::search_batch_filtered`] ranks them on the CPU backend (only the anchors of

@@ -87,6 +87,23 @@ struct SearchArgs {
     /// Lanes that score one second-stage code together
     /// ([`vlc::device_view::second_stage_group`]).
     group: i32,
+    /// A filtered search that ranks its lists on the GPU ([`Launch::Ranked`]): the lists'
+    /// worth to take (nprobe), and the lists that hold an allowed vector.
+    nprobe_target: i32,
+    lists_with_allowed: i32,
+}
+
+/// How a launch's queries find their lists.
+enum Launch<'p> {
+    /// The nprobe nearest anchors.
+    Plain,
+    /// A filter's lists ranked on the GPU ([`vlc::device_view::DeviceFilterLists`]).
+    Ranked {
+        lists_to_rank: usize,
+        lists_with_allowed: usize,
+    },
+    /// A filter's lists ranked on the host ([`Index::device_filter`]).
+    Probes(&'p vlc::device_view::DeviceFilter<'p>),
 }
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct (u64 device pointers, then
@@ -403,9 +420,9 @@ impl<'b> CudaIndex<'b> {
             .map_err(err)? as usize;
         // The kernel's own shared variables take under 256 bytes.
         if shared + 256 > limit {
-            let what = if selected == 0 {
+            let what = if probe_slots != nprobe {
                 format!(
-                    "with this filter, where a query of the batch probes {probe_slots} lists (a narrow filter takes many), and a pool of {pool_size}"
+                    "with this filter, where a query of the batch ranks or probes {probe_slots} lists (a narrow filter takes many), and a pool of {pool_size}"
                 )
             } else {
                 format!("at nprobe {nprobe} and a pool of {pool_size}")
@@ -430,21 +447,10 @@ impl<'b> CudaIndex<'b> {
     ) -> Result<SearchResults> {
         vlc::vectors::validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
         let b = self.backend;
-        let (dim, k, nprobe) = (self.dim, params.k, params.nprobe);
-        let pool_size = params.pool_size(self.has_second_stage);
-        // A filtered search's lists come cut to what each query scans.
-        let probe_margin = match (filtered, params.probe_margin) {
-            (None, Some(m)) => m * self.energy,
-            _ => f32::INFINITY,
-        };
+        let (dim, k) = (self.dim, params.k);
         let nq = queries.len() / dim;
-        let tables = if self.pca.is_some() { 2 } else { 1 };
-        let error_margin = params.error_margin(self.has_second_stage);
-        let kernel = b.search_kernel()?;
-        if filtered.is_none() {
-            // Checked before any work; a filtered search checks each launch's layout.
-            self.layout(params, nprobe, nprobe)?;
-        }
+        // Compiled (once) before the backend's state is locked.
+        b.search_kernel()?;
 
         let prepared = vlc::vectors::prepare_rows(
             queries,
@@ -453,22 +459,40 @@ impl<'b> CudaIndex<'b> {
             self.centre.as_deref(),
         );
         let chunk = ((256usize << 20) / (self.num_anchors * 4)).clamp(1, MAX_QUERIES_PER_LAUNCH);
-        // A filter's allowed vectors, list starts then positions, in one buffer.
-        let allowed_words: Vec<u32> = filtered.map_or_else(Vec::new, |(_, filter)| {
-            let by_list = filter.allowed_by_list();
-            [&by_list.starts[..], &by_list.positions[..]].concat()
-        });
+        // A filter's lists and allowed vectors, list starts then positions, in one buffer.
+        let lists = match filtered {
+            Some((index, filter)) => {
+                let lists = index.device_filter_lists(params, filter)?;
+                if lists.instance != self.instance {
+                    return Err(VlcError::param(
+                        "index",
+                        "this GPU index was copied from another index than the one given (or from this one before an add or a remove): copy it again",
+                    ));
+                }
+                Some(lists)
+            }
+            None => None,
+        };
+        // The layout of the first launches, checked before any work (the lists ranked on the
+        // host for the few queries whose first lists hold too little are checked at theirs).
+        let ranked = lists.as_ref().map_or(params.nprobe, |l| l.lists_to_rank);
+        self.layout(params, ranked, ranked)?;
         let mut ids = vec![-1i64; nq * k];
         let mut distances = vec![f32::INFINITY; nq * k];
+        if lists.as_ref().is_some_and(|l| l.allowed_count == 0) {
+            // Nothing allowed: every row is padding.
+            return Ok(SearchResults { k, ids, distances });
+        }
         let _gpu = b.state.lock().unwrap();
         let mut guard = self.scratch.lock().unwrap();
         let s = &mut *guard;
         b.set_fp32_math(true)?;
         let result = (|| -> Result<()> {
             // Device addresses of the list starts and of the positions after them.
-            let (allowed_starts, allowed_positions) = match filtered {
-                Some(_) => {
-                    let at = addr(b, b.put(&mut s.allowed, &allowed_words)?);
+            let allowed = match &lists {
+                Some(l) => {
+                    let words = [&l.allowed.starts[..], &l.allowed.positions[..]].concat();
+                    let at = addr(b, b.put(&mut s.allowed, &words)?);
                     (at, at + 4 * (self.num_anchors as u64 + 1))
                 }
                 None => (0, 0),
@@ -476,190 +500,242 @@ impl<'b> CudaIndex<'b> {
             for start in (0..nq).step_by(chunk) {
                 let rows = chunk.min(nq - start);
                 let block = &prepared[start * dim..(start + rows) * dim];
-                // A filtered launch's lists, ranked on the CPU from the caller's queries.
-                let probes = match filtered {
-                    None => None,
-                    Some((index, filter)) => {
-                        let raw = &queries[start * dim..(start + rows) * dim];
-                        let probes = index.device_filter(raw, params, filter)?;
-                        if probes.instance != self.instance {
-                            return Err(VlcError::param(
-                                "index",
-                                "this GPU index was copied from another index than the one given (or from this one before an add or a remove): copy it again",
-                            ));
-                        }
-                        if probes.max_probes == 0 {
-                            // Nothing allowed in reach: the rows stay padding.
-                            continue;
-                        }
-                        Some(probes)
-                    }
-                };
-                let (probe_slots, selected) = match &probes {
-                    Some(p) => (p.max_probes, 0),
-                    None => (nprobe, nprobe),
-                };
-                let (shared, cap, cap_rescore, slots) =
-                    self.layout(params, probe_slots, selected)?;
-                kernel
-                    .set_attribute(
-                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        shared as i32,
-                    )
-                    .map_err(err)?;
-                let q = b.put(&mut s.queries, block)?;
-                let (ka, d_i32, r_i32) = (self.num_anchors as i32, dim as i32, rows as i32);
-                let (dots, q_norms) = if probes.is_some() {
-                    (0, 0)
-                } else {
-                    let q_norms = b.grow(&mut s.query_norms, rows)?;
-                    b.row_norms(&q.slice(0..rows * dim), rows, dim, q_norms)?;
-                    let dots = b.grow(&mut s.dots, rows * self.num_anchors)?;
-                    // SAFETY: column-major view: dotsᵀ (num_anchors × rows, ld num_anchors) =
-                    // anchorsᵀ (dim × num_anchors)ᵀ · qᵀ (dim × rows); the buffers hold
-                    // num_anchors·dim, rows·dim and rows·num_anchors floats.
-                    unsafe {
-                        b.blas.gemm(
-                            GemmConfig {
-                                transa: cublas_sys::cublasOperation_t::CUBLAS_OP_T,
-                                transb: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
-                                m: ka,
-                                n: r_i32,
-                                k: d_i32,
-                                alpha: 1.0f32,
-                                lda: d_i32,
-                                ldb: d_i32,
-                                beta: 0.0f32,
-                                ldc: ka,
-                            },
-                            &self.anchors,
-                            &q.slice(0..rows * dim),
-                            &mut dots.slice_mut(0..rows * self.num_anchors),
-                        )
-                    }
-                    .map_err(err)?;
-                    (addr(b, dots), addr(b, q_norms))
-                };
-                // A filtered launch's lists.
-                let (probe_anchors, probe_dists, probe_offsets) = match &probes {
-                    None => (0, 0, 0),
-                    Some(p) => (
-                        addr(b, b.put(&mut s.probe_anchors, &p.probe_anchors)?),
-                        addr(b, b.put(&mut s.probe_dists, &p.probe_distances)?),
-                        addr(b, b.put(&mut s.probe_offsets, &p.probe_offsets)?),
-                    ),
-                };
-                let rotated = match &self.rotation {
-                    Some(m) => {
-                        let p = self.padded_dim as i32;
-                        let r = b.grow(&mut s.rotated, rows * self.padded_dim)?;
-                        // SAFETY: column-major view: rotatedᵀ (padded × rows, ld padded) =
-                        // Mᵀ (padded × dim, ld padded) · qᵀ (dim × rows, ld dim), M being the
-                        // row-major (dim × padded) rotation; sizes as stated.
-                        unsafe {
-                            b.blas.gemm(
-                                GemmConfig {
-                                    transa: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
-                                    transb: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
-                                    m: p,
-                                    n: r_i32,
-                                    k: d_i32,
-                                    alpha: 1.0f32,
-                                    lda: p,
-                                    ldb: d_i32,
-                                    beta: 0.0f32,
-                                    ldc: p,
-                                },
-                                m,
-                                &q.slice(0..rows * dim),
-                                &mut r.slice_mut(0..rows * self.padded_dim),
-                            )
-                        }
-                        .map_err(err)?;
-                        addr(b, r)
-                    }
-                    None => 0,
-                };
-                let out_ids = b.grow(&mut s.out_ids, rows * k)?;
-                let out_dists = b.grow(&mut s.out_dists, rows * k)?;
-                let opt = |x: &Option<CudaSlice<f32>>| x.as_ref().map_or(0, |x| addr(b, x));
-                let second = self.second.as_ref();
-                let args = SearchArgs {
-                    dots,
-                    query_norms: q_norms,
-                    anchor_norms: addr(b, &self.anchor_norms),
-                    list_offsets: addr(b, &self.list_offsets),
-                    ids: addr(b, &self.ids),
-                    queries: addr(b, q),
-                    rotated,
-                    codes1: addr(b, &self.codes),
-                    codes2: match (&self.refine_codes, second) {
-                        (Some(r), _) => addr(b, r),
-                        (None, Some(_)) => addr(b, &self.codes),
-                        (None, None) => 0,
+                let mode = match &lists {
+                    None => Launch::Plain,
+                    Some(l) => Launch::Ranked {
+                        lists_to_rank: l.lists_to_rank,
+                        lists_with_allowed: l.lists_with_allowed,
                     },
-                    lo1: opt(&self.primary.lo),
-                    step1: opt(&self.primary.step),
-                    lo2: second.map_or(0, |st| opt(&st.lo)),
-                    step2: second.map_or(0, |st| opt(&st.step)),
-                    pca_top: self.pca.as_ref().map_or(0, |t| addr(b, &t.top)),
-                    pca_coarse: self.pca.as_ref().map_or(0, |t| addr(b, &t.coarse)),
-                    pca_full: self.pca.as_ref().map_or(0, |t| addr(b, &t.full)),
-                    pca_planes: self.pca.as_ref().map_or(0, |t| addr(b, &t.planes)),
-                    out_ids: addr(b, out_ids),
-                    out_dists: addr(b, out_dists),
-                    probe_anchors,
-                    probe_dists,
-                    probe_offsets,
-                    allowed_starts,
-                    allowed_positions,
-                    num_queries: r_i32,
-                    num_anchors: ka,
-                    dim: d_i32,
-                    padded_dim: self.padded_dim as i32,
-                    nprobe: probe_slots as i32,
-                    pool_size: pool_size as i32,
-                    k: k as i32,
-                    cap: cap as i32,
-                    cap_rescore: cap_rescore as i32,
-                    slots: slots as i32,
-                    kind1: self.primary.kind,
-                    bits1: self.primary.bits,
-                    code_size1: self.primary.code_size as i32,
-                    per_anchor1: self.primary.per_anchor as i32,
-                    kind2: second.map_or(KIND_NONE, |st| st.kind),
-                    bits2: second.map_or(0, |st| st.bits),
-                    code_size2: second.map_or(0, |st| st.code_size as i32),
-                    per_anchor2: second.is_some_and(|st| st.per_anchor) as i32,
-                    probe_margin,
-                    pca_scale: self.pca.as_ref().map_or(0.0, |t| t.scale),
-                    tables,
-                    error_margin,
-                    group: second.map_or(1, |st| second_stage_group(st.code_size) as i32),
                 };
-                let cfg = LaunchConfig {
-                    grid_dim: (rows as u32, 1, 1),
-                    block_dim: (BLOCK as u32, 1, 1),
-                    shared_mem_bytes: shared as u32,
-                };
-                // SAFETY: one block per query row; every pointer in `args` addresses a live
-                // buffer of the size its comment in search.cu states (dots rows·num_anchors,
-                // outputs rows·k, codes num_vectors·code_size; a filtered launch's probes as
-                // its offsets give, each probed anchor below num_anchors, num_anchors + 1 list
-                // starts and the positions they index, each below num_vectors) or is 0 where
-                // the kernel reads none, and the shared
-                // memory size is the kernel's layout for (cap, probe slots, padded_dim, dim),
-                // within the opt-in limit `layout` checked.
-                unsafe { b.stream.launch_builder(&kernel).arg(&args).launch(cfg) }.map_err(err)?;
-                let got_ids = b.get(out_ids, rows * k)?;
-                let got_dists = b.get(out_dists, rows * k)?;
+                let (got_ids, got_dists) = self.launch(s, block, params, &mode, allowed)?;
                 ids[start * k..(start + rows) * k].copy_from_slice(&got_ids);
                 distances[start * k..(start + rows) * k].copy_from_slice(&got_dists);
+                let Some((index, filter)) = filtered else {
+                    continue;
+                };
+                // The queries whose ranked lists held too little: their lists ranked on the
+                // host, as the CPU's filtered search ranks every list holding an allowed
+                // vector for them.
+                let again: Vec<usize> = (0..rows).filter(|&r| ids[(start + r) * k] == -2).collect();
+                if again.is_empty() {
+                    continue;
+                }
+                let mut raw = Vec::with_capacity(again.len() * dim);
+                let mut gathered = Vec::with_capacity(again.len() * dim);
+                for &r in &again {
+                    raw.extend_from_slice(&queries[(start + r) * dim..(start + r + 1) * dim]);
+                    gathered.extend_from_slice(&block[r * dim..(r + 1) * dim]);
+                }
+                let probes = index.device_filter(&raw, params, filter)?;
+                let (again_ids, again_dists) =
+                    self.launch(s, &gathered, params, &Launch::Probes(&probes), allowed)?;
+                for (j, &r) in again.iter().enumerate() {
+                    let row = (start + r) * k;
+                    ids[row..row + k].copy_from_slice(&again_ids[j * k..(j + 1) * k]);
+                    distances[row..row + k].copy_from_slice(&again_dists[j * k..(j + 1) * k]);
+                }
             }
             Ok(())
         })();
         b.set_fp32_math(false)?;
         result?;
         Ok(SearchResults { k, ids, distances })
+    }
+
+    /// One kernel launch over `block` (rows of prepared queries) with resolved `params`,
+    /// finding each query's lists as `mode` says; `allowed` are the device addresses of a
+    /// filter's list starts and positions (0 without a filter). Returns the rows' ids and
+    /// distances, (rows, k) each. Called with the backend's state locked and FP32 math set.
+    fn launch(
+        &self,
+        s: &mut Scratch,
+        block: &[f32],
+        params: &SearchParams,
+        mode: &Launch<'_>,
+        (allowed_starts, allowed_positions): (u64, u64),
+    ) -> Result<(Vec<i64>, Vec<f32>)> {
+        let b = self.backend;
+        let (dim, k) = (self.dim, params.k);
+        let rows = block.len() / dim;
+        let pool_size = params.pool_size(self.has_second_stage);
+        let tables = if self.pca.is_some() { 2 } else { 1 };
+        let error_margin = params.error_margin(self.has_second_stage);
+        // Lists ranked on the host come cut to what they scan.
+        let probe_margin = match (mode, params.probe_margin) {
+            (Launch::Probes(_), _) | (_, None) => f32::INFINITY,
+            (_, Some(m)) => m * self.energy,
+        };
+        let (probe_slots, selected) = match mode {
+            Launch::Plain => (params.nprobe, params.nprobe),
+            Launch::Ranked { lists_to_rank, .. } => (*lists_to_rank, *lists_to_rank),
+            Launch::Probes(p) => (p.max_probes, 0),
+        };
+        let (shared, cap, cap_rescore, slots) = self.layout(params, probe_slots, selected)?;
+        let kernel = b.search_kernel()?;
+        kernel
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared as i32,
+            )
+            .map_err(err)?;
+        let (nprobe_target, lists_with_allowed) = match mode {
+            Launch::Ranked {
+                lists_with_allowed, ..
+            } => (params.nprobe as i32, *lists_with_allowed as i32),
+            _ => (0, 0),
+        };
+        let probes = match mode {
+            Launch::Probes(p) => Some(*p),
+            _ => None,
+        };
+        let q = b.put(&mut s.queries, block)?;
+        let (ka, d_i32, r_i32) = (self.num_anchors as i32, dim as i32, rows as i32);
+        let (dots, q_norms) = if probes.is_some() {
+            (0, 0)
+        } else {
+            let q_norms = b.grow(&mut s.query_norms, rows)?;
+            b.row_norms(&q.slice(0..rows * dim), rows, dim, q_norms)?;
+            let dots = b.grow(&mut s.dots, rows * self.num_anchors)?;
+            // SAFETY: column-major view: dotsᵀ (num_anchors × rows, ld num_anchors) =
+            // anchorsᵀ (dim × num_anchors)ᵀ · qᵀ (dim × rows); the buffers hold
+            // num_anchors·dim, rows·dim and rows·num_anchors floats.
+            unsafe {
+                b.blas.gemm(
+                    GemmConfig {
+                        transa: cublas_sys::cublasOperation_t::CUBLAS_OP_T,
+                        transb: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                        m: ka,
+                        n: r_i32,
+                        k: d_i32,
+                        alpha: 1.0f32,
+                        lda: d_i32,
+                        ldb: d_i32,
+                        beta: 0.0f32,
+                        ldc: ka,
+                    },
+                    &self.anchors,
+                    &q.slice(0..rows * dim),
+                    &mut dots.slice_mut(0..rows * self.num_anchors),
+                )
+            }
+            .map_err(err)?;
+            (addr(b, dots), addr(b, q_norms))
+        };
+        // A filtered launch's lists.
+        let (probe_anchors, probe_dists, probe_offsets) = match &probes {
+            None => (0, 0, 0),
+            Some(p) => (
+                addr(b, b.put(&mut s.probe_anchors, &p.probe_anchors)?),
+                addr(b, b.put(&mut s.probe_dists, &p.probe_distances)?),
+                addr(b, b.put(&mut s.probe_offsets, &p.probe_offsets)?),
+            ),
+        };
+        let rotated = match &self.rotation {
+            Some(m) => {
+                let p = self.padded_dim as i32;
+                let r = b.grow(&mut s.rotated, rows * self.padded_dim)?;
+                // SAFETY: column-major view: rotatedᵀ (padded × rows, ld padded) =
+                // Mᵀ (padded × dim, ld padded) · qᵀ (dim × rows, ld dim), M being the
+                // row-major (dim × padded) rotation; sizes as stated.
+                unsafe {
+                    b.blas.gemm(
+                        GemmConfig {
+                            transa: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                            transb: cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                            m: p,
+                            n: r_i32,
+                            k: d_i32,
+                            alpha: 1.0f32,
+                            lda: p,
+                            ldb: d_i32,
+                            beta: 0.0f32,
+                            ldc: p,
+                        },
+                        m,
+                        &q.slice(0..rows * dim),
+                        &mut r.slice_mut(0..rows * self.padded_dim),
+                    )
+                }
+                .map_err(err)?;
+                addr(b, r)
+            }
+            None => 0,
+        };
+        let out_ids = b.grow(&mut s.out_ids, rows * k)?;
+        let out_dists = b.grow(&mut s.out_dists, rows * k)?;
+        let opt = |x: &Option<CudaSlice<f32>>| x.as_ref().map_or(0, |x| addr(b, x));
+        let second = self.second.as_ref();
+        let args = SearchArgs {
+            dots,
+            query_norms: q_norms,
+            anchor_norms: addr(b, &self.anchor_norms),
+            list_offsets: addr(b, &self.list_offsets),
+            ids: addr(b, &self.ids),
+            queries: addr(b, q),
+            rotated,
+            codes1: addr(b, &self.codes),
+            codes2: match (&self.refine_codes, second) {
+                (Some(r), _) => addr(b, r),
+                (None, Some(_)) => addr(b, &self.codes),
+                (None, None) => 0,
+            },
+            lo1: opt(&self.primary.lo),
+            step1: opt(&self.primary.step),
+            lo2: second.map_or(0, |st| opt(&st.lo)),
+            step2: second.map_or(0, |st| opt(&st.step)),
+            pca_top: self.pca.as_ref().map_or(0, |t| addr(b, &t.top)),
+            pca_coarse: self.pca.as_ref().map_or(0, |t| addr(b, &t.coarse)),
+            pca_full: self.pca.as_ref().map_or(0, |t| addr(b, &t.full)),
+            pca_planes: self.pca.as_ref().map_or(0, |t| addr(b, &t.planes)),
+            out_ids: addr(b, out_ids),
+            out_dists: addr(b, out_dists),
+            probe_anchors,
+            probe_dists,
+            probe_offsets,
+            allowed_starts,
+            allowed_positions,
+            num_queries: r_i32,
+            num_anchors: ka,
+            dim: d_i32,
+            padded_dim: self.padded_dim as i32,
+            nprobe: probe_slots as i32,
+            pool_size: pool_size as i32,
+            k: k as i32,
+            cap: cap as i32,
+            cap_rescore: cap_rescore as i32,
+            slots: slots as i32,
+            kind1: self.primary.kind,
+            bits1: self.primary.bits,
+            code_size1: self.primary.code_size as i32,
+            per_anchor1: self.primary.per_anchor as i32,
+            kind2: second.map_or(KIND_NONE, |st| st.kind),
+            bits2: second.map_or(0, |st| st.bits),
+            code_size2: second.map_or(0, |st| st.code_size as i32),
+            per_anchor2: second.is_some_and(|st| st.per_anchor) as i32,
+            probe_margin,
+            pca_scale: self.pca.as_ref().map_or(0.0, |t| t.scale),
+            tables,
+            error_margin,
+            group: second.map_or(1, |st| second_stage_group(st.code_size) as i32),
+            nprobe_target,
+            lists_with_allowed,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (BLOCK as u32, 1, 1),
+            shared_mem_bytes: shared as u32,
+        };
+        // SAFETY: one block per query row; every pointer in `args` addresses a live
+        // buffer of the size its comment in search.cu states (dots rows·num_anchors,
+        // outputs rows·k, codes num_vectors·code_size; a filtered launch's probes as
+        // its offsets give, each probed anchor below num_anchors, num_anchors + 1 list
+        // starts and the positions they index, each below num_vectors) or is 0 where
+        // the kernel reads none, and the shared
+        // memory size is the kernel's layout for (cap, probe slots, padded_dim, dim),
+        // within the opt-in limit `layout` checked.
+        unsafe { b.stream.launch_builder(&kernel).arg(&args).launch(cfg) }.map_err(err)?;
+        let got_ids = b.get(out_ids, rows * k)?;
+        let got_dists = b.get(out_dists, rows * k)?;
+        Ok((got_ids, got_dists))
     }
 }

@@ -67,6 +67,10 @@ struct SearchArgs {
     float error_margin;           // automatic pool: vlc's ERROR_MARGIN; 0 for a fixed pool
     int group;                    // lanes that score one second-stage code together: a power
                                   // of two, at most 32
+    // A filtered search that ranks its lists here (allowed_starts set, probe_anchors null;
+    // vlc's DeviceFilterLists): nprobe is the lists ranked (those holding an allowed vector
+    // only), nprobe_target the lists' worth to take, lists_with_allowed how many hold one.
+    int nprobe_target, lists_with_allowed;
 };
 
 __device__ __forceinline__ u64 order_key(float d, u32 id) {
@@ -371,33 +375,69 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     __shared__ float parts[32];
     __shared__ float margin;
     __shared__ int staged;
+    __shared__ int lists_taken;
 
-    // 1. The nprobe nearest anchors, or a filtered search's lists ranked on the host (`np`
-    // of them, at most nprobe).
-    const bool filtered = a.probe_anchors != nullptr;
-    const u32 first_probe = filtered ? a.probe_offsets[query] : 0u;
-    const int np = filtered ? (int)(a.probe_offsets[query + 1] - first_probe) : a.nprobe;
+    // 1. The nprobe nearest anchors; or a filtered search's lists, ranked on the host
+    // (`host_probes`) or here among the lists that hold an allowed vector (`np` of them).
+    const bool filtered = a.allowed_starts != nullptr;
+    const bool host_probes = a.probe_anchors != nullptr;
+    const u32 first_probe = host_probes ? a.probe_offsets[query] : 0u;
+    int np = host_probes ? (int)(a.probe_offsets[query + 1] - first_probe) : a.nprobe;
     if (tid == 0) {
         count = 0;
         threshold = infinity();
     }
     __syncthreads();
-    if (!filtered) {
+    if (!host_probes) {
         const float* dots = a.dots + (size_t)query * a.num_anchors;
         const float qn = a.query_norms[query];
         for (int base = 0; base < a.num_anchors; base += bd) {
             int j = base + tid;
-            bool valid = j < a.num_anchors;
+            bool valid = j < a.num_anchors &&
+                         (!filtered || a.allowed_starts[j + 1] > a.allowed_starts[j]);
             float d = valid ? fmaxf(qn - 2.f * dots[j] + a.anchor_norms[j], 0.f) : 0.f;
             offer(valid, d, (u32)j, 0, keys, aux, &count, &threshold, a.nprobe, a.cap);
         }
         compact(keys, aux, &count, &threshold, a.nprobe, a.cap);
     }
+    if (filtered && !host_probes) {
+        // The ranked lists in order until their shares of allowed vectors reach
+        // nprobe_target (vlc's Index::filtered_probe_count, in the same f64 sums); all of
+        // them where they are every list holding one; else the host ranks this query (its
+        // row is marked -2).
+        if (tid == 0) {
+            const int ranked = count;
+            int cut = -1;
+            double worth = 0.0;
+            for (int j = 0; j < ranked; ++j) {
+                if (worth >= (double)a.nprobe_target) {
+                    cut = j;
+                    break;
+                }
+                const u32 anchor = (u32)keys[j];
+                worth += (double)(a.allowed_starts[anchor + 1] - a.allowed_starts[anchor]) /
+                         (double)(a.list_offsets[anchor + 1] - a.list_offsets[anchor]);
+            }
+            if (cut < 0 &&
+                (worth >= (double)a.nprobe_target || ranked >= a.lists_with_allowed))
+                cut = ranked;
+            lists_taken = cut;
+        }
+        __syncthreads();
+        np = lists_taken;
+        if (np < 0) {
+            for (int i = tid; i < a.k; i += bd) {
+                a.out_ids[(size_t)query * a.k + i] = -2;
+                a.out_dists[(size_t)query * a.k + i] = infinity();
+            }
+            return;
+        }
+    }
     // A probed list's range: its positions, or (filtered) its entries of allowed_positions.
     for (int i = tid; i < np; i += bd) {
-        u32 anchor = filtered ? a.probe_anchors[first_probe + i] : (u32)keys[i];
+        u32 anchor = host_probes ? a.probe_anchors[first_probe + i] : (u32)keys[i];
         probe_anchor[i] = anchor;
-        probe_dist[i] = filtered ? a.probe_dists[first_probe + i] : key_dist(keys[i]);
+        probe_dist[i] = host_probes ? a.probe_dists[first_probe + i] : key_dist(keys[i]);
         list_min[i] = 0xffffffffu;
         if (filtered) {
             probe_start[i] = a.allowed_starts[anchor];
@@ -462,8 +502,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
             count = 0;
             threshold = infinity();
             // Adaptive probing (SearchParams::lists_to_scan): the first list past the margin
-            // whose predecessors hold k vectors ends the scan (a filtered search's lists
-            // come cut to what it scans: its margin is +inf).
+            // whose predecessors hold k vectors ends the scan (lists ranked on the host come
+            // cut to what they scan: their margin is +inf; a filtered search counts each
+            // list's allowed vectors).
             int eff = np;
             const float limit = np > 0 ? probe_dist[0] + a.probe_margin : 0.f;
             for (int j = 1; j < np; ++j) {
