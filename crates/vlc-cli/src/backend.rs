@@ -112,8 +112,7 @@ pub fn cpu_search(
 
 /// Run `body` with a search over `index` on the chosen backend (the GPU copy of the index is
 /// built first and lives as long as `body` runs); with `filter`, a search that returns only
-/// the vectors it allows (on a GPU, the probed lists are ranked on the CPU and scanned on the
-/// GPU: `CudaIndex::search_batch_filtered`).
+/// the vectors it allows (`CudaIndex::search_batch_filtered` and its WGPU twin on a GPU).
 pub fn with_search<R>(
     choice: SearchBackend,
     index: &Index,

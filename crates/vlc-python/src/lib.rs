@@ -508,8 +508,7 @@ impl NativeIndex {
     /// (rows, k), C-contiguous, allocated by the caller. `backend`: `cpu`, `cuda`, `wgpu` or
     /// `auto` (a GPU copy of the index is made on the first such search and kept until the
     /// index changes). Returns where the search ran: `cpu`, `cuda` or `wgpu`. `filter`: only
-    /// the vectors it allows are returned (`id_filter`; on a GPU, the probed lists are ranked
-    /// on the CPU and scanned on the GPU).
+    /// the vectors it allows are returned (`id_filter`; on a GPU too).
     #[pyo3(signature = (queries, k, nprobe, rerank, probe_margin, threads, backend, ids, distances, filter=None))]
     #[allow(clippy::too_many_arguments)]
     fn search(

@@ -77,9 +77,9 @@ pub struct Args {
     /// search scores candidates and keeps its recall, but a narrow filter probes more lists
     /// (at most every list holding an allowed vector; lower --nprobe to trade recall for
     /// speed); in them, it scores little more than the allowed vectors. Ids the index does
-    /// not hold are ignored (a note says how many). On a GPU backend the lists are ranked on
-    /// the CPU (only those holding an allowed vector) and the GPU scans their allowed vectors
-    /// only. `vlc eval --allow-ids` measures the recall.
+    /// not hold are ignored (a note says how many). On a GPU backend the GPU scans only the
+    /// allowed vectors of the lists probed (CUDA ranks the lists itself, WGPU takes them from
+    /// the CPU). `vlc eval --allow-ids` measures the recall.
     #[arg(long, value_name = "PATH")]
     pub allow_ids: Option<PathBuf>,
 }

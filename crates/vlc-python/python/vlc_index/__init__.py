@@ -163,8 +163,8 @@ class Index:
         vector in 32, look up their own ids from the second on). Each query then probes the nearest lists
         that hold an allowed vector until they hold nprobe lists' worth of them (a list counts
         the share of its vectors allowed), so a narrow filter keeps its recall and takes more
-        time (see `vlc search --help`). On a GPU backend a filtered search ranks the lists
-        on the CPU (only those holding an allowed vector) and scans them on the GPU.
+        time (see `vlc search --help`). On a GPU backend the GPU scans only the allowed
+        vectors of the lists probed (CUDA ranks the lists itself, WGPU takes them from the CPU).
         Returns (ids int64, distances float32), each (rows, k): estimated squared L2
         distances (for a cosine index, 2 - 2 cos); id -1 and distance inf pad a row when the
         index (or, with `allowed`, the lists probed) holds fewer than k vectors it may return.
