@@ -369,8 +369,8 @@ impl<'b> CudaIndex<'b> {
     /// would, ranked here among the lists that hold an allowed vector
     /// ([`vlc::device_view::DeviceFilterLists`]; the few queries whose first lists hold too
     /// little are ranked on the CPU, [`Index::device_filter`]), and the GPU scans the allowed
-    /// vectors of those lists only. `index` is the index this copy was made from, and `filter` was made for it
-    /// ([`Index::id_filter`]); either mismatch is an error.
+    /// vectors of those lists only. `index` is the index this copy was made from, and
+    /// `filter` was made for it ([`Index::id_filter`]); either mismatch is an error.
     pub fn search_batch_filtered(
         &self,
         index: &Index,
@@ -475,10 +475,18 @@ impl<'b> CudaIndex<'b> {
             }
             None => None,
         };
-        // The layout of the first launches, checked before any work (the lists ranked on the
-        // host for the few queries whose first lists hold too little are checked at theirs).
-        let ranked = lists.as_ref().map_or(params.nprobe, |l| l.lists_to_rank);
-        self.layout(params, ranked, ranked)?;
+        // Where a filter's lists to rank outgrow the shared memory (a narrow filter of an index
+        // of many anchors), every query's lists are ranked on the host: they are cut to what
+        // it probes, often far fewer. Unfiltered, the layout is checked before any work.
+        let gpu_ranks = match &lists {
+            Some(l) => self
+                .layout(params, l.lists_to_rank, l.lists_to_rank)
+                .is_ok(),
+            None => {
+                self.layout(params, params.nprobe, params.nprobe)?;
+                false
+            }
+        };
         let mut ids = vec![-1i64; nq * k];
         let mut distances = vec![f32::INFINITY; nq * k];
         if lists.as_ref().is_some_and(|l| l.allowed_count == 0) {
@@ -502,9 +510,17 @@ impl<'b> CudaIndex<'b> {
             for start in (0..nq).step_by(chunk) {
                 let rows = chunk.min(nq - start);
                 let block = &prepared[start * dim..(start + rows) * dim];
-                let mode = match &lists {
-                    None => Launch::Plain,
-                    Some(l) => Launch::Ranked {
+                let host_probes = match filtered {
+                    Some((index, filter)) if !gpu_ranks => {
+                        let raw = &queries[start * dim..(start + rows) * dim];
+                        Some(index.device_filter(raw, params, filter)?)
+                    }
+                    _ => None,
+                };
+                let mode = match (&lists, &host_probes) {
+                    (None, _) => Launch::Plain,
+                    (Some(_), Some(probes)) => Launch::Probes(probes),
+                    (Some(l), None) => Launch::Ranked {
                         lists_to_rank: l.lists_to_rank,
                         lists_with_allowed: l.lists_with_allowed,
                     },

@@ -222,7 +222,8 @@ impl<'b> WgpuIndex<'b> {
     /// [`Self::search_batch`] that returns only the vectors `filter` allows, as
     /// [`Index::search_batch_filtered`] does on the CPU: each query probes the lists the CPU
     /// would (ranked on the CPU, [`Index::device_filter`]: only the anchors of lists that hold
-    /// an allowed vector), and the device scans the allowed vectors of those lists only. `index` is the index this copy was made from, and `filter` was made for it
+    /// an allowed vector), and the device scans the allowed vectors of those lists only.
+    /// `index` is the index this copy was made from, and `filter` was made for it
     /// ([`Index::id_filter`]); either mismatch is an error.
     pub fn search_batch_filtered(
         &self,
