@@ -906,16 +906,28 @@ pub fn check_filtered_search_matches_cpu(open: &OpenFilteredSearch<'_>) {
             let near = crate::exact_knn(&data, centre, dim, 40).unwrap();
             few_lists.extend_from_slice(&near);
         }
-        // Every vector of 40 lists and one of each other list: the filter's mean share ranks
-        // few lists first, and a query among the sparse lists needs every one (a device
-        // that ranks its lists itself hands such queries to the host).
+        // Every vector of the 40 lists farthest from the first query and one of each other
+        // list: the filter's mean share ranks few lists first, and a query among the sparse
+        // lists (the first query and its neighbours) needs every one (a device that ranks
+        // its lists itself hands such queries to the host).
+        let mut far_first = (0..index.num_anchors()).collect::<Vec<_>>();
+        let to_first = |a: &usize| {
+            let centre = &index.anchors()[a * dim..(a + 1) * dim];
+            -crate::linalg::l2_sq(centre, &queries[..dim])
+        };
+        far_first.sort_by(|a, b| to_first(a).total_cmp(&to_first(b)));
+        let whole: HashSet<usize> = far_first[..40].iter().copied().collect();
         let mut lopsided = Vec::new();
         for list in 0..index.num_anchors() {
             let (lo, hi) = (
                 index.list_offsets[list] as usize,
                 index.list_offsets[list + 1] as usize,
             );
-            let take = if list < 40 { hi } else { (lo + 1).min(hi) };
+            let take = if whole.contains(&list) {
+                hi
+            } else {
+                (lo + 1).min(hi)
+            };
             lopsided.extend((lo..take).map(|p| index.ids.get_in_list(list, p)));
         }
         lopsided.sort_unstable();

@@ -135,8 +135,8 @@ pub struct DeviceView<'a> {
 /// as [`Index::device_filter`] ranks them on the CPU: among the lists that hold an allowed
 /// vector (`starts[a + 1] > starts[a]` in `allowed`), the `lists_to_rank` nearest the query
 /// (ties by anchor id), nearest first; of them, lists in order until their shares of allowed
-/// vectors (allowed / list size, each an `f64` quotient, added in that order) reach `nprobe`,
-/// or all of them where they fall short and they are every list holding one
+/// vectors (`allowed.shares`, [`crate::list_share`], added in integers in that order) reach
+/// `nprobe · SHARE_ONE` ([`crate::SHARE_ONE`]), or all of them where they fall short and they are every list holding one
 /// (`lists_to_rank` = `lists_with_allowed`); a query whose ranked lists fall short while
 /// others remain takes [`Index::device_filter`]'s lists instead. Adaptive probing then counts
 /// each list's allowed vectors.

@@ -5,7 +5,9 @@
 //! A filtered search takes the lists nearest the query that hold an allowed vector (lists
 //! without one are passed over) until they hold `nprobe` lists' worth of allowed vectors: a
 //! list counts as the share of its vectors the filter allows (1 for a list wholly allowed,
-//! 0.1 where a tenth is), so a query scores about as many allowed candidates as an
+//! 0.1 where a tenth is; in fixed point, [`SHARE_ONE`] for 1, rounded up, and added in
+//! integers, so that every backend, the GPUs' included, cuts exactly where the CPU does),
+//! so a query scores about as many allowed candidates as an
 //! unfiltered search scores candidates, whatever the filter's share, and a filter that
 //! allows every vector probes `nprobe` lists as an unfiltered search does. A narrow filter
 //! thus takes more lists (at most every list holding an allowed vector), and costs more
@@ -44,6 +46,9 @@ pub struct IdFilter {
     empty_lists: usize,
     /// The lists' shares of allowed vectors (allowed / list size), added up.
     share_sum: f64,
+    /// Each list's share of allowed vectors in fixed point ([`list_share`]). Layout:
+    /// (num_anchors,).
+    list_shares: Vec<u32>,
     /// Allowed vectors in all.
     allowed: usize,
     /// The lists that hold an allowed vector, ascending, where some list holds none (`None`
@@ -66,9 +71,27 @@ pub struct AllowedByList {
     /// List `a`'s allowed vectors are entries `starts[a]..starts[a + 1]` of `positions`.
     /// Layout: (num_anchors + 1,).
     pub starts: Vec<u32>,
+    /// Each list's share of allowed vectors in fixed point ([`list_share`]): a filtered
+    /// search takes lists in order until these, added in integers, reach
+    /// `nprobe · SHARE_ONE`. Layout: (num_anchors,).
+    pub shares: Vec<u32>,
     /// The list positions of the allowed vectors, ascending (so list by list). Layout:
     /// (allowed,).
     pub positions: Vec<u32>,
+}
+
+/// A list's whole share of allowed vectors in fixed point ([`list_share`]).
+pub const SHARE_ONE: u32 = 1 << 16;
+
+/// A list's share of allowed vectors, `allowed / size`, in units of 1 / [`SHARE_ONE`] and
+/// rounded up: [`SHARE_ONE`] for a list wholly allowed, at least 1 for a list that holds one,
+/// 0 for a list that holds none. Integers, so that the sums that cut a filtered search's
+/// lists are the same on every backend (WGSL has no f64).
+pub fn list_share(allowed: u32, size: u64) -> u32 {
+    if allowed == 0 {
+        return 0;
+    }
+    (allowed as u64 * SHARE_ONE as u64).div_ceil(size.max(1)) as u32
 }
 
 /// A filter of at most one vector in this many of the index looks its ids up in the map of
@@ -116,7 +139,11 @@ impl IdFilter {
                     bits &= bits - 1;
                 }
             }
-            AllowedByList { starts, positions }
+            AllowedByList {
+                starts,
+                positions,
+                shares: self.list_shares.clone(),
+            }
         })
     }
 
@@ -212,6 +239,11 @@ impl Index {
             .filter(|&(_, &c)| c > 0)
             .map(|(a, &c)| c as f64 / (offsets[a + 1] - offsets[a]) as f64)
             .sum();
+        let list_shares = list_counts
+            .iter()
+            .enumerate()
+            .map(|(a, &c)| list_share(c, offsets[a + 1] - offsets[a]))
+            .collect();
         let empty_lists = list_counts.iter().filter(|&&c| c == 0).count();
         let ranked_lists = (empty_lists > 0).then(|| {
             (0..list_counts.len() as u32)
@@ -221,6 +253,7 @@ impl Index {
         IdFilter {
             instance: self.instance,
             share_sum,
+            list_shares,
             empty_lists,
             allowed: list_counts.iter().map(|&c| c as usize).sum(),
             positions,
@@ -345,9 +378,9 @@ impl Index {
 
     /// With a filter, how many of `ranked` (anchor, distance), the nearest lists that hold an
     /// allowed vector, nearest first, a query probes: lists in order until their shares of
-    /// allowed vectors add up to `nprobe` (see [`crate::filter`]), or all of them where
-    /// `complete` (they are every list holding one). `None` where they run out first and
-    /// more lists could follow (rank them all).
+    /// allowed vectors ([`list_share`], added in integers) reach `nprobe` lists' worth (see
+    /// [`crate::filter`]), or all of them where `complete` (they are every list holding one).
+    /// `None` where they run out first and more lists could follow (rank them all).
     pub(crate) fn filtered_probe_count(
         &self,
         filter: &IdFilter,
@@ -355,16 +388,15 @@ impl Index {
         nprobe: usize,
         complete: bool,
     ) -> Option<usize> {
-        let mut worth = 0f64;
+        let target = nprobe as u64 * SHARE_ONE as u64;
+        let mut worth = 0u64;
         for (j, &(a, _)) in ranked.iter().enumerate() {
-            if worth >= nprobe as f64 {
+            if worth >= target {
                 return Some(j);
             }
-            let a = a as usize;
-            let size = self.list_offsets[a + 1] - self.list_offsets[a];
-            worth += filter.list_count(a) as f64 / size as f64;
+            worth += filter.list_shares[a as usize] as u64;
         }
-        (worth >= nprobe as f64 || complete).then_some(ranked.len())
+        (worth >= target || complete).then_some(ranked.len())
     }
 
     /// An error unless `filter` was made for this index.
@@ -575,6 +607,70 @@ mod tests {
     /// A device's view of a filter: list by list, the positions of exactly the allowed ids;
     /// and its probes are the CPU batch's lists, each holding an allowed vector.
     #[test]
+    fn list_shares_are_fixed_point_quotients_rounded_up() {
+        assert_eq!(list_share(0, 10), 0);
+        assert_eq!(list_share(10, 10), SHARE_ONE);
+        assert_eq!(list_share(1, 2), SHARE_ONE / 2);
+        // 1/3 rounds up, and a list of more than 2^16 vectors holding one still counts.
+        assert_eq!(list_share(1, 3), SHARE_ONE / 3 + 1);
+        assert_eq!(list_share(1, 1 << 20), 1);
+        assert_eq!(list_share(u32::MAX, u32::MAX as u64), SHARE_ONE);
+
+        let (dim, n) = (16, 3000);
+        let data = clustered(n, dim, 20, 0.5, 33);
+        let index = Index::build(
+            &data,
+            dim,
+            &BuildParams::default().with_num_anchors(30),
+            &CpuBackend,
+            &mut |_| {},
+        )
+        .unwrap()
+        .0;
+        // Every vector allowed: whole lists, so a filtered search takes nprobe of them, as an
+        // unfiltered one does.
+        let all = index.id_filter(&(0..n as u32).collect::<Vec<_>>());
+        assert!(all.list_shares.iter().all(|&s| s == SHARE_ONE));
+        let ranked: Vec<(u32, f32)> = (0..30).map(|a| (a, a as f32)).collect();
+        for nprobe in [1, 7, 30] {
+            let count = index.filtered_probe_count(&all, &ranked, nprobe, false);
+            assert_eq!(count, Some(nprobe));
+        }
+        // Every other vector: each list's share is about a half, so about twice as many lists.
+        let half = index.id_filter(&(0..n as u32).step_by(2).collect::<Vec<_>>());
+        for (a, &share) in half.list_shares.iter().enumerate() {
+            let size = index.list_offsets[a + 1] - index.list_offsets[a];
+            assert_eq!(
+                share,
+                list_share(half.list_count(a) as u32, size),
+                "list {a}"
+            );
+        }
+        let count = index
+            .filtered_probe_count(&half, &ranked, 5, false)
+            .unwrap();
+        let worth: u64 = ranked[..count]
+            .iter()
+            .map(|&(a, _)| u64::from(half.list_shares[a as usize]))
+            .sum();
+        let before = worth - u64::from(half.list_shares[ranked[count - 1].0 as usize]);
+        assert!(worth >= 5 * u64::from(SHARE_ONE) && before < 5 * u64::from(SHARE_ONE));
+        assert!(
+            (8..=12).contains(&count),
+            "{count} lists for 5 lists' worth"
+        );
+        // Too little in the lists given: more could follow, unless they are every list.
+        assert_eq!(
+            index.filtered_probe_count(&half, &ranked[..3], 5, false),
+            None
+        );
+        assert_eq!(
+            index.filtered_probe_count(&half, &ranked[..3], 5, true),
+            Some(3)
+        );
+    }
+
+    #[test]
     fn the_allowed_vectors_list_by_list_are_the_filters() {
         let (dim, n) = (16, 3000);
         let data = clustered(n, dim, 20, 0.5, 31);
@@ -693,6 +789,7 @@ mod tests {
         assert_eq!(a.positions, b.positions, "{what}");
         assert_eq!(a.list_counts, b.list_counts, "{what}");
         assert_eq!(a.share_sum.to_bits(), b.share_sum.to_bits(), "{what}");
+        assert_eq!(a.list_shares, b.list_shares, "{what}");
         assert_eq!(
             (a.empty_lists, a.allowed),
             (b.empty_lists, b.allowed),
@@ -797,6 +894,7 @@ mod tests {
             list_counts: Vec::new(),
             empty_lists: 0,
             share_sum: 0.0,
+            list_shares: Vec::new(),
             allowed: 0,
             ranked_lists: None,
             packing: OnceLock::new(),

@@ -55,7 +55,7 @@ pub use anchor_store::AnchorPrecision;
 pub use backend::{Backend, CpuBackend};
 pub use codec::{Codec, CodecKind, CodecParams};
 pub use error::{Result, VlcError};
-pub use filter::{AllowedByList, IdFilter};
+pub use filter::{list_share, AllowedByList, IdFilter, SHARE_ONE};
 pub use index::{AddReport, BuildEvent, BuildParams, BuildReport, Index, Metric, RemoveReport};
 pub use rng::Rng;
 pub use search::{Neighbor, SearchParams, SearchResults};

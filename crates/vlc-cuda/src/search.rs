@@ -53,6 +53,8 @@ struct SearchArgs {
     /// A filtered search's allowed vectors list by list ([`vlc::AllowedByList`]), else 0.
     allowed_starts: u64,
     allowed_positions: u64,
+    /// Each list's share of allowed vectors ([`vlc::list_share`]), else 0.
+    allowed_shares: u64,
     num_queries: i32,
     num_anchors: i32,
     dim: i32,
@@ -159,8 +161,8 @@ struct Scratch {
     probe_dists: Option<CudaSlice<f32>>,
     /// Layout: (queries + 1,).
     probe_offsets: Option<CudaSlice<u32>>,
-    /// A filter's allowed vectors: list starts, then positions. Layout: (num_anchors + 1 +
-    /// allowed,).
+    /// A filter's allowed vectors: list starts, shares, then positions. Layout:
+    /// (num_anchors + 1 + num_anchors + allowed,).
     allowed: Option<CudaSlice<u32>>,
 }
 
@@ -461,7 +463,7 @@ impl<'b> CudaIndex<'b> {
             self.centre.as_deref(),
         );
         let chunk = ((256usize << 20) / (self.num_anchors * 4)).clamp(1, MAX_QUERIES_PER_LAUNCH);
-        // A filter's lists and allowed vectors, list starts then positions, in one buffer.
+        // A filter's lists and allowed vectors, list starts, shares and positions, in one buffer.
         let lists = match filtered {
             Some((index, filter)) => {
                 let lists = index.device_filter_lists(params, filter)?;
@@ -498,14 +500,16 @@ impl<'b> CudaIndex<'b> {
         let s = &mut *guard;
         b.set_fp32_math(true)?;
         let result = (|| -> Result<()> {
-            // Device addresses of the list starts and of the positions after them.
+            // Device addresses of the list starts, of the shares and of the positions.
             let allowed = match &lists {
                 Some(l) => {
-                    let words = [&l.allowed.starts[..], &l.allowed.positions[..]].concat();
+                    let a = &l.allowed;
+                    let words = [&a.starts[..], &a.shares[..], &a.positions[..]].concat();
                     let at = addr(b, b.put(&mut s.allowed, &words)?);
-                    (at, at + 4 * (self.num_anchors as u64 + 1))
+                    let shares = at + 4 * (self.num_anchors as u64 + 1);
+                    (at, shares + 4 * self.num_anchors as u64, shares)
                 }
-                None => (0, 0),
+                None => (0, 0, 0),
             };
             for start in (0..nq).step_by(chunk) {
                 let rows = chunk.min(nq - start);
@@ -562,7 +566,7 @@ impl<'b> CudaIndex<'b> {
 
     /// One kernel launch over `block` (rows of prepared queries) with resolved `params`,
     /// finding each query's lists as `mode` says; `allowed` are the device addresses of a
-    /// filter's list starts and positions (0 without a filter). Returns the rows' ids and
+    /// filter's list starts, positions and shares (0 without a filter). Returns the rows' ids and
     /// distances, (rows, k) each. Called with the backend's state locked and FP32 math set.
     fn launch(
         &self,
@@ -570,7 +574,7 @@ impl<'b> CudaIndex<'b> {
         block: &[f32],
         params: &SearchParams,
         mode: &Launch<'_>,
-        (allowed_starts, allowed_positions): (u64, u64),
+        (allowed_starts, allowed_positions, allowed_shares): (u64, u64, u64),
     ) -> Result<(Vec<i64>, Vec<f32>)> {
         let b = self.backend;
         let (dim, k) = (self.dim, params.k);
@@ -712,6 +716,7 @@ impl<'b> CudaIndex<'b> {
             probe_offsets,
             allowed_starts,
             allowed_positions,
+            allowed_shares,
             num_queries: r_i32,
             num_anchors: ka,
             dim: d_i32,

@@ -22,6 +22,40 @@ const KIND_SCALAR: u32 = 3;
 const KIND_PCA: u32 = 4;
 const KIND_FLOAT: u32 = 5;
 
+/// `filtered` in search.wgsl's parameters.
+const FILTER_NONE: u32 = 0;
+const FILTER_PROBES: u32 = 1;
+const FILTER_RANKED: u32 = 2;
+/// The distance word of a row whose lists the shader left to the host (`RANK_ON_HOST` in
+/// search.wgsl).
+const RANK_ON_HOST: u32 = u32::MAX;
+
+// The shader adds shares in units of 2^-16 (`nprobe_target << 16`).
+const _: () = assert!(vlc::SHARE_ONE == 1 << 16);
+
+/// How a dispatch's queries find their lists.
+#[derive(Clone, Copy)]
+enum Launch<'p> {
+    /// The nprobe nearest anchors.
+    Plain,
+    /// A filter's lists ranked on the GPU ([`vlc::device_view::DeviceFilterLists`]).
+    Ranked(&'p vlc::device_view::DeviceFilterLists<'p>),
+    /// A filter's lists ranked on the host ([`Index::device_filter`]), for at most
+    /// [`MAX_QUERIES_PER_DISPATCH`] queries.
+    Probes(&'p vlc::device_view::DeviceFilter<'p>),
+}
+
+impl Launch<'_> {
+    /// The filter's allowed vectors list by list, if any.
+    fn allowed(&self) -> Option<&vlc::AllowedByList> {
+        match self {
+            Launch::Plain => None,
+            Launch::Ranked(l) => Some(l.allowed),
+            Launch::Probes(p) => Some(p.allowed),
+        }
+    }
+}
+
 /// How the shader scores one stage: (kind, bits, code_size, per_anchor, lo offset, step
 /// offset), the offsets in floats into the index's `floats` buffer.
 #[derive(Clone, Copy, Debug, Default)]
@@ -221,10 +255,12 @@ impl<'b> WgpuIndex<'b> {
 
     /// [`Self::search_batch`] that returns only the vectors `filter` allows, as
     /// [`Index::search_batch_filtered`] does on the CPU: each query probes the lists the CPU
-    /// would (ranked on the CPU, [`Index::device_filter`]: only the anchors of lists that hold
-    /// an allowed vector), and the device scans the allowed vectors of those lists only.
-    /// `index` is the index this copy was made from, and `filter` was made for it
-    /// ([`Index::id_filter`]); either mismatch is an error.
+    /// would, ranked here among the lists that hold an allowed vector
+    /// ([`vlc::device_view::DeviceFilterLists`]; the few queries whose first lists hold too
+    /// little, and every query where the lists to rank outgrow the scratch the adapter
+    /// binds, are ranked on the CPU, [`Index::device_filter`]), and the device scans the
+    /// allowed vectors of those lists only. `index` is the index this copy was made from, and
+    /// `filter` was made for it ([`Index::id_filter`]); either mismatch is an error.
     pub fn search_batch_filtered(
         &self,
         index: &Index,
@@ -234,31 +270,62 @@ impl<'b> WgpuIndex<'b> {
     ) -> Result<SearchResults> {
         let params = &params.resolve(self.num_vectors, self.num_anchors)?;
         vlc::vectors::validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
+        let lists = index.device_filter_lists(params, filter)?;
+        if lists.instance != self.instance {
+            return Err(VlcError::param(
+                "index",
+                "this WGPU index was copied from another index than the one given (or from this one before an add or a remove): copy it again",
+            ));
+        }
         let (dim, k) = (self.dim, params.k);
         let nq = queries.len() / dim;
-        let mut results = SearchResults {
-            k,
-            ids: vec![-1; nq * k],
-            distances: vec![f32::INFINITY; nq * k],
-        };
-        // A dispatch's worth of queries at a time: the scratch per query grows with the most
-        // lists one of them probes.
-        for (c, block) in queries.chunks(MAX_QUERIES_PER_DISPATCH * dim).enumerate() {
-            let probes = index.device_filter(block, params, filter)?;
-            if probes.instance != self.instance {
-                return Err(VlcError::param(
-                    "index",
-                    "this WGPU index was copied from another index than the one given (or from this one before an add or a remove): copy it again",
-                ));
+        if lists.allowed_count == 0 {
+            // Nothing allowed: every row is padding.
+            return Ok(SearchResults {
+                k,
+                ids: vec![-1; nq * k],
+                distances: vec![f32::INFINITY; nq * k],
+            });
+        }
+        // The lists ranked here, where their slots fit the scratch the adapter binds (else
+        // every query is ranked on the host: its lists are cut to what it probes, often far
+        // fewer).
+        let ranked = self.scratch_chunk(params, &Launch::Ranked(&lists)) > 0;
+        let (mut results, on_host) = if ranked {
+            let mut results = self.search_prepared(queries, params, &Launch::Ranked(&lists))?;
+            // The queries whose ranked lists held too little (their rows marked -2).
+            let on_host: Vec<usize> = (0..nq).filter(|&r| results.ids[r * k] == -2).collect();
+            for &r in &on_host {
+                results.ids[r * k..(r + 1) * k].fill(-1);
             }
+            (results, on_host)
+        } else {
+            let results = SearchResults {
+                k,
+                ids: vec![-1; nq * k],
+                distances: vec![f32::INFINITY; nq * k],
+            };
+            (results, (0..nq).collect())
+        };
+        // Those queries' lists ranked on the host, as the CPU's filtered search ranks every
+        // list holding an allowed vector for them; a dispatch's worth at a time, since the
+        // scratch per query grows with the most lists one of them probes.
+        for rows in on_host.chunks(MAX_QUERIES_PER_DISPATCH) {
+            let mut raw = Vec::with_capacity(rows.len() * dim);
+            for &r in rows {
+                raw.extend_from_slice(&queries[r * dim..(r + 1) * dim]);
+            }
+            let probes = index.device_filter(&raw, params, filter)?;
             if probes.max_probes == 0 {
                 // Nothing allowed in reach: the rows stay padding.
                 continue;
             }
-            let found = self.search_prepared(block, params, Some(&probes))?;
-            let at = c * MAX_QUERIES_PER_DISPATCH * k;
-            results.ids[at..at + found.ids.len()].copy_from_slice(&found.ids);
-            results.distances[at..at + found.ids.len()].copy_from_slice(&found.distances);
+            let found = self.search_prepared(&raw, params, &Launch::Probes(&probes))?;
+            for (j, &r) in rows.iter().enumerate() {
+                let (to, from) = (r * k..(r + 1) * k, j * k..(j + 1) * k);
+                results.ids[to.clone()].copy_from_slice(&found.ids[from.clone()]);
+                results.distances[to].copy_from_slice(&found.distances[from]);
+            }
         }
         Ok(results)
     }
@@ -266,36 +333,77 @@ impl<'b> WgpuIndex<'b> {
     /// [`Self::search_batch`] with parameters already resolved against this index.
     fn search_resolved(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
         vlc::vectors::validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
-        self.search_prepared(queries, params, None)
+        self.search_prepared(queries, params, &Launch::Plain)
     }
 
-    /// The search of `queries` with resolved `params`; with `probes`, a filtered search of
-    /// at most [`MAX_QUERIES_PER_DISPATCH`] queries, which probe those lists.
+    /// Probe slots per query of a dispatch (nprobe, the lists a filter's query ranks, or the
+    /// most lists a query of the batch probes) and the candidate pool's slots.
+    fn slots(&self, params: &SearchParams, launch: &Launch<'_>) -> (usize, usize) {
+        match launch {
+            Launch::Plain | Launch::Probes(_) => {
+                let nprobe = match launch {
+                    Launch::Probes(p) => p.max_probes,
+                    _ => params.nprobe,
+                };
+                (nprobe, self.pool_cap(params))
+            }
+            Launch::Ranked(l) => {
+                let ranked = SearchParams {
+                    nprobe: l.lists_to_rank,
+                    ..*params
+                };
+                (l.lists_to_rank, self.pool_cap(&ranked))
+            }
+        }
+    }
+
+    /// Words of each query's slice of the scratch buffer (`slice_layout` in search.wgsl).
+    fn stride(&self, params: &SearchParams, launch: &Launch<'_>) -> usize {
+        let (nprobe, cap) = self.slots(params, launch);
+        // The pool in workgroup memory (POOL_SLOTS = cap), else in the scratch buffer.
+        let pool_words = if self.backend.pool_fits_workgroup(cap) {
+            0
+        } else {
+            cap
+        };
+        let tables = if self.primary.kind == KIND_PCA { 2 } else { 1 };
+        3 * pool_words + 4 * nprobe + 1 + (1 + 4 * tables) * self.padded_dim + self.num_anchors
+    }
+
+    /// Queries per dispatch whose scratch, results and rows fit the adapter's bindings (0:
+    /// not even one).
+    fn scratch_chunk(&self, params: &SearchParams, launch: &Launch<'_>) -> usize {
+        let limit = self.backend.max_binding() as usize;
+        (limit / (4 * self.stride(params, launch)))
+            .min(limit / (8 * params.k))
+            .min(limit / (4 * self.dim))
+            .min(MAX_QUERIES_PER_DISPATCH)
+    }
+
+    /// The search of `queries` with resolved `params`, finding each query's lists as `launch`
+    /// says. With [`Launch::Ranked`], a row whose lists the shader left to the host has -2
+    /// as its first id.
     fn search_prepared(
         &self,
         queries: &[f32],
         params: &SearchParams,
-        probes: Option<&vlc::device_view::DeviceFilter<'_>>,
+        launch: &Launch<'_>,
     ) -> Result<SearchResults> {
         let b = self.backend;
         let (dim, k) = (self.dim, params.k);
-        // Probe slots per query: nprobe, or the most lists a query of a filtered batch probes.
-        let nprobe = probes.map_or(params.nprobe, |p| p.max_probes);
+        let (nprobe, cap) = self.slots(params, launch);
         let pool_size = params.pool_size(self.has_second_stage);
         let nq = queries.len() / dim;
-        let cap = self.pool_cap(params);
         // The pool in workgroup memory (POOL_SLOTS = cap), else in the scratch buffer.
         let in_workgroup = b.pool_fits_workgroup(cap);
         let pool_words = if in_workgroup { 0 } else { cap };
-        let tables = if self.primary.kind == KIND_PCA { 2 } else { 1 };
-        // Each query's slice of the scratch buffer (`slice_layout` in search.wgsl).
-        let stride =
-            3 * pool_words + 4 * nprobe + 1 + (1 + 4 * tables) * self.padded_dim + self.num_anchors;
+        let stride = self.stride(params, launch);
         let limit = b.max_binding() as usize;
-        let chunk = (limit / (4 * stride))
-            .min(limit / (8 * k))
-            .min(limit / (4 * dim))
-            .min(MAX_QUERIES_PER_DISPATCH);
+        let chunk = self.scratch_chunk(params, launch);
+        let probes = match launch {
+            Launch::Probes(p) => Some(*p),
+            _ => None,
+        };
         if chunk == 0 {
             let what = match probes {
                 Some(_) => format!("with this filter, where a query of the batch probes {nprobe} lists (a narrow filter takes many), and a pool of {pool_size}"),
@@ -309,27 +417,26 @@ impl<'b> WgpuIndex<'b> {
                 ),
             ));
         }
-        // A filtered search's section of the queries buffer (see `queries` in search.wgsl):
-        // probe offsets, anchors and distances, then the allowed vectors' list starts and
-        // positions; the same for every dispatch, since `probes` covers one dispatch at most.
-        let filter_words: Vec<u32> = match probes {
+        // A filtered search's section of the queries buffer (see `queries` in search.wgsl),
+        // the same for every dispatch: the allowed vectors' list starts, shares and
+        // positions; then (`probes`, which cover one dispatch at most) probe offsets, anchors
+        // and distances.
+        let mut filter_words: Vec<u32> = match launch.allowed() {
             None => Vec::new(),
-            Some(p) => {
-                assert!(
-                    nq <= MAX_QUERIES_PER_DISPATCH,
-                    "one dispatch of filtered queries"
-                );
-                let mut words = p.probe_offsets.clone();
-                words.extend_from_slice(&p.probe_anchors);
-                words.extend(p.probe_distances.iter().map(|d| d.to_bits()));
-                words.extend_from_slice(&p.allowed.starts);
-                words.extend_from_slice(&p.allowed.positions);
-                words
-            }
+            Some(a) => [&a.starts[..], &a.shares[..], &a.positions[..]].concat(),
         };
+        let allowed_words = filter_words.len();
+        if let Some(p) = probes {
+            assert!(
+                nq <= MAX_QUERIES_PER_DISPATCH,
+                "one dispatch of filtered queries"
+            );
+            filter_words.extend_from_slice(&p.probe_offsets);
+            filter_words.extend_from_slice(&p.probe_anchors);
+            filter_words.extend(p.probe_distances.iter().map(|d| d.to_bits()));
+        }
         let filter_start = chunk.min(nq) * dim;
-        let off_allowed =
-            filter_start + probes.map_or(0, |p| p.probe_offsets.len() + 2 * p.probe_anchors.len());
+        let off_probes = filter_start + allowed_words;
         if 4 * (filter_start + filter_words.len()) > limit {
             return Err(VlcError::param(
                 "queries",
@@ -418,11 +525,21 @@ impl<'b> WgpuIndex<'b> {
                     pool_words as u32,
                     params.error_margin(self.has_second_stage).to_bits(),
                     second_stage_group(second.code_size as usize) as u32,
-                    probes.is_some() as u32,
-                    (filter_start + start) as u32,
-                    probes.map_or(0, |p| filter_start + p.probe_offsets.len()) as u32,
+                    match launch {
+                        Launch::Plain => FILTER_NONE,
+                        Launch::Probes(_) => FILTER_PROBES,
+                        Launch::Ranked(_) => FILTER_RANKED,
+                    },
+                    (off_probes + start) as u32,
+                    probes.map_or(0, |p| off_probes + p.probe_offsets.len()) as u32,
                     probes.map_or(0, |p| p.probe_anchors.len()) as u32,
-                    off_allowed as u32,
+                    filter_start as u32,
+                    (filter_start + self.num_anchors + 1) as u32,
+                    params.nprobe as u32,
+                    match launch {
+                        Launch::Ranked(l) => l.lists_with_allowed as u32,
+                        _ => 0,
+                    },
                 ];
                 let uniform = b.uniform(&words);
                 let products = [
@@ -448,7 +565,7 @@ impl<'b> WgpuIndex<'b> {
                 let tiles = |n: usize| n.div_ceil(TILE) as u32;
                 let mut encoder = b.device.create_command_encoder(&Default::default());
                 if probes.is_none() {
-                    // A filtered search's lists come ranked.
+                    // Lists ranked on the host need no query · anchor products.
                     let dots = b.bind(&pipelines.dots, &products);
                     b.dispatch(
                         &mut encoder,
@@ -475,6 +592,8 @@ impl<'b> WgpuIndex<'b> {
                     if id != u32::MAX {
                         ids[start * k + i] = id as i64;
                         distances[start * k + i] = f32::from_bits(dist);
+                    } else if dist == RANK_ON_HOST {
+                        ids[start * k + i] = -2;
                     }
                 }
             }

@@ -53,6 +53,8 @@ struct SearchArgs {
     const u32* allowed_starts;    // (num_anchors + 1,): list a's allowed vectors are entries
                                   // allowed_starts[a] .. allowed_starts[a + 1] of:
     const u32* allowed_positions; // (allowed,): their list positions, ascending
+    const u32* allowed_shares;    // (num_anchors,): each list's share of allowed vectors in
+                                  // units of 2^-16 (vlc's list_share)
     int num_queries, num_anchors, dim, padded_dim;
     int nprobe, pool_size, k, cap;
     int cap_rescore;              // pool slots of steps 3 and 4: a power of two, at least
@@ -402,25 +404,22 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     }
     if (filtered && !host_probes) {
         // The ranked lists in order until their shares of allowed vectors reach
-        // nprobe_target (vlc's Index::filtered_probe_count, in the same f64 sums); all of
-        // them where they are every list holding one; else the host ranks this query (its
-        // row is marked -2).
+        // nprobe_target lists' worth (vlc's Index::filtered_probe_count, in the same integer
+        // sums); all of them where they are every list holding one; else the host ranks this
+        // query (its row is marked -2).
         if (tid == 0) {
             const int ranked = count;
+            const u64 target = (u64)a.nprobe_target << 16;
             int cut = -1;
-            double worth = 0.0;
+            u64 worth = 0;
             for (int j = 0; j < ranked; ++j) {
-                if (worth >= (double)a.nprobe_target) {
+                if (worth >= target) {
                     cut = j;
                     break;
                 }
-                const u32 anchor = (u32)keys[j];
-                worth += (double)(a.allowed_starts[anchor + 1] - a.allowed_starts[anchor]) /
-                         (double)(a.list_offsets[anchor + 1] - a.list_offsets[anchor]);
+                worth += a.allowed_shares[(u32)keys[j]];
             }
-            if (cut < 0 &&
-                (worth >= (double)a.nprobe_target || ranked >= a.lists_with_allowed))
-                cut = ranked;
+            if (cut < 0 && (worth >= target || ranked >= a.lists_with_allowed)) cut = ranked;
             lists_taken = cut;
         }
         __syncthreads();

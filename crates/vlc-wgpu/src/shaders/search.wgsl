@@ -71,17 +71,31 @@ struct Params {
     error_margin: f32,
     // Invocations that score one second-stage code together: a power of two, at most 32.
     group: u32,
-    // A filtered search (vlc's DeviceFilter): 1, with the lists each query probes and the
-    // filter's bits in `queries` past the queries (see there); `nprobe` is then the most
-    // lists a query of the dispatch probes. 0 otherwise.
+    // A filtered search: FILTER_PROBES, with the lists each query probes ranked on the host
+    // (vlc's DeviceFilter; `nprobe` is then the most lists a query of the dispatch probes);
+    // FILTER_RANKED, with the lists ranked here among those holding an allowed vector (vlc's
+    // DeviceFilterLists; `nprobe` is then the lists to rank); the filter's allowed vectors
+    // and the probes in `queries` past the queries (see there). FILTER_NONE otherwise.
     filtered: u32,
     // Word offsets in `queries` of this dispatch's first query's probe offset, of the probed
-    // anchors (then as many distances) and of the filter's bits; and the probes in all.
+    // anchors (then as many distances) and of the filter's list starts; and the probes in all.
     off_probes: u32,
     off_probe_anchors: u32,
     probe_count: u32,
     off_allowed: u32,
+    // FILTER_RANKED: the word offset in `queries` of the lists' shares (after the starts), the
+    // lists' worth to take (vlc's nprobe) and how many lists hold an allowed vector.
+    off_shares: u32,
+    nprobe_target: u32,
+    lists_with_allowed: u32,
 }
+
+const FILTER_NONE: u32 = 0u;
+const FILTER_PROBES: u32 = 1u;
+const FILTER_RANKED: u32 = 2u;
+// The distance word of a FILTER_RANKED row whose ranked lists hold too little (its id word
+// pads): the host ranks its lists and searches it again. A NaN's bits, which no distance has.
+const RANK_ON_HOST: u32 = 0xffffffffu;
 
 @group(0) @binding(0) var<uniform> p: Params;
 // (num_anchors, dim), row-major.
@@ -92,13 +106,14 @@ struct Params {
 // List offsets (num_anchors + 1,), then caller ids in list order (num_vectors,).
 @group(0) @binding(3) var<storage, read> lists: array<u32>;
 // (rows, dim) f32 bits, prepared (normalised for the cosine metric). A filtered search
-// appends the probe offsets of every query of the batch (query i's lists are entries
-// offsets[i] .. offsets[i + 1] of the anchors; this dispatch's first query's at
+// appends, at `off_allowed`, the allowed vectors' list starts (num_anchors + 1: list a's are
+// entries starts[a] .. starts[a + 1] of the positions), each list's share of allowed vectors
+// (num_anchors, at `off_shares`: vlc's list_share), then their list positions, ascending;
+// with FILTER_PROBES, then the probe offsets of every query of the batch (query i's lists
+// are entries offsets[i] .. offsets[i + 1] of the anchors; this dispatch's first query's at
 // `off_probes`), the probed anchors (`probe_count`, nearest first per query, at
-// `off_probe_anchors`), their squared distances' bits (as many, after them); at
-// `off_allowed`, the allowed vectors' list starts (num_anchors + 1: list a's are entries
-// starts[a] .. starts[a + 1] of the positions that follow), then their list positions,
-// ascending. Words rather than f32, so that a bit pattern read back is never a float load
+// `off_probe_anchors`) and their squared distances' bits (as many, after them). Words
+// rather than f32, so that a bit pattern read back is never a float load
 // (no NaN or subnormal can be altered).
 @group(0) @binding(4) var<storage, read> queries: array<u32>;
 // Primary and second-stage codes, bytes packed little-endian in words.
@@ -117,6 +132,8 @@ var<workgroup> pool_count: atomic<u32>;
 var<workgroup> count_plain: u32;
 var<workgroup> threshold: u32;
 var<workgroup> total_plain: u32;
+// FILTER_RANKED: the ranked lists a query probes, or 0xffffffff where the host ranks them.
+var<workgroup> lists_taken: u32;
 // The automatic pool's margin, or -1 where no candidate beyond the pool can make the top k.
 var<workgroup> margin_plain: f32;
 // For the automatic pool: the smallest first-stage estimate (its ordered word) of each of the
@@ -708,7 +725,7 @@ fn locate(t: u32, pr: ptr<function, u32>) -> u32 {
     let entry = scratch[probe_start + *pr] + (t - scratch[prefix + *pr]);
     if (p.filtered != 0u) {
         // A filtered search's range holds its allowed vectors only.
-        return queries[p.off_allowed + p.num_anchors + 1u + entry];
+        return queries[p.off_allowed + 2u * p.num_anchors + 1u + entry];
     }
     return entry;
 }
@@ -774,11 +791,13 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
     slice_layout(query);
 
     // 1. The nprobe nearest anchors, by ||q||^2 - 2 q.c + ||c||^2 (q.c from `query_dots`);
-    // or a filtered search's lists, ranked on the host (`np` of them, at most nprobe).
-    let filtered = p.filtered != 0u;
+    // a filtered search's lists ranked on the host (`np` of them, at most nprobe); or the
+    // nprobe nearest of the lists that hold an allowed vector, cut below.
+    let filtered = p.filtered != FILTER_NONE;
+    let host_probes = p.filtered == FILTER_PROBES;
     var np = p.nprobe;
     var first_probe = 0u;
-    if (filtered) {
+    if (host_probes) {
         first_probe = queries[p.off_probes + query];
         np = queries[p.off_probes + query + 1u] - first_probe;
     } else {
@@ -791,7 +810,8 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         reset_pool(tid);
         for (var b = 0u; b < p.num_anchors; b = b + WG) {
             let j = b + tid;
-            let valid = j < p.num_anchors;
+            let valid = j < p.num_anchors &&
+                        (!filtered || queries[p.off_allowed + j + 1u] > queries[p.off_allowed + j]);
             var dist = 0.0;
             if (valid) {
                 let dot = bitcast<f32>(scratch[dots + j]);
@@ -801,10 +821,46 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         }
         compact(p.nprobe, tid, false);
     }
+    if (p.filtered == FILTER_RANKED) {
+        // The ranked lists in order until their shares of allowed vectors reach
+        // nprobe_target lists' worth (vlc's Index::filtered_probe_count, in the same integer
+        // sums, here in two words: `high`, `low`); all of them where they are every list
+        // holding one; else the host ranks this query (its row is marked RANK_ON_HOST).
+        if (tid == 0u) {
+            let ranked = count_plain;
+            let target_high = p.nprobe_target >> 16u;
+            let target_low = p.nprobe_target << 16u;
+            var high = 0u;
+            var low = 0u;
+            var cut = 0xffffffffu;
+            for (var j = 0u; j <= ranked; j = j + 1u) {
+                let reached = high > target_high || (high == target_high && low >= target_low);
+                if (reached || (j == ranked && ranked >= p.lists_with_allowed)) {
+                    cut = j;
+                    break;
+                }
+                if (j == ranked) {
+                    break;
+                }
+                let share = queries[p.off_shares + get_lo(j)];
+                low = low + share;
+                high = high + select(0u, 1u, low < share);
+            }
+            lists_taken = cut;
+        }
+        np = workgroupUniformLoad(&lists_taken);
+        if (np == 0xffffffffu) {
+            for (var i = tid; i < p.k; i = i + WG) {
+                out[query * p.k + i] = 0xffffffffu;
+                out[p.rows * p.k + query * p.k + i] = RANK_ON_HOST;
+            }
+            return;
+        }
+    }
     let probed_anchors = p.off_probe_anchors + first_probe;
     for (var i = tid; i < np; i = i + WG) {
         var anchor = 0u;
-        if (filtered) {
+        if (host_probes) {
             anchor = queries[probed_anchors + i];
             scratch[probe_dist + i] = queries[probed_anchors + p.probe_count + i];
         } else {
@@ -876,9 +932,10 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             scratch[prefix + i + 1u] = scratch[prefix + i + 1u] + scratch[prefix + i];
         }
         // Adaptive probing: the first list past the margin whose predecessors hold k vectors
-        // ends the scan (a filtered search's lists come cut to what it scans).
+        // (a filtered search's: k allowed vectors) ends the scan (lists ranked on the host
+        // come cut to what it scans).
         var scanned = np;
-        if (p.adaptive != 0u && !filtered) {
+        if (p.adaptive != 0u && !host_probes) {
             let limit = bitcast<f32>(scratch[probe_dist]) + p.probe_margin;
             for (var j = 1u; j < np; j = j + 1u) {
                 if (bitcast<f32>(scratch[probe_dist + j]) > limit && scratch[prefix + j] >= p.k) {
