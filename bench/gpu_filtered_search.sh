@@ -4,7 +4,8 @@
 # (`vlc groundtruth --allow-ids`), then `vlc eval --allow-ids --backend B --repeat R` per
 # backend: recall@10 and queries/s of the fastest of R passes over every query in one batch
 # (so neither the GPU copy of the index nor the first call's kernel load is timed; a filtered
-# GPU search ranks the lists on the CPU, on all its cores, and scans them on the GPU). The
+# GPU search ranks the lists on the GPU, and on the CPU's cores only for the queries whose
+# first lists hold too little). The
 # unfiltered search of the same index is the first row. Then, at the first nprobe, how many of
 # the CPU's top-10 ids each GPU returns per filter, and that every id it returns is allowed.
 # Usage: bash bench/gpu_filtered_search.sh VLC DATA_DIR (base.npy and query.npy)
