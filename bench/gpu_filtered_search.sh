@@ -10,7 +10,8 @@
 # the CPU's top-10 ids each GPU returns per filter, and that every id it returns is allowed.
 # Usage: bash bench/gpu_filtered_search.sh VLC DATA_DIR (base.npy and query.npy)
 #   BUILD_ARGS="--codec rabitq1 --refine sq8" (default), SHARES="0.5 0.1 0.01 0.001",
-#   NPROBE=16,64, BACKENDS="cpu cuda wgpu", REPEAT=5.
+#   NPROBE=16,64, BACKENDS="cpu cuda wgpu", REPEAT=5, BATCH_SIZE=0 (queries per search call,
+#   0: all in one; 1 times them one at a time, as a server answering its users one by one).
 set -euo pipefail
 vlc=${1:?usage: bench/gpu_filtered_search.sh VLC DATA_DIR}
 data=${2:?data dir with base.npy and query.npy}
@@ -41,7 +42,8 @@ for share in all ${SHARES:-0.5 0.1 0.01 0.001}; do
   for be in $backends; do
     echo "-- allowed: $share, backend $be"
     "$vlc" eval "$T/index.vlc" --queries "$data/query.npy" --groundtruth "$T/gt_$share.npy" \
-      --nprobe "$nprobe" --backend "$be" --repeat "${REPEAT:-5}" "${filter[@]}"
+      --nprobe "$nprobe" --backend "$be" --repeat "${REPEAT:-5}" --batch-size "${BATCH_SIZE:-0}" \
+      "${filter[@]}"
     "$vlc" search "$T/index.vlc" "$data/query.npy" -k 10 --nprobe "$first_nprobe" --backend "$be" \
       "${filter[@]}" -o "$T/${be}_$share.npy" >/dev/null 2>&1
   done

@@ -37,6 +37,8 @@ use std::sync::{Arc, OnceLock};
 pub struct IdFilter {
     /// [`Index::instance`] of the index the filter was made for.
     instance: u64,
+    /// [`IdFilter::serial`].
+    serial: u64,
     /// One bit per stored vector, set where it may be returned: bit `p % 64` of word `p / 64`
     /// for list position `p`. Layout: (⌈num_vectors / 64⌉,).
     positions: Vec<u64>,
@@ -107,7 +109,17 @@ const MAP_MAX_SPACE: usize = 4;
 /// task writes whole words).
 const POSITIONS_PER_TASK: usize = 64 * 1024;
 
+/// The next [`IdFilter::serial`].
+static NEXT_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl IdFilter {
+    /// A number no other filter made in this process has (a clone keeps it, as it keeps
+    /// what the filter allows): a device copy of an index keeps the filter it last uploaded
+    /// under it, so that searches with the same filter upload it once.
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+
     /// How many of the index's vectors the filter allows.
     pub fn len(&self) -> usize {
         self.allowed
@@ -252,6 +264,7 @@ impl Index {
         });
         IdFilter {
             instance: self.instance,
+            serial: NEXT_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             share_sum,
             list_shares,
             empty_lists,
@@ -890,6 +903,7 @@ mod tests {
         }
         let filter = IdFilter {
             instance: 0,
+            serial: 0,
             positions: words.clone(),
             list_counts: Vec::new(),
             empty_lists: 0,

@@ -164,6 +164,9 @@ struct Scratch {
     /// A filter's allowed vectors: list starts, shares, then positions. Layout:
     /// (num_anchors + 1 + num_anchors + allowed,).
     allowed: Option<CudaSlice<u32>>,
+    /// [`vlc::IdFilter::serial`] of the filter that `allowed` holds (0: none), so that the
+    /// searches of one filter upload it once.
+    allowed_serial: u64,
 }
 
 /// An index copied to the GPU, searched in batches. Build it once with [`CudaIndex::new`]; the
@@ -501,15 +504,20 @@ impl<'b> CudaIndex<'b> {
         b.set_fp32_math(true)?;
         let result = (|| -> Result<()> {
             // Device addresses of the list starts, of the shares and of the positions.
-            let allowed = match &lists {
-                Some(l) => {
-                    let a = &l.allowed;
-                    let words = [&a.starts[..], &a.shares[..], &a.positions[..]].concat();
-                    let at = addr(b, b.put(&mut s.allowed, &words)?);
+            let allowed = match (&lists, filtered) {
+                (Some(l), Some((_, filter))) => {
+                    if s.allowed_serial != filter.serial() || s.allowed.is_none() {
+                        s.allowed_serial = 0;
+                        let a = &l.allowed;
+                        let words = [&a.starts[..], &a.shares[..], &a.positions[..]].concat();
+                        b.put(&mut s.allowed, &words)?;
+                        s.allowed_serial = filter.serial();
+                    }
+                    let at = addr(b, s.allowed.as_ref().expect("uploaded above"));
                     let shares = at + 4 * (self.num_anchors as u64 + 1);
                     (at, shares + 4 * self.num_anchors as u64, shares)
                 }
-                None => (0, 0, 0),
+                _ => (0, 0, 0),
             };
             for start in (0..nq).step_by(chunk) {
                 let rows = chunk.min(nq - start);

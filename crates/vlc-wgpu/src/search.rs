@@ -45,17 +45,6 @@ enum Launch<'p> {
     Probes(&'p vlc::device_view::DeviceFilter<'p>),
 }
 
-impl Launch<'_> {
-    /// The filter's allowed vectors list by list, if any.
-    fn allowed(&self) -> Option<&vlc::AllowedByList> {
-        match self {
-            Launch::Plain => None,
-            Launch::Ranked(l) => Some(l.allowed),
-            Launch::Probes(p) => Some(p.allowed),
-        }
-    }
-}
-
 /// How the shader scores one stage: (kind, bits, code_size, per_anchor, lo offset, step
 /// offset), the offsets in floats into the index's `floats` buffer.
 #[derive(Clone, Copy, Debug, Default)]
@@ -105,6 +94,10 @@ pub struct WgpuIndex<'b> {
     /// all as f32 (0 without `pcaq`); and 2/√active.
     off_pca: u32,
     pca_scale: f32,
+    /// The filter last searched with: its [`vlc::IdFilter::serial`] and its allowed vectors
+    /// (list starts, shares, positions: `allowed` in search.wgsl), so that the searches of one
+    /// filter upload it once.
+    filter: std::sync::Mutex<Option<(u64, wgpu::Buffer)>>,
 }
 
 /// Narrow a size or offset to the shader's u32 words, or say what is too large.
@@ -199,6 +192,7 @@ impl<'b> WgpuIndex<'b> {
             off_rotation,
             off_pca,
             pca_scale,
+            filter: std::sync::Mutex::new(None),
         };
         // Compile the search pipelines now, so that the first search is not slower: the matrix
         // products and the scan with the default parameters' pool (a compile error is returned
@@ -291,8 +285,25 @@ impl<'b> WgpuIndex<'b> {
         // every query is ranked on the host: its lists are cut to what it probes, often far
         // fewer).
         let ranked = self.scratch_chunk(params, &Launch::Ranked(&lists)) > 0;
+        // The filter's allowed vectors on the device, uploaded at its first search.
+        let mut cached = self.filter.lock().unwrap_or_else(|e| e.into_inner());
+        if cached
+            .as_ref()
+            .is_none_or(|(serial, _)| *serial != filter.serial())
+        {
+            *cached = None;
+            let a = &lists.allowed;
+            let words = [&a.starts[..], &a.shares[..], &a.positions[..]].concat();
+            let buffer = self.backend.storage(
+                "the filter's allowed vectors (4 bytes each and 8 per list)",
+                &words,
+            )?;
+            *cached = Some((filter.serial(), buffer));
+        }
+        let allowed = &cached.as_ref().expect("uploaded above").1;
         let (mut results, on_host) = if ranked {
-            let mut results = self.search_prepared(queries, params, &Launch::Ranked(&lists))?;
+            let mut results =
+                self.search_prepared(queries, params, &Launch::Ranked(&lists), allowed)?;
             // The queries whose ranked lists held too little (their rows marked -2).
             let on_host: Vec<usize> = (0..nq).filter(|&r| results.ids[r * k] == -2).collect();
             for &r in &on_host {
@@ -320,7 +331,7 @@ impl<'b> WgpuIndex<'b> {
                 // Nothing allowed in reach: the rows stay padding.
                 continue;
             }
-            let found = self.search_prepared(&raw, params, &Launch::Probes(&probes))?;
+            let found = self.search_prepared(&raw, params, &Launch::Probes(&probes), allowed)?;
             for (j, &r) in rows.iter().enumerate() {
                 let (to, from) = (r * k..(r + 1) * k, j * k..(j + 1) * k);
                 results.ids[to.clone()].copy_from_slice(&found.ids[from.clone()]);
@@ -333,7 +344,7 @@ impl<'b> WgpuIndex<'b> {
     /// [`Self::search_batch`] with parameters already resolved against this index.
     fn search_resolved(&self, queries: &[f32], params: &SearchParams) -> Result<SearchResults> {
         vlc::vectors::validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
-        self.search_prepared(queries, params, &Launch::Plain)
+        self.search_prepared(queries, params, &Launch::Plain, &self.lists)
     }
 
     /// Probe slots per query of a dispatch (nprobe, the lists a filter's query ranks, or the
@@ -381,13 +392,15 @@ impl<'b> WgpuIndex<'b> {
     }
 
     /// The search of `queries` with resolved `params`, finding each query's lists as `launch`
-    /// says. With [`Launch::Ranked`], a row whose lists the shader left to the host has -2
-    /// as its first id.
+    /// says; a filtered launch's `allowed` holds the filter's allowed vectors (`allowed` in
+    /// search.wgsl), else any buffer (unread). With [`Launch::Ranked`], a row whose lists the
+    /// shader left to the host has -2 as its first id.
     fn search_prepared(
         &self,
         queries: &[f32],
         params: &SearchParams,
         launch: &Launch<'_>,
+        allowed: &wgpu::Buffer,
     ) -> Result<SearchResults> {
         let b = self.backend;
         let (dim, k) = (self.dim, params.k);
@@ -417,15 +430,10 @@ impl<'b> WgpuIndex<'b> {
                 ),
             ));
         }
-        // A filtered search's section of the queries buffer (see `queries` in search.wgsl),
-        // the same for every dispatch: the allowed vectors' list starts, shares and
-        // positions; then (`probes`, which cover one dispatch at most) probe offsets, anchors
-        // and distances.
-        let mut filter_words: Vec<u32> = match launch.allowed() {
-            None => Vec::new(),
-            Some(a) => [&a.starts[..], &a.shares[..], &a.positions[..]].concat(),
-        };
-        let allowed_words = filter_words.len();
+        // Lists ranked on the host: their section of the queries buffer (see `queries` in
+        // search.wgsl), the same for every dispatch, since `probes` covers one dispatch at
+        // most: probe offsets, anchors and distances.
+        let mut filter_words: Vec<u32> = Vec::new();
         if let Some(p) = probes {
             assert!(
                 nq <= MAX_QUERIES_PER_DISPATCH,
@@ -436,12 +444,12 @@ impl<'b> WgpuIndex<'b> {
             filter_words.extend(p.probe_distances.iter().map(|d| d.to_bits()));
         }
         let filter_start = chunk.min(nq) * dim;
-        let off_probes = filter_start + allowed_words;
+        let off_probes = filter_start;
         if 4 * (filter_start + filter_words.len()) > limit {
             return Err(VlcError::param(
                 "queries",
                 format!(
-                    "a filtered WGPU search of these {nq} queries needs {} bytes of queries, probes and allowed vectors' positions; this adapter binds at most {limit} (search fewer queries at a time, or on the CPU or CUDA)",
+                    "a filtered WGPU search of these {nq} queries needs {} bytes of queries and their probed lists; this adapter binds at most {limit} (search fewer queries at a time, or on the CPU or CUDA)",
                     4 * (filter_start + filter_words.len())
                 ),
             ));
@@ -533,8 +541,6 @@ impl<'b> WgpuIndex<'b> {
                     (off_probes + start) as u32,
                     probes.map_or(0, |p| off_probes + p.probe_offsets.len()) as u32,
                     probes.map_or(0, |p| p.probe_anchors.len()) as u32,
-                    filter_start as u32,
-                    (filter_start + self.num_anchors + 1) as u32,
                     params.nprobe as u32,
                     match launch {
                         Launch::Ranked(l) => l.lists_with_allowed as u32,
@@ -560,6 +566,7 @@ impl<'b> WgpuIndex<'b> {
                         (6, codes2),
                         (7, &out),
                         (8, &scratch),
+                        (9, allowed),
                     ],
                 );
                 let tiles = |n: usize| n.div_ceil(TILE) as u32;

@@ -74,18 +74,17 @@ struct Params {
     // A filtered search: FILTER_PROBES, with the lists each query probes ranked on the host
     // (vlc's DeviceFilter; `nprobe` is then the most lists a query of the dispatch probes);
     // FILTER_RANKED, with the lists ranked here among those holding an allowed vector (vlc's
-    // DeviceFilterLists; `nprobe` is then the lists to rank); the filter's allowed vectors
-    // and the probes in `queries` past the queries (see there). FILTER_NONE otherwise.
+    // DeviceFilterLists; `nprobe` is then the lists to rank); the filter's allowed vectors in
+    // `allowed`, and the probes in `queries` past the queries (see there). FILTER_NONE
+    // otherwise.
     filtered: u32,
-    // Word offsets in `queries` of this dispatch's first query's probe offset, of the probed
-    // anchors (then as many distances) and of the filter's list starts; and the probes in all.
+    // Word offsets in `queries` of this dispatch's first query's probe offset and of the
+    // probed anchors (then as many distances); and the probes in all.
     off_probes: u32,
     off_probe_anchors: u32,
     probe_count: u32,
-    off_allowed: u32,
-    // FILTER_RANKED: the word offset in `queries` of the lists' shares (after the starts), the
-    // lists' worth to take (vlc's nprobe) and how many lists hold an allowed vector.
-    off_shares: u32,
+    // FILTER_RANKED: the lists' worth to take (vlc's nprobe) and how many lists hold an
+    // allowed vector.
     nprobe_target: u32,
     lists_with_allowed: u32,
 }
@@ -105,12 +104,9 @@ const RANK_ON_HOST: u32 = 0xffffffffu;
 @group(0) @binding(2) var<storage, read> floats: array<f32>;
 // List offsets (num_anchors + 1,), then caller ids in list order (num_vectors,).
 @group(0) @binding(3) var<storage, read> lists: array<u32>;
-// (rows, dim) f32 bits, prepared (normalised for the cosine metric). A filtered search
-// appends, at `off_allowed`, the allowed vectors' list starts (num_anchors + 1: list a's are
-// entries starts[a] .. starts[a + 1] of the positions), each list's share of allowed vectors
-// (num_anchors, at `off_shares`: vlc's list_share), then their list positions, ascending;
-// with FILTER_PROBES, then the probe offsets of every query of the batch (query i's lists
-// are entries offsets[i] .. offsets[i + 1] of the anchors; this dispatch's first query's at
+// (rows, dim) f32 bits, prepared (normalised for the cosine metric). With FILTER_PROBES, then
+// the probe offsets of every query of the batch (query i's lists are entries
+// offsets[i] .. offsets[i + 1] of the anchors; this dispatch's first query's at
 // `off_probes`), the probed anchors (`probe_count`, nearest first per query, at
 // `off_probe_anchors`) and their squared distances' bits (as many, after them). Words
 // rather than f32, so that a bit pattern read back is never a float load
@@ -127,6 +123,11 @@ const RANK_ON_HOST: u32 = 0xffffffffu;
 // weighted by each dimension's top bit, then a plain one, 4 * padded_dim each), query . anchor
 // (num_anchors). See `slice_layout`.
 @group(0) @binding(8) var<storage, read_write> scratch: array<u32>;
+// A filtered search's allowed vectors (vlc's AllowedByList): list starts (num_anchors + 1:
+// list a's are entries starts[a] .. starts[a + 1] of the positions), each list's share of
+// allowed vectors (num_anchors: vlc's list_share), then their list positions, ascending. Unread without a filter. A buffer of its own, so that the searches of one
+// filter upload it once.
+@group(0) @binding(9) var<storage, read> allowed: array<u32>;
 
 var<workgroup> pool_count: atomic<u32>;
 var<workgroup> count_plain: u32;
@@ -725,7 +726,7 @@ fn locate(t: u32, pr: ptr<function, u32>) -> u32 {
     let entry = scratch[probe_start + *pr] + (t - scratch[prefix + *pr]);
     if (p.filtered != 0u) {
         // A filtered search's range holds its allowed vectors only.
-        return queries[p.off_allowed + 2u * p.num_anchors + 1u + entry];
+        return allowed[2u * p.num_anchors + 1u + entry];
     }
     return entry;
 }
@@ -811,7 +812,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         for (var b = 0u; b < p.num_anchors; b = b + WG) {
             let j = b + tid;
             let valid = j < p.num_anchors &&
-                        (!filtered || queries[p.off_allowed + j + 1u] > queries[p.off_allowed + j]);
+                        (!filtered || allowed[j + 1u] > allowed[j]);
             var dist = 0.0;
             if (valid) {
                 let dot = bitcast<f32>(scratch[dots + j]);
@@ -842,7 +843,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                 if (j == ranked) {
                     break;
                 }
-                let share = queries[p.off_shares + get_lo(j)];
+                let share = allowed[p.num_anchors + 1u + get_lo(j)];
                 low = low + share;
                 high = high + select(0u, 1u, low < share);
             }
@@ -871,9 +872,8 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         // A probed list's range: its positions, or (filtered) its entries of the allowed
         // vectors' positions.
         if (filtered) {
-            let starts = p.off_allowed + anchor;
-            scratch[probe_start + i] = queries[starts];
-            scratch[prefix + i + 1u] = queries[starts + 1u] - queries[starts];
+            scratch[probe_start + i] = allowed[anchor];
+            scratch[prefix + i + 1u] = allowed[anchor + 1u] - allowed[anchor];
         } else {
             scratch[probe_start + i] = lists[anchor];
             scratch[prefix + i + 1u] = lists[anchor + 1u] - lists[anchor];
