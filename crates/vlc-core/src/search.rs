@@ -1156,7 +1156,10 @@ impl Index {
         let prefetch = self.prefetch_lists();
         for (i, &(anchor, anchor_dist)) in probes.iter().enumerate() {
             if let Some(&(next, _)) = probes.get(i + 1).filter(|_| prefetch) {
-                self.prefetch_list(next);
+                match filter.filter(|f| self.scored_by_block(next, f)) {
+                    Some(filter) => self.prefetch_allowed(next, filter),
+                    None => self.prefetch_list(next),
+                }
             }
             self.scan_list(anchor, anchor_dist, pool_size, keep_all, filter, scratch);
         }
@@ -1201,6 +1204,38 @@ impl Index {
                     self.list_offsets[anchor as usize + 1] as usize * cs,
                 );
                 prefetch(&self.codes[lo..hi.min(lo + LIST_PREFETCH_BYTES)]);
+            }
+        }
+    }
+
+    /// Whether list `anchor` is scanned block by block under `filter` (see
+    /// [`Index::scan_list`]): a quarter of it or less is allowed.
+    fn scored_by_block(&self, anchor: u32, filter: &IdFilter) -> bool {
+        let a = anchor as usize;
+        let size = (self.list_offsets[a + 1] - self.list_offsets[a]) as usize;
+        4 * filter.list_count(a) <= size
+    }
+
+    /// [`Index::prefetch_list`] for a list scanned block by block under `filter`: the codes
+    /// of its first allowed vectors (at most [`ALLOWED_PREFETCH`]), which a sparse block
+    /// scores alone, rather than the head of the list, which such a list mostly passes over.
+    fn prefetch_allowed(&self, anchor: u32, filter: &IdFilter) {
+        let (lo, hi) = (
+            self.list_offsets[anchor as usize] as usize,
+            self.list_offsets[anchor as usize + 1] as usize,
+        );
+        let cs = self.codec.code_size();
+        let mut left = ALLOWED_PREFETCH;
+        for start in (lo..hi).step_by(32) {
+            let mut bits = filter.bits(start, 32.min(hi - start));
+            while bits != 0 && left > 0 {
+                let p = start + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                left -= 1;
+                prefetch(&self.codes[p * cs..(p + 1) * cs]);
+            }
+            if left == 0 {
+                return;
             }
         }
     }
@@ -1271,7 +1306,7 @@ impl Index {
         // it is scanned whole, as unfiltered, then the exclusion applied (none where the
         // filter allows the whole list). The others are taken block by block.
         let allowed = filter.map_or(0, |f| f.list_count(anchor as usize));
-        let by_block = filter.filter(|_| 4 * allowed <= hi - lo);
+        let by_block = filter.filter(|f| self.scored_by_block(anchor, f));
         // With a filter, whether a block was scanned whole (and needs the exclusion).
         let mut scanned_whole = filter.is_some() && by_block.is_none() && allowed < hi - lo;
         match (self.fastscan(), by_block) {
@@ -1613,6 +1648,10 @@ fn parse_cache_size(text: &str) -> Option<usize> {
     };
     digits.parse::<usize>().ok()?.checked_mul(scale)
 }
+
+/// At most this many allowed vectors' codes of a list scanned block by block under a filter
+/// are prefetched before it is scanned ([`Index::prefetch_allowed`]).
+const ALLOWED_PREFETCH: usize = 8;
 
 /// At most this many code bytes of a list are prefetched before it is scanned (whole fast-scan
 /// blocks, at least one): past them the hardware prefetcher has found the stream.
