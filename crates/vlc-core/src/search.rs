@@ -1154,14 +1154,28 @@ impl Index {
         let keep_all = params.automatic_pool(self.has_second_stage());
         self.begin_query(q, rotated, filter.is_some(), scratch);
         let prefetch = self.prefetch_lists();
-        for (i, &(anchor, anchor_dist)) in probes.iter().enumerate() {
-            if let Some(&(next, _)) = probes.get(i + 1).filter(|_| prefetch) {
-                match filter.filter(|f| self.scored_by_block(next, f)) {
-                    Some(filter) => self.prefetch_allowed(next, filter),
-                    None => self.prefetch_list(next),
+        match filter {
+            None => {
+                for (i, &(anchor, anchor_dist)) in probes.iter().enumerate() {
+                    if let Some(&(next, _)) = probes.get(i + 1).filter(|_| prefetch) {
+                        self.prefetch_list(next);
+                    }
+                    self.scan_list(anchor, anchor_dist, pool_size, keep_all, None, scratch);
                 }
             }
-            self.scan_list(anchor, anchor_dist, pool_size, keep_all, filter, scratch);
+            Some(filter) => {
+                for (i, &(anchor, anchor_dist)) in probes.iter().enumerate() {
+                    if let Some(&(next, _)) = probes.get(i + 1).filter(|_| prefetch) {
+                        if self.scored_by_block(next, filter) {
+                            self.prefetch_allowed(next, filter);
+                        } else {
+                            self.prefetch_list(next);
+                        }
+                    }
+                    let filter = Some(filter);
+                    self.scan_list(anchor, anchor_dist, pool_size, keep_all, filter, scratch);
+                }
+            }
         }
         self.finish_query(q, pool_size, params.k, keep_all, scratch)
     }
@@ -1208,8 +1222,8 @@ impl Index {
         }
     }
 
-    /// Whether list `anchor` is scanned block by block under `filter` (see
-    /// [`Index::scan_list`]): a quarter of it or less is allowed.
+    /// Whether list `anchor` is scanned block by block under `filter` (as
+    /// [`Index::scan_list`] decides): a quarter of it or less is allowed.
     fn scored_by_block(&self, anchor: u32, filter: &IdFilter) -> bool {
         let a = anchor as usize;
         let size = (self.list_offsets[a + 1] - self.list_offsets[a]) as usize;
@@ -1306,7 +1320,7 @@ impl Index {
         // it is scanned whole, as unfiltered, then the exclusion applied (none where the
         // filter allows the whole list). The others are taken block by block.
         let allowed = filter.map_or(0, |f| f.list_count(anchor as usize));
-        let by_block = filter.filter(|f| self.scored_by_block(anchor, f));
+        let by_block = filter.filter(|_| 4 * allowed <= hi - lo);
         // With a filter, whether a block was scanned whole (and needs the exclusion).
         let mut scanned_whole = filter.is_some() && by_block.is_none() && allowed < hi - lo;
         match (self.fastscan(), by_block) {
