@@ -351,13 +351,8 @@ impl<'b> WgpuIndex<'b> {
     /// most lists a query of the batch probes) and the candidate pool's slots.
     fn slots(&self, params: &SearchParams, launch: &Launch<'_>) -> (usize, usize) {
         match launch {
-            Launch::Plain | Launch::Probes(_) => {
-                let nprobe = match launch {
-                    Launch::Probes(p) => p.max_probes,
-                    _ => params.nprobe,
-                };
-                (nprobe, self.pool_cap(params))
-            }
+            Launch::Plain => (params.nprobe, self.pool_cap(params)),
+            Launch::Probes(p) => (p.max_probes, self.pool_cap(params)),
             Launch::Ranked(l) => {
                 let ranked = SearchParams {
                     nprobe: l.lists_to_rank,

@@ -125,8 +125,9 @@ const RANK_ON_HOST: u32 = 0xffffffffu;
 @group(0) @binding(8) var<storage, read_write> scratch: array<u32>;
 // A filtered search's allowed vectors (vlc's AllowedByList): list starts (num_anchors + 1:
 // list a's are entries starts[a] .. starts[a + 1] of the positions), each list's share of
-// allowed vectors (num_anchors: vlc's list_share), then their list positions, ascending. Unread without a filter. A buffer of its own, so that the searches of one
-// filter upload it once.
+// allowed vectors (num_anchors: vlc's list_share), then their list positions, ascending.
+// Unread without a filter. A buffer of its own, so that the searches of one filter upload it
+// once.
 @group(0) @binding(9) var<storage, read> allowed: array<u32>;
 
 var<workgroup> pool_count: atomic<u32>;
@@ -833,21 +834,17 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             let target_low = p.nprobe_target << 16u;
             var high = 0u;
             var low = 0u;
-            var cut = 0xffffffffu;
-            for (var j = 0u; j <= ranked; j = j + 1u) {
-                let reached = high > target_high || (high == target_high && low >= target_low);
-                if (reached || (j == ranked && ranked >= p.lists_with_allowed)) {
-                    cut = j;
-                    break;
-                }
-                if (j == ranked) {
-                    break;
-                }
+            var j = 0u;
+            while (j < ranked && !(high > target_high || (high == target_high && low >= target_low))) {
                 let share = allowed[p.num_anchors + 1u + get_lo(j)];
                 low = low + share;
                 high = high + select(0u, 1u, low < share);
+                j = j + 1u;
             }
-            lists_taken = cut;
+            // Short of the worth after every ranked list: all of them only where they are
+            // every list holding one.
+            let reached = high > target_high || (high == target_high && low >= target_low);
+            lists_taken = select(0xffffffffu, j, reached || ranked >= p.lists_with_allowed);
         }
         np = workgroupUniformLoad(&lists_taken);
         if (np == 0xffffffffu) {
