@@ -213,7 +213,7 @@ impl IdFilter {
     #[inline(never)]
     pub(crate) fn exclude(&self, start: usize, dists: &mut [f32]) {
         // A select per slot rather than a store per bit left out: a list scanned whole under
-        // a narrow filter leaves out most of each block (a 1% filter: a tenth less time).
+        // a narrow filter leaves out most of each block.
         for (c, chunk) in dists.chunks_mut(32).enumerate() {
             let kept = self.bits(start + 32 * c, chunk.len());
             for (j, d) in chunk.iter_mut().enumerate() {
