@@ -946,8 +946,11 @@ fn assemble(
     ))
 }
 
+/// `bytes` copied into a new buffer, marked for huge pages before the copy touches it
+/// ([`crate::pages`]).
 fn cast_owned<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
     let mut v = vec![T::zeroed(); bytes.len() / std::mem::size_of::<T>()];
+    crate::pages::prefer_huge_pages(&v);
     bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(bytes);
     v
 }
@@ -971,7 +974,7 @@ impl Index {
             bytes,
             |a, b| Ok(Section::Owned(cast_owned(&bytes[a..b]))),
             |a, b| Ok(Section::Owned(cast_owned(&bytes[a..b]))),
-            |a, b| Ok(Section::Owned(bytes[a..b].to_vec())),
+            |a, b| Ok(Section::Owned(cast_owned(&bytes[a..b]))),
         )
     }
 

@@ -944,6 +944,13 @@ impl Index {
             report,
             instance: NEXT_INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
+        // The codes a search reads at random places, in huge pages (a no-op for sections
+        // loaded into buffers marked so, or mapped from the file).
+        for codes in std::iter::once(&index.codes).chain(index.refine.as_ref().map(|r| &r.1)) {
+            if let Section::Owned(codes) = codes {
+                crate::pages::prefer_huge_pages(codes);
+            }
+        }
         if prepare_search {
             index.prepare_search();
         }

@@ -43,6 +43,7 @@ pub mod ids;
 pub mod index;
 pub mod io;
 pub mod linalg;
+mod pages;
 pub mod rng;
 pub mod rotation;
 pub mod search;
