@@ -18,10 +18,16 @@
 //! vector is passed over, and one that holds a single one has it scored with the full code
 //! (a finer estimate than the block's scan, and cheaper for one vector), so a narrow
 //! filter, whose blocks mostly hold one or none, scores little more than its allowed
-//! vectors. With every list probed, the results are those of the index with every other
-//! vector removed (the same anchors and codes) wherever that index's first stage gives the
-//! same estimates: codecs without a fast scan, filters that leave each block none or
-//! several allowed vectors, or a pool that takes every allowed vector.
+//! vectors. A list of which the filter allows at most one vector in 32 is not walked block
+//! by block: its allowed vectors, found from the filter's bits, are each scored with the
+//! full code. From a filter's second search on (or the first of a batch of several queries),
+//! they are read from the filter's own copy of their codes, gathered list by list, rather
+//! than at scattered places of the index (`code_size` bytes per such vector, kept with the
+//! filter: at most a 32nd of the index's codes). With every list probed, the results are
+//! those of the index with every other vector removed (the same anchors and codes) wherever
+//! that index's first stage gives the same estimates: codecs without a fast scan, filters
+//! that leave each block none or several allowed vectors in lists that allow more than one
+//! in 32, or a pool that takes every allowed vector.
 
 use crate::amx::PackedAnchors;
 use crate::index::Index;
@@ -65,6 +71,41 @@ pub struct IdFilter {
     /// The allowed vectors' list positions, list by list, for device searches
     /// ([`IdFilter::allowed_by_list`]): made at the first call.
     by_list: OnceLock<AllowedByList>,
+    /// The codes of the allowed vectors of the lists a CPU search scores one by one
+    /// ([`Index::gather_for_search`]): gathered at the filter's second search, or its first
+    /// of several queries.
+    gathered: OnceLock<GatheredCodes>,
+    /// Set at the filter's first CPU search.
+    searched: OnceLock<()>,
+}
+
+/// The primary codes of a filter's allowed vectors in the lists that a CPU search scores one
+/// by one ([`Index::scored_alone`]: at most one vector in 32 allowed), copied list by list
+/// into one buffer. Such a list's allowed vectors are few and spread over it, each code a
+/// cache miss (and on large indexes a TLB miss) where it lies in the index; from here a
+/// search reads them in one run, from a buffer small enough to stay in cache from one query
+/// to the next (at most a 32nd of the index's codes).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct GatheredCodes {
+    /// List `a`'s allowed vectors are entries `starts[a]..starts[a + 1]` (none for a list not
+    /// scored one by one). Layout: (num_anchors + 1,).
+    starts: Vec<u32>,
+    /// Each entry's list position, ascending. Layout: (entries,).
+    positions: Vec<u32>,
+    /// Each entry's primary code. Layout: (entries, code_size), row-major.
+    codes: Vec<u8>,
+}
+
+impl GatheredCodes {
+    /// List `list`'s entries: their codes (of `code_size` bytes each) and list positions.
+    #[inline]
+    pub(crate) fn list(&self, list: usize, code_size: usize) -> (&[u8], &[u32]) {
+        let (first, last) = (self.starts[list] as usize, self.starts[list + 1] as usize);
+        (
+            &self.codes[first * code_size..last * code_size],
+            &self.positions[first..last],
+        )
+    }
 }
 
 /// The allowed vectors of an [`IdFilter`] list by list ([`IdFilter::allowed_by_list`]).
@@ -207,6 +248,25 @@ impl IdFilter {
         bits as u32 & low_bits(count)
     }
 
+    /// The codes gathered for CPU searches ([`Index::gather_for_search`]), once gathered.
+    #[inline]
+    pub(crate) fn gathered(&self) -> Option<&GatheredCodes> {
+        self.gathered.get()
+    }
+
+    /// [`IdFilter::bits`] for up to 64 positions.
+    #[inline]
+    pub(crate) fn bits64(&self, start: usize, count: usize) -> u64 {
+        debug_assert!(count <= 64);
+        let (word, shift) = (start / 64, start % 64);
+        let low = self.positions[word] >> shift;
+        let bits = match self.positions.get(word + 1) {
+            Some(&next) if shift > 0 => low | (next << (64 - shift)),
+            _ => low,
+        };
+        bits & u64::MAX.checked_shr(64 - count as u32).unwrap_or(0)
+    }
+
     /// Sets the first-stage estimates `dists` of the vectors at positions `start..` that the
     /// filter leaves out to +∞, so that no candidate pool or later pass takes them. Kept out
     /// of line: inlined into the list scan, it slowed unfiltered searches.
@@ -279,6 +339,8 @@ impl Index {
             ranked_lists,
             packing: OnceLock::new(),
             by_list: OnceLock::new(),
+            gathered: OnceLock::new(),
+            searched: OnceLock::new(),
         }
     }
 
@@ -382,6 +444,48 @@ impl Index {
             anchors.extend_from_slice(&self.anchors[a * dim..(a + 1) * dim]);
         }
         anchors
+    }
+
+    /// Before a CPU search of `queries` queries with `filter`: gather the codes of its
+    /// allowed vectors in the lists scored one by one ([`GatheredCodes`]) where the filter is
+    /// searched again (its second search, or a search of several queries), so that a filter
+    /// made for one query does not pay for the copy; kept with the filter.
+    pub(crate) fn gather_for_search(&self, filter: &IdFilter, queries: usize) {
+        let searched_before = filter.searched.set(()).is_err();
+        // (Positions are kept as u32.)
+        let too_many = self.num_vectors > u32::MAX as usize;
+        if too_many || filter.gathered.get().is_some() || (queries < 2 && !searched_before) {
+            return;
+        }
+        filter.gathered.get_or_init(|| {
+            let cs = crate::codec::ResidualCodec::code_size(&self.codec);
+            let mut gathered = GatheredCodes {
+                starts: Vec::with_capacity(self.num_anchors() + 1),
+                ..GatheredCodes::default()
+            };
+            gathered.starts.push(0);
+            for a in 0..self.num_anchors() {
+                if self.scored_alone(a as u32, filter) {
+                    let (lo, hi) = (
+                        self.list_offsets[a] as usize,
+                        self.list_offsets[a + 1] as usize,
+                    );
+                    for start in (lo..hi).step_by(64) {
+                        let mut bits = filter.bits64(start, 64.min(hi - start));
+                        while bits != 0 {
+                            let p = start + bits.trailing_zeros() as usize;
+                            bits &= bits - 1;
+                            gathered.positions.push(p as u32);
+                            gathered
+                                .codes
+                                .extend_from_slice(&self.codes[p * cs..(p + 1) * cs]);
+                        }
+                    }
+                }
+                gathered.starts.push(gathered.positions.len() as u32);
+            }
+            gathered
+        });
     }
 
     /// The packing of `filter`'s ranked lists' anchors ([`IdFilter::ranked_lists`]) for the
@@ -568,6 +672,71 @@ mod tests {
                     assert_eq!(ids, expected.ids[r * 10..][..10], "{codec:?}, query {r}");
                 }
             }
+        }
+    }
+
+    /// A list that allows at most one vector in 32 has its allowed vectors scored with the
+    /// full code wherever they lie, several in one block included: from the index's codes at
+    /// a filter's first lone search, from the filter's copy of them at its second (and at a
+    /// batch's first), with the same results either way, those of rescoring every allowed
+    /// vector (the index of the allowed vectors alone, its pool all of them).
+    #[test]
+    fn sparse_lists_score_their_allowed_vectors_alone_before_and_after_gathering() {
+        let (dim, n) = (32, 8000);
+        let data = clustered(n, dim, 20, 0.6, 31);
+        let queries = queries_near(&data, dim, 20, 0.4, 32);
+        for codec in [CodecKind::RaBitQ1, CodecKind::RaBitQ3] {
+            let params = BuildParams::default()
+                .with_codec(codec)
+                .with_num_anchors(20);
+            let index = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {})
+                .unwrap()
+                .0;
+            // Three allowed vectors in the first block of each list of at least 96.
+            let size = |a: usize| index.list_offsets[a + 1] - index.list_offsets[a];
+            let ids = ids_by_block(&index, |list, b, _| {
+                if b == 0 && size(list) >= 96 {
+                    vec![3, 4, 17]
+                } else {
+                    vec![]
+                }
+            });
+            let filter = index.id_filter(&ids);
+            for a in 0..index.num_anchors() {
+                let alone = index.scored_alone(a as u32, &filter);
+                assert_eq!(alone, filter.list_count(a) > 0, "{codec:?}, list {a}");
+            }
+            let kept = allowed_only(&index, &ids);
+            let all = SearchParams {
+                k: 10,
+                nprobe: index.num_anchors(),
+                rerank: ids.len(),
+                probe_margin: None,
+            };
+            let expected = kept.search_batch(&queries, &all, &CpuBackend).unwrap();
+            let sp = SearchParams { rerank: 20, ..all };
+            for (r, q) in queries.chunks(dim).enumerate() {
+                let filter = filter.clone();
+                let first = index.search_filtered(q, &sp, &filter).unwrap();
+                assert!(
+                    filter.gathered().is_none(),
+                    "{codec:?}: gathered for one query"
+                );
+                let second = index.search_filtered(q, &sp, &filter).unwrap();
+                assert!(
+                    filter.gathered().is_some(),
+                    "{codec:?}: not gathered when reused"
+                );
+                assert_eq!(first, second, "{codec:?}, query {r}");
+                let ids: Vec<i64> = first.iter().map(|h| h.id as i64).collect();
+                assert_eq!(ids, expected.ids[r * 10..][..10], "{codec:?}, query {r}");
+            }
+            let fresh = filter.clone();
+            let got = index
+                .search_batch_filtered(&queries, &sp, &CpuBackend, &fresh)
+                .unwrap();
+            assert!(fresh.gathered().is_some(), "{codec:?}: a batch gathers");
+            assert_eq!(got, expected, "{codec:?}, batch");
         }
     }
 
@@ -918,6 +1087,8 @@ mod tests {
             ranked_lists: None,
             packing: OnceLock::new(),
             by_list: OnceLock::new(),
+            gathered: OnceLock::new(),
+            searched: OnceLock::new(),
         };
         for start in 0..320 {
             for count in 0..=32.min(320 - start) {

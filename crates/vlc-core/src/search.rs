@@ -520,6 +520,7 @@ impl Index {
         validate_vectors_for_metric(query, self.dim, "query", self.metric)?;
         if let Some(filter) = filter {
             self.check_filter(filter)?;
+            self.gather_for_search(filter, 1);
         }
         Ok(with_scratch(|scratch| {
             self.search_one(query, params, filter, scratch);
@@ -665,13 +666,14 @@ impl Index {
         let k = params.k;
         let params = &self.resolve_search(params)?;
         validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
-        if let Some(filter) = filter {
-            self.check_filter(filter)?;
-        }
         // Before the queries go parallel: the layout is then built in parallel, once.
         self.prepare_search();
         let dim = self.dim;
         let nq = queries.len() / dim;
+        if let Some(filter) = filter {
+            self.check_filter(filter)?;
+            self.gather_for_search(filter, nq);
+        }
         let SearchResults {
             mut ids,
             mut distances,
@@ -1166,7 +1168,9 @@ impl Index {
             Some(filter) => {
                 for (i, &(anchor, anchor_dist)) in probes.iter().enumerate() {
                     if let Some(&(next, _)) = probes.get(i + 1).filter(|_| prefetch) {
-                        if self.scored_by_block(next, filter) {
+                        if filter.gathered().is_some() && self.scored_alone(next, filter) {
+                            // Its allowed vectors' codes are in the filter's copy.
+                        } else if self.scored_by_block(next, filter) {
                             self.prefetch_allowed(next, filter);
                         } else {
                             self.prefetch_list(next);
@@ -1313,6 +1317,11 @@ impl Index {
                 .scanned
                 .push((anchor, anchor_dist, lo as u32, base as u32));
         }
+        if let Some(filter) = filter.filter(|f| self.scored_alone(anchor, f)) {
+            self.score_alone(anchor, anchor_dist, lo, hi, base, filter, scratch);
+            self.add_to_pool(anchor, anchor_dist, lo, hi, base, pool_size, scratch);
+            return;
+        }
         let all = &mut scratch.dists;
         let (cs, primary) = (self.codec.code_size(), &mut scratch.primary);
         // A list of which the filter allows more than a quarter seldom holds a block sparse
@@ -1390,6 +1399,79 @@ impl Index {
         if let Some(filter) = filter.filter(|_| scanned_whole) {
             filter.exclude(lo, &mut scratch.dists[base..]);
         }
+        self.add_to_pool(anchor, anchor_dist, lo, hi, base, pool_size, scratch);
+    }
+
+    /// Whether under `filter` list `anchor`'s allowed vectors are scored one by one with the
+    /// full code, wherever they are in the list ([`Index::score_alone`]): where it holds at
+    /// most one in [`ALONE_SHARE`] (and at least one).
+    pub(crate) fn scored_alone(&self, anchor: u32, filter: &IdFilter) -> bool {
+        let a = anchor as usize;
+        let size = (self.list_offsets[a + 1] - self.list_offsets[a]) as usize;
+        let allowed = filter.list_count(a);
+        allowed > 0 && ALONE_SHARE * allowed <= size
+    }
+
+    /// The first-stage estimates of list `anchor` (positions `lo..hi`) under `filter`, into
+    /// `scratch.dists[base..]`, for a list whose allowed vectors are scored one by one
+    /// ([`Index::scored_alone`]): each with the full code (the filter's copy of it, where it
+    /// has gathered them: [`Index::gather_for_search`]), +∞ for the others.
+    #[allow(clippy::too_many_arguments)]
+    fn score_alone(
+        &self,
+        anchor: u32,
+        anchor_dist: f32,
+        lo: usize,
+        hi: usize,
+        base: usize,
+        filter: &IdFilter,
+        scratch: &mut Scratch,
+    ) {
+        let (out, primary) = (&mut scratch.dists, &mut scratch.primary);
+        out.resize(base + hi - lo, f32::INFINITY);
+        let out = &mut out[base..];
+        out.fill(f32::INFINITY);
+        let cs = self.codec.code_size();
+        let mut score = |p: usize, code: &[u8]| {
+            out[p - lo] = self
+                .codec
+                .estimate_below(primary, anchor, anchor_dist, code, f32::INFINITY, 0.0)
+                .unwrap_or(f32::INFINITY);
+        };
+        match filter.gathered() {
+            Some(gathered) => {
+                let (codes, positions) = gathered.list(anchor as usize, cs);
+                for (code, &p) in codes.chunks_exact(cs).zip(positions) {
+                    score(p as usize, code);
+                }
+            }
+            None => {
+                for start in (lo..hi).step_by(64) {
+                    let mut bits = filter.bits64(start, 64.min(hi - start));
+                    while bits != 0 {
+                        let p = start + bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        score(p, &self.codes[p * cs..(p + 1) * cs]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Add the estimates `scratch.dists[base..]` of list `anchor` (positions `lo..hi`) that
+    /// beat the pool's threshold to the pool.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn add_to_pool(
+        &self,
+        anchor: u32,
+        anchor_dist: f32,
+        lo: usize,
+        hi: usize,
+        base: usize,
+        pool_size: usize,
+        scratch: &mut Scratch,
+    ) {
         let dists = &scratch.dists[base..];
         // Most slots lose against the pool's threshold: test 32 at a time, then push the few
         // that pass (re-checked, as the threshold tightens when the pool shrinks).
@@ -1662,6 +1744,11 @@ fn parse_cache_size(text: &str) -> Option<usize> {
     };
     digits.parse::<usize>().ok()?.checked_mul(scale)
 }
+
+/// A list of which a filter allows at most one vector in this many (about one per block of 32
+/// or fewer) has its allowed vectors scored one by one with the full code, without a walk
+/// over its blocks ([`Index::score_alone`]).
+const ALONE_SHARE: usize = 32;
 
 /// At most this many allowed vectors' codes of a list scanned block by block under a filter
 /// are prefetched before it is scanned ([`Index::prefetch_allowed`]).
