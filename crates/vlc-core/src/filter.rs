@@ -685,7 +685,12 @@ mod tests {
         let (dim, n) = (32, 8000);
         let data = clustered(n, dim, 20, 0.6, 31);
         let queries = queries_near(&data, dim, 20, 0.4, 32);
-        for codec in [CodecKind::RaBitQ1, CodecKind::RaBitQ3] {
+        for codec in [
+            CodecKind::RaBitQ1,
+            CodecKind::RaBitQ3,
+            CodecKind::Sq8,
+            CodecKind::AnchorOnly,
+        ] {
             let params = BuildParams::default()
                 .with_codec(codec)
                 .with_num_anchors(20);

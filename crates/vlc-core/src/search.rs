@@ -1440,9 +1440,10 @@ impl Index {
         };
         match filter.gathered() {
             Some(gathered) => {
+                // (By index: anchor-only codes are empty.)
                 let (codes, positions) = gathered.list(anchor as usize, cs);
-                for (code, &p) in codes.chunks_exact(cs).zip(positions) {
-                    score(p as usize, code);
+                for (i, &p) in positions.iter().enumerate() {
+                    score(p as usize, &codes[i * cs..(i + 1) * cs]);
                 }
             }
             None => {
