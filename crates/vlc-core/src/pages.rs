@@ -6,8 +6,10 @@
 //! and in a virtual machine a TLB miss walks two page tables. The buffers an index owns
 //! (loaded, built, grown, and the fast-scan copy) are therefore marked for transparent huge
 //! pages (`madvise(MADV_HUGEPAGE)`) and, on Linux 6.1 and later, made of them at once
-//! (`MADV_COLLAPSE`). Measured on the development VM (docs/benchmarks.md, "Huge pages"): a
-//! lone unfiltered query on 1,000,000 x 128 `rabitq1 + sq8` ran in 48 µs rather than 69 µs.
+//! (`MADV_COLLAPSE`). The gain depends on the machine (docs/benchmarks.md, "Huge pages"): on
+//! the development VM a lone unfiltered query of 1,000,000 x 128 `rabitq1 + sq8` took
+//! 41.7 µs in each of three rounds, against 43.5-49.6 µs without; on the H200 host's CPU the
+//! difference stayed within the rounds' spread.
 //!
 //! Linux only, where the kernel's transparent huge pages are not `never`; a hint, never an
 //! error. `VLC_HUGE_PAGES=0` turns it off (for example where compacting memory for huge pages

@@ -1428,9 +1428,10 @@ impl Index {
         scratch: &mut Scratch,
     ) {
         let (out, primary) = (&mut scratch.dists, &mut scratch.primary);
+        // Every slot +∞ in one pass (a resize alone leaves the slots it keeps as they were).
+        out.truncate(base);
         out.resize(base + hi - lo, f32::INFINITY);
         let out = &mut out[base..];
-        out.fill(f32::INFINITY);
         let cs = self.codec.code_size();
         let mut score = |p: usize, code: &[u8]| {
             out[p - lo] = self
