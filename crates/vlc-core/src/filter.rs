@@ -239,13 +239,20 @@ impl IdFilter {
     #[inline]
     pub(crate) fn bits(&self, start: usize, count: usize) -> u32 {
         debug_assert!(count <= 32);
-        let (word, shift) = (start / 64, start % 64);
-        let low = self.positions[word] >> shift;
-        let bits = match self.positions.get(word + 1) {
-            Some(&next) if shift > 32 => low | (next << (64 - shift)),
-            _ => low,
-        };
-        bits as u32 & low_bits(count)
+        self.bits64(start, count) as u32
+    }
+
+    /// The allowed list positions in `lo..hi`, ascending.
+    #[inline]
+    pub(crate) fn allowed_in(&self, lo: usize, hi: usize) -> impl Iterator<Item = usize> + '_ {
+        (lo..hi).step_by(64).flat_map(move |start| {
+            let mut bits = self.bits64(start, 64.min(hi - start));
+            std::iter::from_fn(move || {
+                let p = start + bits.trailing_zeros() as usize;
+                bits &= bits.wrapping_sub(1);
+                (p < start + 64).then_some(p)
+            })
+        })
     }
 
     /// The codes gathered for CPU searches ([`Index::gather_for_search`]), once gathered.
@@ -470,16 +477,11 @@ impl Index {
                         self.list_offsets[a] as usize,
                         self.list_offsets[a + 1] as usize,
                     );
-                    for start in (lo..hi).step_by(64) {
-                        let mut bits = filter.bits64(start, 64.min(hi - start));
-                        while bits != 0 {
-                            let p = start + bits.trailing_zeros() as usize;
-                            bits &= bits - 1;
-                            gathered.positions.push(p as u32);
-                            gathered
-                                .codes
-                                .extend_from_slice(&self.codes[p * cs..(p + 1) * cs]);
-                        }
+                    for p in filter.allowed_in(lo, hi) {
+                        gathered.positions.push(p as u32);
+                        gathered
+                            .codes
+                            .extend_from_slice(&self.codes[p * cs..(p + 1) * cs]);
                     }
                 }
                 gathered.starts.push(gathered.positions.len() as u32);
@@ -533,11 +535,6 @@ impl Index {
             ))
         }
     }
-}
-
-/// The `count` (≤ 32) lowest bits set.
-fn low_bits(count: usize) -> u32 {
-    u32::MAX.checked_shr(32 - count as u32).unwrap_or(0)
 }
 
 /// Set bits of `words` at positions `start..end`.
@@ -1099,6 +1096,15 @@ mod tests {
             for count in 0..=32.min(320 - start) {
                 let expected = (0..count).fold(0u32, |m, j| m | bit(start + j) << j);
                 assert_eq!(filter.bits(start, count), expected, "{start}+{count}");
+            }
+            for count in 0..=64.min(320 - start) {
+                let expected = (0..count).fold(0u64, |m, j| m | (bit(start + j) as u64) << j);
+                assert_eq!(filter.bits64(start, count), expected, "{start}+{count}");
+            }
+            for end in (start..=320).step_by(7) {
+                let got: Vec<usize> = filter.allowed_in(start, end).collect();
+                let expected: Vec<usize> = (start..end).filter(|&p| bit(p) == 1).collect();
+                assert_eq!(got, expected, "{start}..{end}");
             }
             let len = 37.min(320 - start);
             let mut dists = vec![1.0f32; len];

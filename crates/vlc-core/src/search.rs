@@ -1448,13 +1448,8 @@ impl Index {
                 }
             }
             None => {
-                for start in (lo..hi).step_by(64) {
-                    let mut bits = filter.bits64(start, 64.min(hi - start));
-                    while bits != 0 {
-                        let p = start + bits.trailing_zeros() as usize;
-                        bits &= bits - 1;
-                        score(p, &self.codes[p * cs..(p + 1) * cs]);
-                    }
+                for p in filter.allowed_in(lo, hi) {
+                    score(p, &self.codes[p * cs..(p + 1) * cs]);
                 }
             }
         }
