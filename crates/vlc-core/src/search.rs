@@ -345,7 +345,8 @@ struct Scratch {
     dists: Vec<f32>,
     /// With the automatic pool, the lists scanned: (anchor, squared distance to the query,
     /// position of the list's first vector, start of its estimates in `dists`), in the order
-    /// scanned.
+    /// scanned; a list whose allowed vectors a filter has scored one by one, as one such
+    /// entry per allowed vector (a list of one at its position).
     scanned: Vec<(u32, f32, u32, u32)>,
     /// Candidates below the current threshold; shrunk to the pool size whenever it holds
     /// twice that many (amortised O(1) per insertion, no heap).
@@ -1311,16 +1312,16 @@ impl Index {
         if lo == hi {
             return;
         }
+        if let Some(filter) = filter.filter(|f| self.scored_alone(anchor, f)) {
+            let list = (anchor, anchor_dist, lo, hi);
+            self.score_alone(list, pool_size, keep_all, filter, scratch);
+            return;
+        }
         let base = if keep_all { scratch.dists.len() } else { 0 };
         if keep_all {
             scratch
                 .scanned
                 .push((anchor, anchor_dist, lo as u32, base as u32));
-        }
-        if let Some(filter) = filter.filter(|f| self.scored_alone(anchor, f)) {
-            self.score_alone(anchor, anchor_dist, lo, hi, base, filter, scratch);
-            self.add_to_pool(anchor, anchor_dist, lo, hi, base, pool_size, scratch);
-            return;
         }
         let all = &mut scratch.dists;
         let (cs, primary) = (self.codec.code_size(), &mut scratch.primary);
@@ -1399,76 +1400,6 @@ impl Index {
         if let Some(filter) = filter.filter(|_| scanned_whole) {
             filter.exclude(lo, &mut scratch.dists[base..]);
         }
-        self.add_to_pool(anchor, anchor_dist, lo, hi, base, pool_size, scratch);
-    }
-
-    /// Whether under `filter` list `anchor`'s allowed vectors are scored one by one with the
-    /// full code, wherever they are in the list ([`Index::score_alone`]): where it holds at
-    /// most one in [`ALONE_SHARE`] (and at least one).
-    pub(crate) fn scored_alone(&self, anchor: u32, filter: &IdFilter) -> bool {
-        let a = anchor as usize;
-        let size = (self.list_offsets[a + 1] - self.list_offsets[a]) as usize;
-        let allowed = filter.list_count(a);
-        allowed > 0 && ALONE_SHARE * allowed <= size
-    }
-
-    /// The first-stage estimates of list `anchor` (positions `lo..hi`) under `filter`, into
-    /// `scratch.dists[base..]`, for a list whose allowed vectors are scored one by one
-    /// ([`Index::scored_alone`]): each with the full code (the filter's copy of it, where it
-    /// has gathered them: [`Index::gather_for_search`]), +∞ for the others.
-    #[allow(clippy::too_many_arguments)]
-    fn score_alone(
-        &self,
-        anchor: u32,
-        anchor_dist: f32,
-        lo: usize,
-        hi: usize,
-        base: usize,
-        filter: &IdFilter,
-        scratch: &mut Scratch,
-    ) {
-        let (out, primary) = (&mut scratch.dists, &mut scratch.primary);
-        // Every slot +∞ in one pass (a resize alone leaves the slots it keeps as they were).
-        out.truncate(base);
-        out.resize(base + hi - lo, f32::INFINITY);
-        let out = &mut out[base..];
-        let cs = self.codec.code_size();
-        let mut score = |p: usize, code: &[u8]| {
-            out[p - lo] = self
-                .codec
-                .estimate_below(primary, anchor, anchor_dist, code, f32::INFINITY, 0.0)
-                .unwrap_or(f32::INFINITY);
-        };
-        match filter.gathered() {
-            Some(gathered) => {
-                // (By index: anchor-only codes are empty.)
-                let (codes, positions) = gathered.list(anchor as usize, cs);
-                for (i, &p) in positions.iter().enumerate() {
-                    score(p as usize, &codes[i * cs..(i + 1) * cs]);
-                }
-            }
-            None => {
-                for p in filter.allowed_in(lo, hi) {
-                    score(p, &self.codes[p * cs..(p + 1) * cs]);
-                }
-            }
-        }
-    }
-
-    /// Add the estimates `scratch.dists[base..]` of list `anchor` (positions `lo..hi`) that
-    /// beat the pool's threshold to the pool.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    fn add_to_pool(
-        &self,
-        anchor: u32,
-        anchor_dist: f32,
-        lo: usize,
-        hi: usize,
-        base: usize,
-        pool_size: usize,
-        scratch: &mut Scratch,
-    ) {
         let dists = &scratch.dists[base..];
         // Most slots lose against the pool's threshold: test 32 at a time, then push the few
         // that pass (re-checked, as the threshold tightens when the pool shrinks).
@@ -1488,6 +1419,73 @@ impl Index {
                     .push(Candidate::new(d, (lo + j) as u32, anchor, anchor_dist));
                 if scratch.pool.len() == 2 * pool_size {
                     scratch.worst = shrink_pool(&mut scratch.pool, pool_size);
+                }
+            }
+        }
+    }
+
+    /// Whether under `filter` list `anchor`'s allowed vectors are scored one by one with the
+    /// full code, wherever they are in the list ([`Index::score_alone`]): where it holds at
+    /// most one in [`ALONE_SHARE`] (and at least one).
+    pub(crate) fn scored_alone(&self, anchor: u32, filter: &IdFilter) -> bool {
+        let a = anchor as usize;
+        let size = (self.list_offsets[a + 1] - self.list_offsets[a]) as usize;
+        let allowed = filter.list_count(a);
+        allowed > 0 && ALONE_SHARE * allowed <= size
+    }
+
+    /// Score the allowed vectors of `list` = (anchor, squared distance to the query, first
+    /// and one-past-last position), a list scored one by one under `filter`
+    /// ([`Index::scored_alone`]): each with the full code (the filter's copy of it, where it
+    /// has gathered them: [`Index::gather_for_search`]), straight into the pool where it
+    /// beats the threshold. With the automatic pool (`keep_all`), each estimate is kept as a
+    /// list of one vector at its position (`scratch.scanned`), so that neither the pool nor
+    /// the pass beyond it reads the slots of the vectors the filter leaves out.
+    fn score_alone(
+        &self,
+        list: (u32, f32, usize, usize),
+        pool_size: usize,
+        keep_all: bool,
+        filter: &IdFilter,
+        scratch: &mut Scratch,
+    ) {
+        let (anchor, anchor_dist, lo, hi) = list;
+        let Scratch {
+            primary,
+            dists,
+            scanned,
+            pool,
+            worst,
+            ..
+        } = scratch;
+        let cs = self.codec.code_size();
+        let mut score = |p: usize, code: &[u8]| {
+            let d = self
+                .codec
+                .estimate_below(primary, anchor, anchor_dist, code, f32::INFINITY, 0.0)
+                .unwrap_or(f32::INFINITY);
+            if keep_all {
+                scanned.push((anchor, anchor_dist, p as u32, dists.len() as u32));
+                dists.push(d);
+            }
+            if d < *worst {
+                pool.push(Candidate::new(d, p as u32, anchor, anchor_dist));
+                if pool.len() == 2 * pool_size {
+                    *worst = shrink_pool(pool, pool_size);
+                }
+            }
+        };
+        match filter.gathered() {
+            Some(gathered) => {
+                // (By index: anchor-only codes are empty.)
+                let (codes, positions) = gathered.list(anchor as usize, cs);
+                for (i, &p) in positions.iter().enumerate() {
+                    score(p as usize, &codes[i * cs..(i + 1) * cs]);
+                }
+            }
+            None => {
+                for p in filter.allowed_in(lo, hi) {
+                    score(p, &self.codes[p * cs..(p + 1) * cs]);
                 }
             }
         }
