@@ -166,9 +166,9 @@ impl FastScan {
         let mut f1 = vec![0f32; total * BLOCK];
         let mut f2 = vec![0f32; total * BLOCK];
         // A search starts each list at a random place of these.
-        crate::pages::prefer_huge_pages(&out);
-        crate::pages::prefer_huge_pages(&f1);
-        crate::pages::prefer_huge_pages(&f2);
+        crate::pages::advise_huge_pages(&out);
+        crate::pages::advise_huge_pages(&f1);
+        crate::pages::advise_huge_pages(&f2);
         // Block → (list, first position) map, then fill blocks in parallel.
         let mut starts = Vec::with_capacity(total);
         for a in 0..list_offsets.len() - 1 {

@@ -23,7 +23,8 @@
 //! full code. From a filter's second search on (or the first of a batch of several queries),
 //! they are read from the filter's own copy of their codes, gathered list by list, rather
 //! than at scattered places of the index (`code_size` bytes per such vector, kept with the
-//! filter: at most a 32nd of the index's codes). With every list probed, the results are
+//! filter: at most a 32nd of the index's codes), and go straight into the candidate pool,
+//! no slot written or tested for the vectors left out. With every list probed, the results are
 //! those of the index with every other vector removed (the same anchors and codes) wherever
 //! that index's first stage gives the same estimates: codecs without a fast scan, filters
 //! that leave each block none or several allowed vectors in lists that allow more than one

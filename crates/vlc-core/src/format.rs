@@ -950,7 +950,7 @@ fn assemble(
 /// ([`crate::pages`]).
 fn cast_owned<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
     let mut v = vec![T::zeroed(); bytes.len() / std::mem::size_of::<T>()];
-    crate::pages::prefer_huge_pages(&v);
+    crate::pages::advise_huge_pages(&v);
     bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(bytes);
     v
 }

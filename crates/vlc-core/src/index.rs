@@ -948,7 +948,7 @@ impl Index {
         // loaded into buffers marked so, or mapped from the file).
         for codes in std::iter::once(&index.codes).chain(index.refine.as_ref().map(|r| &r.1)) {
             if let Section::Owned(codes) = codes {
-                crate::pages::prefer_huge_pages(codes);
+                crate::pages::collapse_into_huge_pages(codes);
             }
         }
         if prepare_search {

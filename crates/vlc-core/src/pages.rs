@@ -3,10 +3,12 @@
 //! A search reads its second-stage codes (a refine tier's, or a multi-bit code's) at scattered
 //! places of the index, a filtered search its allowed vectors' codes as well. With 4 KiB pages
 //! each of those reads also misses the TLB once the buffers outgrow what it maps (a few MiB),
-//! and in a virtual machine a TLB miss walks two page tables. The buffers an index owns
-//! (loaded, built, grown, and the fast-scan copy) are therefore marked for transparent huge
-//! pages (`madvise(MADV_HUGEPAGE)`) and, on Linux 6.1 and later, made of them at once
-//! (`MADV_COLLAPSE`). The gain depends on the machine (docs/benchmarks.md, "Huge pages"): on
+//! and in a virtual machine a TLB miss walks two page tables. The buffers an index owns are
+//! therefore marked for transparent huge pages (`madvise(MADV_HUGEPAGE)`): a loaded index's
+//! sections and the fast-scan copy before they are filled, so that filling them faults in
+//! huge pages; the codes of an index built or grown in memory, already filled, are also
+//! copied into huge pages at once on Linux 6.1 and later (`MADV_COLLAPSE`). Where memory is
+//! fragmented, the kernel may first compact it. The gain depends on the machine (docs/benchmarks.md, "Huge pages"): on
 //! the development VM a lone unfiltered query of 1,000,000 x 128 `rabitq1 + sq8` took
 //! 41.7 µs in each of three rounds, against 43.5-49.6 µs without; on the H200 host's CPU the
 //! difference stayed within the rounds' spread.
@@ -39,42 +41,59 @@ static HUGE_PAGE: LazyLock<Option<usize>> = LazyLock::new(|| {
     size.is_power_of_two().then_some(size)
 });
 
-/// Mark the whole huge pages that `items` spans for transparent huge pages, and where the
-/// kernel can (Linux 6.1 and later), back them with huge pages now: on memory not yet
-/// touched, its first touches then fault in huge pages; on memory already filled, the kernel
-/// copies it into huge pages. Does nothing for buffers under [`MIN_BYTES`], or where
-/// [`HUGE_PAGE`] is `None`; the kernel's refusals are ignored (it is a hint).
-/// Returns whether the kernel backed them with huge pages now (`MADV_COLLAPSE` succeeded).
-pub(crate) fn prefer_huge_pages<T>(items: &[T]) -> bool {
-    let Some(huge) = *HUGE_PAGE else {
-        return false;
-    };
+/// Mark the whole huge pages that `items` spans for transparent huge pages
+/// (`MADV_HUGEPAGE`), for a buffer not yet touched (a fresh zeroed allocation): its first
+/// touches then fault in huge pages. Does nothing for buffers under [`MIN_BYTES`], or where
+/// [`HUGE_PAGE`] is `None`; the kernel's refusal is ignored (it is a hint).
+pub(crate) fn advise_huge_pages<T>(items: &[T]) {
+    if let Some((start, len)) = huge_range(items) {
+        advise(start, len, false);
+    }
+}
+
+/// [`advise_huge_pages`] for a buffer already filled, and where the kernel can (Linux 6.1
+/// and later), back it with huge pages now (`MADV_COLLAPSE`: the kernel copies it into
+/// them). Returns whether it did.
+pub(crate) fn collapse_into_huge_pages<T>(items: &[T]) -> bool {
+    huge_range(items).is_some_and(|(start, len)| advise(start, len, true))
+}
+
+/// The whole huge pages inside `items` (start address, length in bytes), where huge pages are
+/// on and `items` spans at least [`MIN_BYTES`] and one whole huge page.
+fn huge_range<T>(items: &[T]) -> Option<(usize, usize)> {
+    let huge = (*HUGE_PAGE)?;
     let bytes = std::mem::size_of_val(items);
     if bytes < MIN_BYTES {
-        return false;
+        return None;
     }
     let start = items.as_ptr() as usize;
     let (first, end) = (start.next_multiple_of(huge), (start + bytes) / huge * huge);
-    first < end && advise(first, end - first)
+    (first < end).then_some((first, end - first))
 }
 
-/// Whether `MADV_COLLAPSE` succeeded.
+/// `MADV_HUGEPAGE` over `start..start + len`, then `MADV_COLLAPSE` where `collapse`; whether
+/// the collapse succeeded.
 #[cfg(target_os = "linux")]
-fn advise(start: usize, len: usize) -> bool {
+fn advise(start: usize, len: usize, collapse: bool) -> bool {
     /// `MADV_COLLAPSE` (Linux 6.1), which the `libc` crate defines for glibc targets only.
     const MADV_COLLAPSE: libc::c_int = 25;
-    let mut collapsed = false;
-    for advice in [libc::MADV_HUGEPAGE, MADV_COLLAPSE] {
+    let advice: &[libc::c_int] = if collapse {
+        &[libc::MADV_HUGEPAGE, MADV_COLLAPSE]
+    } else {
+        &[libc::MADV_HUGEPAGE]
+    };
+    let mut done = false;
+    for &advice in advice {
         // SAFETY: `start..start + len` lies within the caller's live allocation (whole huge
         // pages inside it, so no other allocation shares them) and is page-aligned; these two
         // pieces of advice change how the kernel backs the pages, never their contents.
-        collapsed = unsafe { libc::madvise(start as *mut libc::c_void, len, advice) } == 0;
+        done = unsafe { libc::madvise(start as *mut libc::c_void, len, advice) } == 0;
     }
-    collapsed
+    collapse && done
 }
 
 #[cfg(not(target_os = "linux"))]
-fn advise(_start: usize, _len: usize) -> bool {
+fn advise(_start: usize, _len: usize, _collapse: bool) -> bool {
     false
 }
 
@@ -110,7 +129,7 @@ mod tests {
         let len = 3 * MIN_BYTES / 4 + 12345;
         let value = |i: usize| (i as u32).wrapping_mul(2654435761);
         let mut items: Vec<u32> = (0..len).map(value).collect();
-        let collapsed = prefer_huge_pages(&items);
+        let collapsed = collapse_into_huge_pages(&items);
         assert!(items.iter().enumerate().all(|(i, &v)| v == value(i)));
         items.iter_mut().for_each(|v| *v ^= 1);
         assert!(items.iter().enumerate().all(|(i, &v)| v == value(i) ^ 1));
@@ -126,7 +145,9 @@ mod tests {
             eprintln!("huge pages: not collapsed here (not Linux 6.1+, off, or refused)");
         }
         // Small and empty buffers are left alone (and must not fault).
-        assert!(!prefer_huge_pages(&items[..10]));
-        assert!(!prefer_huge_pages::<u8>(&[]));
+        assert!(!collapse_into_huge_pages(&items[..10]));
+        advise_huge_pages(&items[..10]);
+        assert!(!collapse_into_huge_pages::<u8>(&[]));
+        advise_huge_pages::<u8>(&[]);
     }
 }
