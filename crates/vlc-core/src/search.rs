@@ -667,12 +667,14 @@ impl Index {
         let k = params.k;
         let params = &self.resolve_search(params)?;
         validate_vectors_for_metric(queries, self.dim, "queries", self.metric)?;
+        if let Some(filter) = filter {
+            self.check_filter(filter)?;
+        }
         // Before the queries go parallel: the layout is then built in parallel, once.
         self.prepare_search();
         let dim = self.dim;
         let nq = queries.len() / dim;
         if let Some(filter) = filter {
-            self.check_filter(filter)?;
             self.gather_for_search(filter, nq);
         }
         let SearchResults {
