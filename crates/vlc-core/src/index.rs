@@ -669,7 +669,8 @@ impl Index {
             refine,
             report.clone(),
             false,
-        );
+        )
+        .collapse_codes_into_huge_pages();
         Ok((index, report))
     }
 
@@ -793,7 +794,8 @@ impl Index {
             refine,
             report,
             false,
-        );
+        )
+        .collapse_codes_into_huge_pages();
         let add_report = AddReport {
             added,
             first_id,
@@ -898,7 +900,8 @@ impl Index {
                 ..self.report.clone()
             },
             false,
-        );
+        )
+        .collapse_codes_into_huge_pages();
         let report = RemoveReport {
             removed,
             seconds: start.elapsed().as_secs_f64(),
@@ -944,17 +947,23 @@ impl Index {
             report,
             instance: NEXT_INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
-        // The codes a search reads at random places, in huge pages (a no-op for sections
-        // loaded into buffers marked so, or mapped from the file).
-        for codes in std::iter::once(&index.codes).chain(index.refine.as_ref().map(|r| &r.1)) {
-            if let Section::Owned(codes) = codes {
-                crate::pages::collapse_into_huge_pages(codes);
-            }
-        }
         if prepare_search {
             index.prepare_search();
         }
         index
+    }
+
+    /// Collapse the codes (and refinement codes) that a build, an add or a remove wrote in
+    /// memory into huge pages, as search reads them at random places ([`crate::pages`]).
+    /// Loaded sections are not collapsed: [`Index::load`] copies them into buffers marked for
+    /// huge pages before filling them, and a mapped file is the kernel's to back.
+    fn collapse_codes_into_huge_pages(self) -> Index {
+        for codes in std::iter::once(&self.codes).chain(self.refine.as_ref().map(|r| &r.1)) {
+            if let Section::Owned(codes) = codes {
+                crate::pages::collapse_into_huge_pages(codes);
+            }
+        }
+        self
     }
 
     /// Build what search keeps in memory beside the codes (the fast-scan layout of 1-bit
