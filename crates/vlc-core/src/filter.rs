@@ -32,6 +32,7 @@
 
 use crate::amx::PackedAnchors;
 use crate::index::Index;
+use crate::search::FilteredScan;
 use rayon::prelude::*;
 use std::sync::{Arc, OnceLock};
 
@@ -81,31 +82,37 @@ pub struct IdFilter {
 }
 
 /// The primary codes of a filter's allowed vectors in the lists that a CPU search scores one
-/// by one ([`Index::scored_alone`]: at most one vector in 32 allowed), copied list by list
+/// by one ([`FilteredScan::Alone`]: at most one vector in 32 allowed), copied list by list
 /// into one buffer. Such a list's allowed vectors are few and spread over it, each code a
 /// cache miss (and on large indexes a TLB miss) where it lies in the index; from here a
 /// search reads them in one run, from a buffer small enough to stay in cache from one query
-/// to the next (at most a 32nd of the index's codes).
+/// to the next (at most a 32nd of the index's codes). Their positions are the filter's
+/// ([`IdFilter::allowed_by_list`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct GatheredCodes {
-    /// List `a`'s allowed vectors are entries `starts[a]..starts[a + 1]` (none for a list not
-    /// scored one by one). Layout: (num_anchors + 1,).
+    /// List `a`'s codes are entries `starts[a]..starts[a + 1]`, one per allowed vector in the
+    /// order of its positions in [`AllowedByList`] (none for a list not scored one by one).
+    /// Layout: (num_anchors + 1,).
     starts: Vec<u32>,
-    /// Each entry's list position, ascending. Layout: (entries,).
-    positions: Vec<u32>,
     /// Each entry's primary code. Layout: (entries, code_size), row-major.
     codes: Vec<u8>,
 }
 
 impl GatheredCodes {
-    /// List `list`'s entries: their codes (of `code_size` bytes each) and list positions.
+    /// List `list`'s codes (of `code_size` bytes each, the first its first allowed vector's),
+    /// and the allowed vectors' list positions (`by_list`'s, the filter's).
     #[inline]
-    pub(crate) fn list(&self, list: usize, code_size: usize) -> (&[u8], &[u32]) {
+    pub(crate) fn list<'a>(
+        &'a self,
+        list: usize,
+        code_size: usize,
+        by_list: &'a AllowedByList,
+    ) -> (&'a [u8], &'a [u32]) {
         let (first, last) = (self.starts[list] as usize, self.starts[list + 1] as usize);
-        (
-            &self.codes[first * code_size..last * code_size],
-            &self.positions[first..last],
-        )
+        let positions =
+            &by_list.positions[by_list.starts[list] as usize..by_list.starts[list + 1] as usize];
+        debug_assert_eq!(positions.len(), last - first);
+        (&self.codes[first * code_size..last * code_size], positions)
     }
 }
 
@@ -465,6 +472,7 @@ impl Index {
         if too_many || filter.gathered.get().is_some() || (queries < 2 && !searched_before) {
             return;
         }
+        let by_list = filter.allowed_by_list();
         filter.gathered.get_or_init(|| {
             let cs = crate::codec::ResidualCodec::code_size(&self.codec);
             let mut gathered = GatheredCodes {
@@ -472,21 +480,33 @@ impl Index {
                 ..GatheredCodes::default()
             };
             gathered.starts.push(0);
+            // Each list's allowed positions, for the lists scored one by one.
+            let mut lists: Vec<&[u32]> = Vec::new();
+            let mut entries = 0u32;
             for a in 0..self.num_anchors() {
-                if self.scored_alone(a as u32, filter) {
-                    let (lo, hi) = (
-                        self.list_offsets[a] as usize,
-                        self.list_offsets[a + 1] as usize,
-                    );
-                    for p in filter.allowed_in(lo, hi) {
-                        gathered.positions.push(p as u32);
-                        gathered
-                            .codes
-                            .extend_from_slice(&self.codes[p * cs..(p + 1) * cs]);
-                    }
+                if self.filtered_scan(a as u32, filter) == FilteredScan::Alone {
+                    let positions = &by_list.positions
+                        [by_list.starts[a] as usize..by_list.starts[a + 1] as usize];
+                    lists.push(positions);
+                    entries += positions.len() as u32;
                 }
-                gathered.starts.push(gathered.positions.len() as u32);
+                gathered.starts.push(entries);
             }
+            // Copied list by list on all threads: the codes lie at scattered places.
+            gathered.codes = vec![0u8; entries as usize * cs];
+            let mut rest = gathered.codes.as_mut_slice();
+            let mut tasks = Vec::with_capacity(lists.len());
+            for positions in lists {
+                let (out, tail) = rest.split_at_mut(positions.len() * cs);
+                tasks.push((out, positions));
+                rest = tail;
+            }
+            tasks.into_par_iter().for_each(|(out, positions)| {
+                for (o, &p) in out.chunks_exact_mut(cs.max(1)).zip(positions) {
+                    let p = p as usize;
+                    o.copy_from_slice(&self.codes[p * cs..(p + 1) * cs]);
+                }
+            });
             gathered
         });
     }
@@ -706,7 +726,7 @@ mod tests {
             });
             let filter = index.id_filter(&ids);
             for a in 0..index.num_anchors() {
-                let alone = index.scored_alone(a as u32, &filter);
+                let alone = index.filtered_scan(a as u32, &filter) == FilteredScan::Alone;
                 assert_eq!(alone, filter.list_count(a) > 0, "{codec:?}, list {a}");
             }
             let kept = allowed_only(&index, &ids);

@@ -1171,12 +1171,13 @@ impl Index {
             Some(filter) => {
                 for (i, &(anchor, anchor_dist)) in probes.iter().enumerate() {
                     if let Some(&(next, _)) = probes.get(i + 1).filter(|_| prefetch) {
-                        if filter.gathered().is_some() && self.scored_alone(next, filter) {
+                        match self.filtered_scan(next, filter) {
                             // Its allowed vectors' codes are in the filter's copy.
-                        } else if self.scored_by_block(next, filter) {
-                            self.prefetch_allowed(next, filter);
-                        } else {
-                            self.prefetch_list(next);
+                            FilteredScan::Alone if filter.gathered().is_some() => {}
+                            FilteredScan::Alone | FilteredScan::ByBlock => {
+                                self.prefetch_allowed(next, filter)
+                            }
+                            FilteredScan::Whole => self.prefetch_list(next),
                         }
                     }
                     let filter = Some(filter);
@@ -1229,12 +1230,20 @@ impl Index {
         }
     }
 
-    /// Whether list `anchor` is scanned block by block under `filter` (as
-    /// [`Index::scan_list`] decides): a quarter of it or less is allowed.
-    fn scored_by_block(&self, anchor: u32, filter: &IdFilter) -> bool {
+    /// How [`Index::scan_list`] scans list `anchor` under `filter`, from the share of it the
+    /// filter allows ([`FilteredScan`]).
+    #[inline]
+    pub(crate) fn filtered_scan(&self, anchor: u32, filter: &IdFilter) -> FilteredScan {
         let a = anchor as usize;
         let size = (self.list_offsets[a + 1] - self.list_offsets[a]) as usize;
-        4 * filter.list_count(a) <= size
+        let allowed = filter.list_count(a);
+        if allowed > 0 && ALONE_SHARE * allowed <= size {
+            FilteredScan::Alone
+        } else if BY_BLOCK_SHARE * allowed <= size {
+            FilteredScan::ByBlock
+        } else {
+            FilteredScan::Whole
+        }
     }
 
     /// [`Index::prefetch_list`] for a list scanned block by block under `filter`: the codes
@@ -1314,7 +1323,8 @@ impl Index {
         if lo == hi {
             return;
         }
-        if let Some(filter) = filter.filter(|f| self.scored_alone(anchor, f)) {
+        let mode = filter.map(|f| (f, self.filtered_scan(anchor, f)));
+        if let Some((filter, FilteredScan::Alone)) = mode {
             let list = (anchor, anchor_dist, lo, hi);
             self.score_alone(list, pool_size, keep_all, filter, scratch);
             return;
@@ -1327,14 +1337,14 @@ impl Index {
         }
         let all = &mut scratch.dists;
         let (cs, primary) = (self.codec.code_size(), &mut scratch.primary);
-        // A list of which the filter allows more than a quarter seldom holds a block sparse
-        // enough to score alone (where a random quarter is allowed, one block in a thousand):
-        // it is scanned whole, as unfiltered, then the exclusion applied (none where the
-        // filter allows the whole list). The others are taken block by block.
-        let allowed = filter.map_or(0, |f| f.list_count(anchor as usize));
-        let by_block = filter.filter(|_| 4 * allowed <= hi - lo);
+        // A list scanned whole under a filter ([`FilteredScan::Whole`]) is scanned as
+        // unfiltered, then the exclusion applied (none where the filter allows the whole
+        // list). The others are taken block by block.
+        let by_block = mode.and_then(|(f, m)| (m == FilteredScan::ByBlock).then_some(f));
         // With a filter, whether a block was scanned whole (and needs the exclusion).
-        let mut scanned_whole = filter.is_some() && by_block.is_none() && allowed < hi - lo;
+        let mut scanned_whole = mode.is_some_and(|(f, m)| {
+            m == FilteredScan::Whole && f.list_count(anchor as usize) < hi - lo
+        });
         match (self.fastscan(), by_block) {
             (Some(fs), None) => {
                 all.resize(base + fs.padded_len(anchor), 0.0);
@@ -1426,19 +1436,9 @@ impl Index {
         }
     }
 
-    /// Whether under `filter` list `anchor`'s allowed vectors are scored one by one with the
-    /// full code, wherever they are in the list ([`Index::score_alone`]): where it holds at
-    /// most one in [`ALONE_SHARE`] (and at least one).
-    pub(crate) fn scored_alone(&self, anchor: u32, filter: &IdFilter) -> bool {
-        let a = anchor as usize;
-        let size = (self.list_offsets[a + 1] - self.list_offsets[a]) as usize;
-        let allowed = filter.list_count(a);
-        allowed > 0 && ALONE_SHARE * allowed <= size
-    }
-
     /// Score the allowed vectors of `list` = (anchor, squared distance to the query, first
     /// and one-past-last position), a list scored one by one under `filter`
-    /// ([`Index::scored_alone`]): each with the full code (the filter's copy of it, where it
+    /// ([`FilteredScan::Alone`]): each with the full code (the filter's copy of it, where it
     /// has gathered them: [`Index::gather_for_search`]), straight into the pool where it
     /// beats the threshold. With the automatic pool (`keep_all`), each estimate is kept as a
     /// list of one vector at its position (`scratch.scanned`), so that neither the pool nor
@@ -1480,7 +1480,8 @@ impl Index {
         match filter.gathered() {
             Some(gathered) => {
                 // (By index: anchor-only codes are empty.)
-                let (codes, positions) = gathered.list(anchor as usize, cs);
+                let by_list = filter.allowed_by_list();
+                let (codes, positions) = gathered.list(anchor as usize, cs, by_list);
                 for (i, &p) in positions.iter().enumerate() {
                     score(p as usize, &codes[i * cs..(i + 1) * cs]);
                 }
@@ -1742,10 +1743,30 @@ fn parse_cache_size(text: &str) -> Option<usize> {
     digits.parse::<usize>().ok()?.checked_mul(scale)
 }
 
+/// How a list is scanned under a filter ([`Index::filtered_scan`]), by the share of it the
+/// filter allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FilteredScan {
+    /// At most one vector in [`ALONE_SHARE`] (and at least one): each allowed vector is
+    /// scored with the full code, wherever it is in the list ([`Index::score_alone`]).
+    Alone,
+    /// At most one in [`BY_BLOCK_SHARE`]: block by block, a block sparse enough scored one
+    /// vector at a time ([`Index::sparse_block`]), the others scanned whole.
+    ByBlock,
+    /// More: scanned whole, as unfiltered, then the excluded vectors' estimates set to +∞.
+    /// Such a list seldom holds a block sparse enough to score alone (where a random quarter
+    /// is allowed, one block in a thousand).
+    Whole,
+}
+
 /// A list of which a filter allows at most one vector in this many (about one per block of 32
 /// or fewer) has its allowed vectors scored one by one with the full code, without a walk
-/// over its blocks ([`Index::score_alone`]).
+/// over its blocks ([`FilteredScan::Alone`]).
 const ALONE_SHARE: usize = 32;
+
+/// A list of which a filter allows at most one vector in this many is scanned block by block
+/// ([`FilteredScan::ByBlock`]).
+const BY_BLOCK_SHARE: usize = 4;
 
 /// At most this many allowed vectors' codes of a list scanned block by block under a filter
 /// are prefetched before it is scanned ([`Index::prefetch_allowed`]).
