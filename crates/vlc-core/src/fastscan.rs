@@ -81,6 +81,32 @@ pub struct FastScan {
     order: Vec<usize>,
     /// Segment `s` holds the block bytes `segments[s]..segments[s + 1]`. Layout: (segments + 1,).
     segments: Vec<usize>,
+    /// How a code stores the first stage's factors (after its `pairs` bytes).
+    factors: FactorFormat,
+}
+
+/// Vectors taken one by one from anywhere in the index (a filter's allowed vectors in lists
+/// or blocks of which it allows few), copied into blocks of 32 in [`FastScan`]'s layout, to
+/// be scored as a list's blocks are ([`FastScan::score_loose`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct LooseBlocks {
+    /// Layout: (blocks, pairs, 32) bytes, as [`FastScan`]'s codes.
+    codes: Vec<u8>,
+    /// Each slot's squared distance from the query to its anchor plus its `f1`: the
+    /// `(base + f1)` of [`Affine`], added once as the slot is filled. Layout: (blocks · 32,).
+    base_f1: Vec<f32>,
+    /// Each slot's `f2`. Layout: (blocks · 32,).
+    f2: Vec<f32>,
+    /// Slots filled.
+    len: usize,
+}
+
+impl LooseBlocks {
+    /// Slots filled.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
 }
 
 /// The order of a first stage's `pairs` code bytes and their segments (see the module
@@ -208,6 +234,72 @@ impl FastScan {
             f2,
             order,
             segments,
+            factors,
+        }
+    }
+
+    /// Put the first stage of `code` (a whole code of the index) into the next slot of
+    /// `loose`, that of a vector at squared distance `query_anchor_dist` from the query's
+    /// anchor. The slot's estimate ([`score_loose`](Self::score_loose)) is then the one
+    /// [`scan`](Self::scan) gives the vector in its list, bit for bit.
+    #[inline]
+    pub(crate) fn push_loose(&self, loose: &mut LooseBlocks, code: &[u8], query_anchor_dist: f32) {
+        let (block, j) = (loose.len / BLOCK, loose.len % BLOCK);
+        if j == 0 {
+            // A new block (its padding slots zero).
+            loose.codes.resize((block + 1) * self.pairs * BLOCK, 0);
+            loose.base_f1.resize((block + 1) * BLOCK, 0.0);
+            loose.f2.resize((block + 1) * BLOCK, 0.0);
+        }
+        let codes = &mut loose.codes[block * self.pairs * BLOCK..];
+        for (k, &p) in self.order.iter().enumerate() {
+            codes[k * BLOCK + j] = code[p];
+        }
+        let (f1, f2) = self.factors.read(&code[self.pairs..]);
+        loose.base_f1[loose.len] = query_anchor_dist + f1;
+        loose.f2[loose.len] = f2;
+        loose.len += 1;
+    }
+
+    /// The estimates of `loose`'s filled slots (`out`'s first `loose.len()`; `out` is resized
+    /// to whole blocks), and `loose` emptied.
+    pub(crate) fn score_loose(&self, lut: &QueryLut, loose: &mut LooseBlocks, out: &mut Vec<f32>) {
+        let blocks = loose.len.div_ceil(BLOCK);
+        out.resize(blocks * BLOCK, 0.0);
+        // (base + f1) is each slot's own.
+        let affine = self.affine(lut, 0.0);
+        let block_bytes = self.pairs * BLOCK;
+        for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let codes = &loose.codes[b * block_bytes..(b + 1) * block_bytes];
+            let f1 = &loose.base_f1[b * BLOCK..(b + 1) * BLOCK];
+            let f2 = &loose.f2[b * BLOCK..(b + 1) * BLOCK];
+            if self.num_segments() > 1 {
+                let segments = (&self.segments[..], &lut.deltas[..]);
+                block_dists_segmented(codes, &lut.lut, segments, f1, f2, affine, out);
+            } else {
+                block_dists(codes, &lut.lut, f1, f2, affine, out);
+            }
+        }
+        loose.len = 0;
+        loose.codes.clear();
+        loose.base_f1.clear();
+        loose.f2.clear();
+    }
+
+    /// The map from a block's table sums to distance estimates for `lut`'s query and a list at
+    /// squared distance `query_anchor_dist` ([`Affine`]): ip = scale·(delta·sum + bias) −
+    /// offset, folded into one multiply-add per slot; with segments,
+    /// ip = scale·(Σ_s delta_s·sum_s + bias) − offset.
+    #[inline]
+    fn affine(&self, lut: &QueryLut, query_anchor_dist: f32) -> Affine {
+        Affine {
+            a: if self.num_segments() > 1 {
+                lut.scale
+            } else {
+                lut.scale * lut.delta
+            },
+            b: lut.scale * lut.bias - lut.offset,
+            base: query_anchor_dist,
         }
     }
 
@@ -297,18 +389,8 @@ impl FastScan {
             self.block_offsets[anchor as usize],
             self.block_offsets[anchor as usize + 1],
         );
-        // ip = scale·(delta·sum + bias) − offset, folded into one multiply-add per slot; with
-        // segments, ip = scale·(Σ_s delta_s·sum_s + bias) − offset.
         let segmented = self.num_segments() > 1;
-        let affine = Affine {
-            a: if segmented {
-                lut.scale
-            } else {
-                lut.scale * lut.delta
-            },
-            b: lut.scale * lut.bias - lut.offset,
-            base: query_anchor_dist,
-        };
+        let affine = self.affine(lut, query_anchor_dist);
         for (i, blk) in (b0..b1).enumerate() {
             let codes = &self.codes[blk * self.pairs * BLOCK..(blk + 1) * self.pairs * BLOCK];
             let (f1, f2) = (

@@ -15,20 +15,20 @@
 //! keeps which they are), so a narrow filter's queries neither measure nor sort every
 //! anchor to pick the few lists they may probe. Only the allowed vectors enter the
 //! candidate pool. With a fast-scan codec, a block of 32 vectors that holds no allowed
-//! vector is passed over, and one that holds a single one has it scored with the full code
-//! (a finer estimate than the block's scan, and cheaper for one vector), so a narrow
-//! filter, whose blocks mostly hold one or none, scores little more than its allowed
-//! vectors. A list of which the filter allows at most one vector in 32 is not walked block
-//! by block: its allowed vectors, found from the filter's bits, are each scored with the
-//! full code. From a filter's second search on (or the first of a batch of several queries),
-//! they are read from the filter's own copy of their codes, gathered list by list, rather
-//! than at scattered places of the index (`code_size` bytes per such vector, kept with the
-//! filter: at most a 32nd of the index's codes), and go straight into the candidate pool,
-//! no slot written or tested for the vectors left out. With every list probed, the results are
-//! those of the index with every other vector removed (the same anchors and codes) wherever
-//! that index's first stage gives the same estimates: codecs without a fast scan, filters
-//! that leave each block none or several allowed vectors in lists that allow more than one
-//! in 32, or a pool that takes every allowed vector.
+//! vector is passed over, and one that holds a single one has it copied into a block of
+//! such vectors from wherever they lie (session 71), scored as a list's block is, at a
+//! 32nd of a block's scan each; so a narrow filter, whose blocks mostly hold one or none,
+//! scores little more than its allowed vectors. A list of which the filter allows at most
+//! one vector in 32 is not walked block by block: its allowed vectors, found from the
+//! filter's bits, are copied so too. From a filter's second search on (or the first of a
+//! batch of several queries), their codes are read from the filter's own copy, gathered list
+//! by list, rather than at scattered places of the index (`code_size` bytes per such vector,
+//! kept with the filter: at most a 32nd of the index's codes), and their estimates go
+//! straight into the candidate pool, no slot written or tested for the vectors left out.
+//! Every allowed vector thus gets the estimate an unfiltered scan gives it, and with every
+//! list probed the results are those of the index with every other vector removed (the same
+//! anchors and codes) at the same fixed pool; codecs without a fast scan score a block's
+//! few allowed vectors with the estimate their scan gives.
 
 use crate::amx::PackedAnchors;
 use crate::index::Index;
@@ -73,7 +73,7 @@ pub struct IdFilter {
     /// The allowed vectors' list positions, list by list, for device searches
     /// ([`IdFilter::allowed_by_list`]): made at the first call.
     by_list: OnceLock<AllowedByList>,
-    /// The codes of the allowed vectors of the lists a CPU search scores one by one
+    /// The codes of the allowed vectors of the lists a CPU search takes one by one
     /// ([`Index::gather_for_search`]): gathered at the filter's second search, or its first
     /// of several queries.
     gathered: OnceLock<GatheredCodes>,
@@ -627,15 +627,14 @@ mod tests {
         })
     }
 
-    /// A filter that leaves each fast-scan block at most one allowed vector has those scored
-    /// with the full code instead of the block's scan, so a pool of twice k holds the 2k best
-    /// by the full code, and the k best of it are those of rescoring every allowed vector
-    /// (the index of the allowed vectors alone, its pool all of them). Where some blocks are
-    /// scanned and some scored one by one, or where lists are mostly allowed (scanned whole),
-    /// a pool of all the allowed vectors gives, bit for bit, that index's results, and only
-    /// allowed vectors.
+    /// Whether a list is scanned whole, block by block or its allowed vectors taken one by one
+    /// (sparse lists and blocks: their codes copied into blocks of their own), each allowed
+    /// vector gets the estimate an unfiltered fast scan gives it: with every list probed, a
+    /// filtered search gives, bit for bit, the results of the index of the allowed vectors
+    /// alone, whatever the pool (a fixed one, so that the order in which candidates enter it
+    /// does not matter), and only allowed vectors.
     #[test]
-    fn sparse_blocks_are_scored_with_the_full_code() {
+    fn filtered_fast_scans_give_the_results_of_the_allowed_vectors_alone() {
         let (dim, n) = (32, 4000);
         let data = clustered(n, dim, 25, 0.6, 11);
         let queries = queries_near(&data, dim, 40, 0.4, 12);
@@ -648,32 +647,41 @@ mod tests {
                 .0;
             assert!(index.fastscan().is_some(), "{codec:?} scans blocks");
             let sparse = sparse_ids(&index);
-            // Blocks alternately sparse (one allowed) and dense (every other slot).
+            // Blocks alternately sparse (one allowed) and denser (every eighth slot): lists
+            // scanned block by block.
             let mixed = ids_by_block(&index, |list, b, slots| {
                 if (list + b) % 2 == 0 {
                     vec![slots / 2]
                 } else {
-                    (0..slots).step_by(2).collect()
+                    (0..slots).step_by(8).collect()
                 }
             });
             // All but one slot of each block: lists scanned whole, then the exclusion.
             let most = ids_by_block(&index, |_, b, slots| {
                 (0..slots).filter(|&j| j != b % slots).collect()
             });
-            for (ids, pool) in [(&sparse, 20), (&mixed, 0), (&most, 0)] {
+            let modes = [
+                FilteredScan::Alone,
+                FilteredScan::ByBlock,
+                FilteredScan::Whole,
+            ];
+            for (ids, mode) in [(&sparse, modes[0]), (&mixed, modes[1]), (&most, modes[2])] {
+                let filter = index.id_filter(ids);
+                let lists = (0..index.num_anchors() as u32)
+                    .filter(|&a| index.filtered_scan(a, &filter) == mode)
+                    .count();
+                assert!(lists > 0, "{codec:?}: no list scanned as {mode:?}");
+            }
+            for (ids, pool) in [(&sparse, 20), (&mixed, 20), (&most, 20), (&sparse, 0)] {
                 let filter = index.id_filter(ids);
                 let kept = allowed_only(&index, ids);
-                let all = SearchParams {
+                let sp = SearchParams {
                     k: 10,
                     nprobe: index.num_anchors(),
-                    rerank: ids.len(),
+                    rerank: if pool == 0 { ids.len() } else { pool },
                     probe_margin: None,
                 };
-                let expected = kept.search_batch(&queries, &all, &CpuBackend).unwrap();
-                let sp = SearchParams {
-                    rerank: if pool == 0 { ids.len() } else { pool },
-                    ..all
-                };
+                let expected = kept.search_batch(&queries, &sp, &CpuBackend).unwrap();
                 let got = index
                     .search_batch_filtered(&queries, &sp, &CpuBackend, &filter)
                     .unwrap();
@@ -693,11 +701,11 @@ mod tests {
         }
     }
 
-    /// A list that allows at most one vector in 32 has its allowed vectors scored with the
-    /// full code wherever they lie, several in one block included: from the index's codes at
-    /// a filter's first lone search, from the filter's copy of them at its second (and at a
-    /// batch's first), with the same results either way, those of rescoring every allowed
-    /// vector (the index of the allowed vectors alone, its pool all of them).
+    /// A list that allows at most one vector in 32 has its allowed vectors scored one by one
+    /// wherever they lie, several in one block included: from the index's codes at a
+    /// filter's first lone search, from the filter's copy of them at its second (and at a
+    /// batch's first), with the same results either way, those of the index of the allowed
+    /// vectors alone with the same pool (every list probed).
     #[test]
     fn sparse_lists_score_their_allowed_vectors_alone_before_and_after_gathering() {
         let (dim, n) = (32, 8000);
@@ -730,14 +738,13 @@ mod tests {
                 assert_eq!(alone, filter.list_count(a) > 0, "{codec:?}, list {a}");
             }
             let kept = allowed_only(&index, &ids);
-            let all = SearchParams {
+            let sp = SearchParams {
                 k: 10,
                 nprobe: index.num_anchors(),
-                rerank: ids.len(),
+                rerank: 20,
                 probe_margin: None,
             };
-            let expected = kept.search_batch(&queries, &all, &CpuBackend).unwrap();
-            let sp = SearchParams { rerank: 20, ..all };
+            let expected = kept.search_batch(&queries, &sp, &CpuBackend).unwrap();
             for (r, q) in queries.chunks(dim).enumerate() {
                 let filter = filter.clone();
                 let first = index.search_filtered(q, &sp, &filter).unwrap();
@@ -810,10 +817,10 @@ mod tests {
         }
     }
 
-    /// With a refine tier, the full code's tables, which only a filter's sparse blocks need,
-    /// are made too: a pool of twice k, taken by the full 1-bit code and rescored by SQ8,
-    /// finds most of the exact 10 nearest allowed vectors (a pool of 20 of the 93 allowed
-    /// taken at random would find about a fifth).
+    /// With a refine tier, a filter's sparse blocks are scored by the fast scan too: a pool of
+    /// twice k, taken by the 1-bit code and rescored by SQ8, finds most of the exact 10
+    /// nearest allowed vectors (a pool of 20 of the 93 allowed taken at random would find
+    /// about a fifth).
     /// A device's view of a filter: list by list, the positions of exactly the allowed ids;
     /// and its probes are the CPU batch's lists, each holding an allowed vector.
     #[test]

@@ -4,7 +4,7 @@
 use crate::backend::Backend;
 use crate::codec::{Codec, QueryState, ResidualCodec};
 use crate::error::{Result, VlcError};
-use crate::fastscan::{FastScan, QueryLut, BLOCK};
+use crate::fastscan::{FastScan, LooseBlocks, QueryLut, BLOCK};
 use crate::filter::IdFilter;
 use crate::index::Index;
 use crate::linalg::{key_dist, key_id, order_key, smallest_keys};
@@ -370,6 +370,13 @@ struct Scratch {
     /// Fast-scan weights of codecs whose first stage weighs bits unevenly.
     weights: Vec<f32>,
     lut: QueryLut,
+    /// With a fast scan, the allowed vectors of a filter's sparse lists and blocks waiting to
+    /// be scored together ([`Index::score_loose`]), from one list or several.
+    loose: LooseBlocks,
+    /// `loose`'s slots: (anchor, squared distance to the query, position). Layout: (slots,).
+    loose_slots: Vec<(u32, f32, u32)>,
+    /// `loose`'s estimates. Layout: (slots rounded up to whole blocks,).
+    loose_dists: Vec<f32>,
 }
 
 /// The lists each query of a block scans ([`Index::block_probes`]), all queries' in one
@@ -1157,7 +1164,7 @@ impl Index {
         let pool_size = self.pool_size(params);
         // The automatic pool keeps every estimate, for the candidates beyond the pool.
         let keep_all = params.automatic_pool(self.has_second_stage());
-        self.begin_query(q, rotated, filter.is_some(), scratch);
+        self.begin_query(q, rotated, scratch);
         let prefetch = self.prefetch_lists();
         match filter {
             None => {
@@ -1183,6 +1190,7 @@ impl Index {
                     let filter = Some(filter);
                     self.scan_list(anchor, anchor_dist, pool_size, keep_all, filter, scratch);
                 }
+                self.score_loose(pool_size, keep_all, scratch);
             }
         }
         self.finish_query(q, pool_size, params.k, keep_all, scratch)
@@ -1271,20 +1279,13 @@ impl Index {
     }
 
     /// Build the query's tables and empty its candidate pool.
-    fn begin_query(
-        &self,
-        q: &[f32],
-        rotated: Option<&[f32]>,
-        filtered: bool,
-        scratch: &mut Scratch,
-    ) {
+    fn begin_query(&self, q: &[f32], rotated: Option<&[f32]>, scratch: &mut Scratch) {
         scratch.primary.query.clear();
         scratch.primary.query.extend_from_slice(q);
         match self.fastscan() {
             Some(fs) => {
-                // The full-code tables are only needed when they rescore the pool, or score
-                // the allowed vectors of a filter's sparse blocks.
-                let full = (self.refine.is_none() || filtered).then_some(&mut scratch.primary);
+                // The full-code tables are only needed when they rescore the pool.
+                let full = self.refine.is_none().then_some(&mut scratch.primary);
                 self.codec.prepare_fast_scan(
                     q,
                     rotated,
@@ -1327,6 +1328,9 @@ impl Index {
         if let Some((filter, FilteredScan::Alone)) = mode {
             let list = (anchor, anchor_dist, lo, hi);
             self.score_alone(list, pool_size, keep_all, filter, scratch);
+            if scratch.loose.len() >= BLOCK {
+                self.score_loose(pool_size, keep_all, scratch);
+            }
             return;
         }
         let base = if keep_all { scratch.dists.len() } else { 0 };
@@ -1354,20 +1358,25 @@ impl Index {
             (Some(fs), Some(filter)) => {
                 all.resize(base + fs.padded_len(anchor), 0.0);
                 let out = &mut all[base..];
+                let (loose, loose_slots) = (&mut scratch.loose, &mut scratch.loose_slots);
                 fs.scan_blocks(&scratch.lut, anchor, anchor_dist, out, |i, out| {
+                    // A block of few allowed vectors: they wait in `loose` to be scored with
+                    // others alike, their slots here +∞.
                     let start = lo + BLOCK * i;
                     let out = &mut out[..BLOCK.min(hi - start)];
-                    let done = self.sparse_block(
-                        filter,
-                        FAST_SCAN_ALONE,
-                        primary,
-                        anchor,
-                        anchor_dist,
-                        start,
-                        out,
-                    );
-                    scanned_whole |= !done;
-                    done
+                    let mut allowed = filter.bits(start, out.len());
+                    if allowed.count_ones() > FAST_SCAN_ALONE {
+                        scanned_whole = true;
+                        return false;
+                    }
+                    out.fill(f32::INFINITY);
+                    while allowed != 0 {
+                        let p = start + allowed.trailing_zeros() as usize;
+                        allowed &= allowed - 1;
+                        loose_slots.push((anchor, anchor_dist, p as u32));
+                        fs.push_loose(loose, &self.codes[p * cs..(p + 1) * cs], anchor_dist);
+                    }
+                    true
                 });
                 all.truncate(base + hi - lo);
             }
@@ -1434,15 +1443,19 @@ impl Index {
                 }
             }
         }
+        if scratch.loose.len() >= BLOCK {
+            self.score_loose(pool_size, keep_all, scratch);
+        }
     }
 
     /// Score the allowed vectors of `list` = (anchor, squared distance to the query, first
     /// and one-past-last position), a list scored one by one under `filter`
-    /// ([`FilteredScan::Alone`]): each with the full code (the filter's copy of it, where it
-    /// has gathered them: [`Index::gather_for_search`]), straight into the pool where it
-    /// beats the threshold. With the automatic pool (`keep_all`), each estimate is kept as a
-    /// list of one vector at its position (`scratch.scanned`), so that neither the pool nor
-    /// the pass beyond it reads the slots of the vectors the filter leaves out.
+    /// ([`FilteredScan::Alone`]), reading their codes from the filter's copy where it has
+    /// gathered them ([`Index::gather_for_search`]). With a fast scan, they wait in blocks
+    /// of 32 (filled from this list and the next ones scored so) to be scored as a list's
+    /// block is ([`Index::score_loose`]): the estimate an unfiltered scan would give each, at
+    /// a fraction of the full code's cost. Without one, each is scored with the full code
+    /// ([`Index::keep_estimate`]).
     fn score_alone(
         &self,
         list: (u32, f32, usize, usize),
@@ -1452,52 +1465,76 @@ impl Index {
         scratch: &mut Scratch,
     ) {
         let (anchor, anchor_dist, lo, hi) = list;
-        let Scratch {
-            primary,
-            dists,
-            scanned,
-            pool,
-            worst,
-            ..
-        } = scratch;
         let cs = self.codec.code_size();
-        let mut score = |p: usize, code: &[u8]| {
-            let d = self
-                .codec
-                .estimate_below(primary, anchor, anchor_dist, code, f32::INFINITY, 0.0)
-                .unwrap_or(f32::INFINITY);
-            if keep_all {
-                scanned.push((anchor, anchor_dist, p as u32, dists.len() as u32));
-                dists.push(d);
+        let fastscan = self.fastscan();
+        let score = |p: usize, code: &[u8], scratch: &mut Scratch| match fastscan {
+            Some(fs) => {
+                scratch.loose_slots.push((anchor, anchor_dist, p as u32));
+                fs.push_loose(&mut scratch.loose, code, anchor_dist);
             }
-            if d < *worst {
-                pool.push(Candidate::new(d, p as u32, anchor, anchor_dist));
-                if pool.len() == 2 * pool_size {
-                    *worst = shrink_pool(pool, pool_size);
-                }
+            None => {
+                let d = self
+                    .codec
+                    .estimate_below(
+                        &mut scratch.primary,
+                        anchor,
+                        anchor_dist,
+                        code,
+                        f32::INFINITY,
+                        0.0,
+                    )
+                    .unwrap_or(f32::INFINITY);
+                keep_estimate(
+                    scratch,
+                    (anchor, anchor_dist, p as u32),
+                    d,
+                    pool_size,
+                    keep_all,
+                );
             }
         };
         match filter.gathered() {
             Some(gathered) => {
-                // (By index: anchor-only codes are empty.)
                 let by_list = filter.allowed_by_list();
+                // (By index: anchor-only codes are empty.)
                 let (codes, positions) = gathered.list(anchor as usize, cs, by_list);
                 for (i, &p) in positions.iter().enumerate() {
-                    score(p as usize, &codes[i * cs..(i + 1) * cs]);
+                    score(p as usize, &codes[i * cs..(i + 1) * cs], scratch);
                 }
             }
             None => {
                 for p in filter.allowed_in(lo, hi) {
-                    score(p, &self.codes[p * cs..(p + 1) * cs]);
+                    score(p, &self.codes[p * cs..(p + 1) * cs], scratch);
                 }
             }
         }
     }
 
-    /// With a filter, the block of (at most 32) first-stage estimates `out` of the vectors at
-    /// positions `start..` in list `anchor`, where the block holds at most `alone` allowed
-    /// vectors: those scored one by one with the full code (`primary`'s tables), the others
-    /// +∞; false, `out` untouched, where it holds more, to be scanned whole.
+    /// Score the allowed vectors waiting in `scratch.loose` ([`Index::score_alone`]) and keep
+    /// their estimates ([`keep_estimate`]).
+    fn score_loose(&self, pool_size: usize, keep_all: bool, scratch: &mut Scratch) {
+        let Some(fs) = self.fastscan() else {
+            return;
+        };
+        if scratch.loose.len() == 0 {
+            return;
+        }
+        let mut out = std::mem::take(&mut scratch.loose_dists);
+        fs.score_loose(&scratch.lut, &mut scratch.loose, &mut out);
+        let slots = std::mem::take(&mut scratch.loose_slots);
+        for (&slot, &d) in slots.iter().zip(&out) {
+            keep_estimate(scratch, slot, d, pool_size, keep_all);
+        }
+        scratch.loose_slots = slots;
+        scratch.loose_slots.clear();
+        scratch.loose_dists = out;
+    }
+
+    /// With a filter, for a codec without a fast scan, the block of (at most 32) first-stage
+    /// estimates `out` of the vectors at positions `start..` in list `anchor`, where the block
+    /// holds at most `alone` allowed vectors: those scored one by one with the full code
+    /// (`primary`'s tables), the others +∞; false, `out` untouched, where it holds more, to be
+    /// scanned whole.
     #[allow(clippy::too_many_arguments)]
     fn sparse_block(
         &self,
@@ -1743,12 +1780,40 @@ fn parse_cache_size(text: &str) -> Option<usize> {
     digits.parse::<usize>().ok()?.checked_mul(scale)
 }
 
+/// Keep the first-stage estimate `d` of one vector of a filter's sparse list, `slot` =
+/// (anchor, squared distance to the query, position): into the pool where it beats the
+/// threshold, and with the automatic pool (`keep_all`) as a list of one vector at its
+/// position (`scratch.scanned`), so that neither the pool nor the pass beyond it reads the
+/// slots of the vectors the filter leaves out.
+#[inline]
+fn keep_estimate(
+    scratch: &mut Scratch,
+    (anchor, anchor_dist, position): (u32, f32, u32),
+    d: f32,
+    pool_size: usize,
+    keep_all: bool,
+) {
+    if keep_all {
+        let at = scratch.dists.len() as u32;
+        scratch.scanned.push((anchor, anchor_dist, position, at));
+        scratch.dists.push(d);
+    }
+    if d < scratch.worst {
+        scratch
+            .pool
+            .push(Candidate::new(d, position, anchor, anchor_dist));
+        if scratch.pool.len() == 2 * pool_size {
+            scratch.worst = shrink_pool(&mut scratch.pool, pool_size);
+        }
+    }
+}
+
 /// How a list is scanned under a filter ([`Index::filtered_scan`]), by the share of it the
 /// filter allows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum FilteredScan {
     /// At most one vector in [`ALONE_SHARE`] (and at least one): each allowed vector is
-    /// scored with the full code, wherever it is in the list ([`Index::score_alone`]).
+    /// taken alone, wherever it is in the list ([`Index::score_alone`]).
     Alone,
     /// At most one in [`BY_BLOCK_SHARE`]: block by block, a block sparse enough scored one
     /// vector at a time ([`Index::sparse_block`]), the others scanned whole.
@@ -1760,8 +1825,8 @@ pub(crate) enum FilteredScan {
 }
 
 /// A list of which a filter allows at most one vector in this many (about one per block of 32
-/// or fewer) has its allowed vectors scored one by one with the full code, without a walk
-/// over its blocks ([`FilteredScan::Alone`]).
+/// or fewer) has its allowed vectors taken one by one, without a walk over its blocks
+/// ([`FilteredScan::Alone`]).
 const ALONE_SHARE: usize = 32;
 
 /// A list of which a filter allows at most one vector in this many is scanned block by block
@@ -1777,13 +1842,12 @@ const ALLOWED_PREFETCH: usize = 8;
 const LIST_PREFETCH_BYTES: usize = 4096;
 
 /// With a filter, a fast-scan block of 32 vectors that holds at most this many allowed vectors
-/// is not scanned: they are scored one by one with the full code ([`Index::sparse_block`]), a
-/// finer estimate than the block's scan. A narrow filter's blocks mostly hold one allowed
-/// vector or none, so its search scores little more than its allowed vectors. One full-code
-/// estimate costs about a third of a block's scan with 1-bit codes and more with more bits.
-/// Scratch measurements (session 66, dev set, `rabitq4`, nprobe 16), against scanning every
-/// block that holds an allowed vector: with a tenth allowed, scoring up to 2 or 4 alone took
-/// 22% and 45% longer, up to 1 10% longer; with a hundredth, up to 1 took 17% less time.
+/// is not scanned: they are copied into blocks of such vectors ([`Index::score_loose`]), to be
+/// scored with the same estimate at a 32nd of a block's scan each. A narrow filter's blocks
+/// mostly hold one allowed vector or none, so its search scores little more than its allowed
+/// vectors. (Up to session 70 such vectors were scored with the full code, which cost about a
+/// third of a block's scan with 1-bit codes and more with more bits; this bound was measured
+/// then, session 66, and is kept.)
 const FAST_SCAN_ALONE: u32 = 1;
 
 /// [`FAST_SCAN_ALONE`] for codecs without a fast scan, whose list scan scores each code as
