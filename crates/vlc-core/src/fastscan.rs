@@ -86,12 +86,16 @@ pub struct FastScan {
 }
 
 /// Vectors taken one by one from anywhere in the index (a filter's allowed vectors in lists
-/// or blocks of which it allows few), copied into blocks of 32 in [`FastScan`]'s layout, to
-/// be scored as a list's blocks are ([`FastScan::score_loose`]).
+/// or blocks of which it allows few), their first stages copied a row each, to be turned into
+/// blocks of 32 in [`FastScan`]'s layout and scored as a list's blocks are
+/// ([`FastScan::score_loose`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LooseBlocks {
-    /// Layout: (blocks, pairs, 32) bytes, as [`FastScan`]'s codes.
-    codes: Vec<u8>,
+    /// Each slot's first-stage bytes in the layout's byte order (rows of a partly filled
+    /// block's empty slots zero). Layout: (blocks · 32, pairs), row-major.
+    rows: Vec<u8>,
+    /// One block in [`FastScan`]'s layout (scratch). Layout: (pairs, 32).
+    block: Vec<u8>,
     /// Each slot's squared distance from the query to its anchor plus its `f1`: the
     /// `(base + f1)` of [`Affine`], added once as the slot is filled. Layout: (blocks · 32,).
     base_f1: Vec<f32>,
@@ -244,18 +248,24 @@ impl FastScan {
     /// [`scan`](Self::scan) gives the vector in its list, bit for bit.
     #[inline]
     pub(crate) fn push_loose(&self, loose: &mut LooseBlocks, code: &[u8], query_anchor_dist: f32) {
-        let (block, j) = (loose.len / BLOCK, loose.len % BLOCK);
-        if j == 0 {
-            // A new block (its padding slots zero).
-            loose.codes.resize((block + 1) * self.pairs * BLOCK, 0);
-            loose.base_f1.resize((block + 1) * BLOCK, 0.0);
-            loose.f2.resize((block + 1) * BLOCK, 0.0);
+        let pairs = self.pairs;
+        if loose.len.is_multiple_of(BLOCK) {
+            // A new block (its empty slots zero).
+            let blocks = loose.len / BLOCK + 1;
+            loose.rows.resize(blocks * BLOCK * pairs, 0);
+            loose.base_f1.resize(blocks * BLOCK, 0.0);
+            loose.f2.resize(blocks * BLOCK, 0.0);
         }
-        let codes = &mut loose.codes[block * self.pairs * BLOCK..];
-        for (k, &p) in self.order.iter().enumerate() {
-            codes[k * BLOCK + j] = code[p];
+        let row = &mut loose.rows[loose.len * pairs..(loose.len + 1) * pairs];
+        if self.num_segments() == 1 {
+            // Code order.
+            row.copy_from_slice(&code[..pairs]);
+        } else {
+            for (o, &p) in row.iter_mut().zip(&self.order) {
+                *o = code[p];
+            }
         }
-        let (f1, f2) = self.factors.read(&code[self.pairs..]);
+        let (f1, f2) = self.factors.read(&code[pairs..]);
         loose.base_f1[loose.len] = query_anchor_dist + f1;
         loose.f2[loose.len] = f2;
         loose.len += 1;
@@ -269,8 +279,13 @@ impl FastScan {
         // (base + f1) is each slot's own.
         let affine = self.affine(lut, 0.0);
         let block_bytes = self.pairs * BLOCK;
+        loose.block.resize(block_bytes, 0);
         for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {
-            let codes = &loose.codes[b * block_bytes..(b + 1) * block_bytes];
+            transpose_rows(
+                &loose.rows[b * block_bytes..(b + 1) * block_bytes],
+                &mut loose.block,
+            );
+            let codes = &loose.block[..];
             let f1 = &loose.base_f1[b * BLOCK..(b + 1) * BLOCK];
             let f2 = &loose.f2[b * BLOCK..(b + 1) * BLOCK];
             if self.num_segments() > 1 {
@@ -281,7 +296,7 @@ impl FastScan {
             }
         }
         loose.len = 0;
-        loose.codes.clear();
+        loose.rows.clear();
         loose.base_f1.clear();
         loose.f2.clear();
     }
@@ -406,6 +421,116 @@ impl FastScan {
                 block_dists_segmented(codes, &lut.lut, segments, f1, f2, affine, out);
             } else {
                 block_dists(codes, &lut.lut, f1, f2, affine, out);
+            }
+        }
+    }
+}
+
+/// 32 rows of `pairs` bytes (`rows`, layout (32, pairs), row-major) into a block of
+/// [`FastScan`]'s layout (`block`, layout (pairs, 32): byte `k` of row `j` at `k · 32 + j`).
+/// With SSE2 (x86-64) or NEON (aarch64), both part of their base instruction sets, 16 x 16
+/// tiles at a time; the bytes past the last whole tile of 16 as [`transpose_rows_scalar`].
+pub fn transpose_rows(rows: &[u8], block: &mut [u8]) {
+    assert!(rows.len() == block.len() && rows.len().is_multiple_of(BLOCK));
+    let pairs = rows.len() / BLOCK;
+    let tiled = pairs / 16 * 16;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of x86-64; the lengths were checked above and every tile lies
+    // within them (columns below `tiled` ≤ pairs).
+    unsafe {
+        transpose_tiles_sse2(rows, pairs, tiled, block)
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: NEON is part of aarch64; as above.
+    unsafe {
+        transpose_tiles_neon(rows, pairs, tiled, block)
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let tiled = 0;
+    transpose_columns(rows, pairs, tiled..pairs, block);
+}
+
+/// Scalar reference of [`transpose_rows`].
+pub fn transpose_rows_scalar(rows: &[u8], block: &mut [u8]) {
+    assert!(rows.len() == block.len() && rows.len().is_multiple_of(BLOCK));
+    let pairs = rows.len() / BLOCK;
+    transpose_columns(rows, pairs, 0..pairs, block);
+}
+
+/// Columns `columns` of [`transpose_rows`], one byte at a time.
+fn transpose_columns(rows: &[u8], pairs: usize, columns: std::ops::Range<usize>, block: &mut [u8]) {
+    for k in columns {
+        for j in 0..BLOCK {
+            block[k * BLOCK + j] = rows[j * pairs + k];
+        }
+    }
+}
+
+/// The 16 x 16 tiles of [`transpose_rows`] for columns `0..tiled` (a multiple of 16): four
+/// rounds of interleaving row `i` with row `i + 8` (low halves into row `2i`, high into
+/// `2i + 1`) transpose a tile.
+///
+/// # Safety
+/// `rows` and `block` hold `32 · pairs` bytes and `tiled ≤ pairs`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn transpose_tiles_sse2(rows: &[u8], pairs: usize, tiled: usize, block: &mut [u8]) {
+    use std::arch::x86_64::*;
+    for c in (0..tiled).step_by(16) {
+        for j0 in [0, 16] {
+            // SAFETY (all loads and stores): row j0 + i's bytes c..c + 16 lie within `rows`
+            // (c + 16 ≤ pairs), and column c + i's bytes j0..j0 + 16 within `block`.
+            let mut x: [__m128i; 16] = std::array::from_fn(|i| unsafe {
+                _mm_loadu_si128(rows.as_ptr().add((j0 + i) * pairs + c) as *const __m128i)
+            });
+            for _ in 0..4 {
+                let y: [__m128i; 16] = std::array::from_fn(|i| {
+                    let (a, b) = (x[i / 2], x[i / 2 + 8]);
+                    if i % 2 == 0 {
+                        _mm_unpacklo_epi8(a, b)
+                    } else {
+                        _mm_unpackhi_epi8(a, b)
+                    }
+                });
+                x = y;
+            }
+            for (i, v) in x.iter().enumerate() {
+                unsafe {
+                    _mm_storeu_si128(
+                        block.as_mut_ptr().add((c + i) * BLOCK + j0) as *mut __m128i,
+                        *v,
+                    )
+                };
+            }
+        }
+    }
+}
+
+/// [`transpose_tiles_sse2`] with NEON (`zip1` / `zip2` interleave as `unpacklo` / `unpackhi`).
+///
+/// # Safety
+/// As [`transpose_tiles_sse2`].
+#[cfg(target_arch = "aarch64")]
+unsafe fn transpose_tiles_neon(rows: &[u8], pairs: usize, tiled: usize, block: &mut [u8]) {
+    use std::arch::aarch64::*;
+    for c in (0..tiled).step_by(16) {
+        for j0 in [0, 16] {
+            // SAFETY (all loads and stores): as in `transpose_tiles_sse2`.
+            let mut x: [uint8x16_t; 16] = std::array::from_fn(|i| unsafe {
+                vld1q_u8(rows.as_ptr().add((j0 + i) * pairs + c))
+            });
+            for _ in 0..4 {
+                let y: [uint8x16_t; 16] = std::array::from_fn(|i| {
+                    let (a, b) = (x[i / 2], x[i / 2 + 8]);
+                    if i % 2 == 0 {
+                        vzip1q_u8(a, b)
+                    } else {
+                        vzip2q_u8(a, b)
+                    }
+                });
+                x = y;
+            }
+            for (i, v) in x.iter().enumerate() {
+                unsafe { vst1q_u8(block.as_mut_ptr().add((c + i) * BLOCK + j0), *v) };
             }
         }
     }
@@ -1190,6 +1315,25 @@ unsafe fn block_dists_neon(
 mod tests {
     use super::*;
     use crate::rng::Rng;
+
+    /// The tiled transpose (SSE2 or NEON) gives the scalar one's bytes, whole tiles and odd
+    /// tails alike, and the scalar one puts byte `k` of row `j` at `k · 32 + j`.
+    #[test]
+    fn transposed_rows_match_scalar_over_odd_tails() {
+        let mut r = Rng::new(9);
+        for pairs in [1usize, 5, 15, 16, 17, 31, 32, 48, 49, 100] {
+            let rows: Vec<u8> = (0..BLOCK * pairs).map(|_| r.next_u64() as u8).collect();
+            let (mut fast, mut scalar) = (vec![0u8; rows.len()], vec![0u8; rows.len()]);
+            transpose_rows(&rows, &mut fast);
+            transpose_rows_scalar(&rows, &mut scalar);
+            assert_eq!(fast, scalar, "pairs {pairs}");
+            for j in 0..BLOCK {
+                for k in 0..pairs {
+                    assert_eq!(scalar[k * BLOCK + j], rows[j * pairs + k], "pairs {pairs}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn simd_group_tables_match_scalar_and_brute_force() {
