@@ -435,16 +435,35 @@ pub fn transpose_rows(rows: &[u8], block: &mut [u8]) {
     let pairs = rows.len() / BLOCK;
     let tiled = pairs / 16 * 16;
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE2 is part of x86-64; the lengths were checked above and every tile lies
-    // within them (columns below `tiled` ≤ pairs).
-    unsafe {
-        transpose_tiles_sse2(rows, pairs, tiled, block)
-    };
+    {
+        use std::arch::x86_64::*;
+        transpose_tiles(
+            (rows, pairs, tiled, block),
+            // SAFETY: SSE2 is part of x86-64; the slice holds the 16 bytes read.
+            |s: &[u8]| unsafe { _mm_loadu_si128(s.as_ptr() as *const __m128i) },
+            // SAFETY: SSE2 is part of x86-64.
+            |a, b| unsafe { _mm_unpacklo_epi8(a, b) },
+            // SAFETY: SSE2 is part of x86-64.
+            |a, b| unsafe { _mm_unpackhi_epi8(a, b) },
+            // SAFETY: SSE2 is part of x86-64; the slice holds the 16 bytes written.
+            |v, s: &mut [u8]| unsafe { _mm_storeu_si128(s.as_mut_ptr() as *mut __m128i, v) },
+        );
+    }
     #[cfg(target_arch = "aarch64")]
-    // SAFETY: NEON is part of aarch64; as above.
-    unsafe {
-        transpose_tiles_neon(rows, pairs, tiled, block)
-    };
+    {
+        use std::arch::aarch64::*;
+        transpose_tiles(
+            (rows, pairs, tiled, block),
+            // SAFETY: NEON is part of aarch64; the slice holds the 16 bytes read.
+            |s: &[u8]| unsafe { vld1q_u8(s.as_ptr()) },
+            // SAFETY: NEON is part of aarch64.
+            |a, b| unsafe { vzip1q_u8(a, b) },
+            // SAFETY: NEON is part of aarch64.
+            |a, b| unsafe { vzip2q_u8(a, b) },
+            // SAFETY: NEON is part of aarch64; the slice holds the 16 bytes written.
+            |v, s: &mut [u8]| unsafe { vst1q_u8(s.as_mut_ptr(), v) },
+        );
+    }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let tiled = 0;
     transpose_columns(rows, pairs, tiled..pairs, block);
@@ -466,71 +485,35 @@ fn transpose_columns(rows: &[u8], pairs: usize, columns: std::ops::Range<usize>,
     }
 }
 
-/// The 16 x 16 tiles of [`transpose_rows`] for columns `0..tiled` (a multiple of 16): four
-/// rounds of interleaving row `i` with row `i + 8` (low halves into row `2i`, high into
-/// `2i + 1`) transpose a tile.
-///
-/// # Safety
-/// `rows` and `block` hold `32 · pairs` bytes and `tiled ≤ pairs`.
-#[cfg(target_arch = "x86_64")]
-unsafe fn transpose_tiles_sse2(rows: &[u8], pairs: usize, tiled: usize, block: &mut [u8]) {
-    use std::arch::x86_64::*;
+/// The 16 x 16 tiles of [`transpose_rows`] for columns `0..tiled` (a multiple of 16, at most
+/// `pairs`) of `rows` (32 rows of `pairs` bytes) into `block`, on a vector `V` of 16 bytes
+/// that `load` reads from and `store` writes to a slice of 16: four rounds of interleaving
+/// vector `i` with vector `i + 8` (`low` halves into `2i`, `high` into `2i + 1`, as SSE2's
+/// `unpacklo` / `unpackhi` and NEON's `zip1` / `zip2`) transpose a tile.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[inline(always)]
+fn transpose_tiles<V: Copy>(
+    (rows, pairs, tiled, block): (&[u8], usize, usize, &mut [u8]),
+    load: impl Fn(&[u8]) -> V,
+    low: impl Fn(V, V) -> V,
+    high: impl Fn(V, V) -> V,
+    store: impl Fn(V, &mut [u8]),
+) {
     for c in (0..tiled).step_by(16) {
         for j0 in [0, 16] {
-            // SAFETY (all loads and stores): row j0 + i's bytes c..c + 16 lie within `rows`
-            // (c + 16 ≤ pairs), and column c + i's bytes j0..j0 + 16 within `block`.
-            let mut x: [__m128i; 16] = std::array::from_fn(|i| unsafe {
-                _mm_loadu_si128(rows.as_ptr().add((j0 + i) * pairs + c) as *const __m128i)
-            });
+            let mut x: [V; 16] = std::array::from_fn(|i| load(&rows[(j0 + i) * pairs + c..][..16]));
             for _ in 0..4 {
-                let y: [__m128i; 16] = std::array::from_fn(|i| {
+                x = std::array::from_fn(|i| {
                     let (a, b) = (x[i / 2], x[i / 2 + 8]);
                     if i % 2 == 0 {
-                        _mm_unpacklo_epi8(a, b)
+                        low(a, b)
                     } else {
-                        _mm_unpackhi_epi8(a, b)
+                        high(a, b)
                     }
                 });
-                x = y;
             }
-            for (i, v) in x.iter().enumerate() {
-                unsafe {
-                    _mm_storeu_si128(
-                        block.as_mut_ptr().add((c + i) * BLOCK + j0) as *mut __m128i,
-                        *v,
-                    )
-                };
-            }
-        }
-    }
-}
-
-/// [`transpose_tiles_sse2`] with NEON (`zip1` / `zip2` interleave as `unpacklo` / `unpackhi`).
-///
-/// # Safety
-/// As [`transpose_tiles_sse2`].
-#[cfg(target_arch = "aarch64")]
-unsafe fn transpose_tiles_neon(rows: &[u8], pairs: usize, tiled: usize, block: &mut [u8]) {
-    use std::arch::aarch64::*;
-    for c in (0..tiled).step_by(16) {
-        for j0 in [0, 16] {
-            // SAFETY (all loads and stores): as in `transpose_tiles_sse2`.
-            let mut x: [uint8x16_t; 16] = std::array::from_fn(|i| unsafe {
-                vld1q_u8(rows.as_ptr().add((j0 + i) * pairs + c))
-            });
-            for _ in 0..4 {
-                let y: [uint8x16_t; 16] = std::array::from_fn(|i| {
-                    let (a, b) = (x[i / 2], x[i / 2 + 8]);
-                    if i % 2 == 0 {
-                        vzip1q_u8(a, b)
-                    } else {
-                        vzip2q_u8(a, b)
-                    }
-                });
-                x = y;
-            }
-            for (i, v) in x.iter().enumerate() {
-                unsafe { vst1q_u8(block.as_mut_ptr().add((c + i) * BLOCK + j0), *v) };
+            for (i, v) in x.into_iter().enumerate() {
+                store(v, &mut block[(c + i) * BLOCK + j0..][..16]);
             }
         }
     }
