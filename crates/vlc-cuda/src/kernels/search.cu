@@ -406,21 +406,40 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
         // The ranked lists in order until their shares of allowed vectors reach
         // nprobe_target lists' worth (vlc's Index::filtered_probe_count, in the same integer
         // sums); all of them where they are every list holding one; else the host ranks this
-        // query (its row is marked -2).
-        if (tid == 0) {
+        // query (its row is marked -2). The cut is the first list before which the shares
+        // reach the target. Warp 0 finds it: each lane sums the shares of a run of the ranked
+        // lists (loads one after another, not waiting on each other), the lanes' sums are
+        // scanned, and each lane walks its run from the worth before it (a narrow filter
+        // ranks thousands of lists: one thread walking them all, a load at a time, took
+        // most of a lone query's time).
+        if (tid < 32) {
             const int ranked = count;
             const u64 target = (u64)a.nprobe_target << 16;
-            int cut = -1;
-            u64 worth = 0;
-            for (int j = 0; j < ranked; ++j) {
+            const int run = (ranked + 31) / 32;
+            const int lo = min(tid * run, ranked), hi = min(lo + run, ranked);
+            u64 sum = 0;
+            for (int j = lo; j < hi; ++j) sum += a.allowed_shares[(u32)keys[j]];
+            u64 through = sum;  // the shares of the runs up to this lane's, inclusive
+            for (int o = 1; o < 32; o <<= 1) {
+                u64 below = __shfl_up_sync(0xffffffff, through, o);
+                if (tid >= o) through += below;
+            }
+            u64 worth = through - sum;
+            int cut = 0x7fffffff;
+            for (int j = lo; j < hi; ++j) {
                 if (worth >= target) {
                     cut = j;
                     break;
                 }
                 worth += a.allowed_shares[(u32)keys[j]];
             }
-            if (cut < 0 && (worth >= target || ranked >= a.lists_with_allowed)) cut = ranked;
-            lists_taken = cut;
+            for (int o = 16; o > 0; o >>= 1) cut = min(cut, __shfl_xor_sync(0xffffffff, cut, o));
+            const u64 total = __shfl_sync(0xffffffff, through, 31);
+            if (tid == 0) {
+                if (cut == 0x7fffffff)
+                    cut = total >= target || ranked >= a.lists_with_allowed ? ranked : -1;
+                lists_taken = cut;
+            }
         }
         __syncthreads();
         np = lists_taken;

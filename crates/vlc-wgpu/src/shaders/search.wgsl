@@ -828,13 +828,45 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         // nprobe_target lists' worth (vlc's Index::filtered_probe_count, in the same integer
         // sums, here in two words: `high`, `low`); all of them where they are every list
         // holding one; else the host ranks this query (its row is marked RANK_ON_HOST).
+        // A narrow filter ranks thousands of lists, too many for one invocation to load a
+        // share at a time: each of up to WG invocations first sums the shares of a run of
+        // them (held in the slots of the probes' distances, free until the cut is known:
+        // there are nprobe ≥ ranked of them), then invocation 0 adds the runs' sums until
+        // the target is reached and walks only the run where it is.
+        let ranked = count_plain;
+        let lanes = min(WG, ranked);
+        let run = (ranked + max(lanes, 1u) - 1u) / max(lanes, 1u);
+        if (tid < lanes) {
+            var sum = 0u;  // at most run · 2^16: exact below 2^24 ranked lists
+            for (var j = tid * run; j < min((tid + 1u) * run, ranked); j = j + 1u) {
+                sum = sum + allowed[p.num_anchors + 1u + get_lo(j)];
+            }
+            scratch[probe_dist + tid] = sum;
+        }
+        storageBarrier();
+        workgroupBarrier();
         if (tid == 0u) {
-            let ranked = count_plain;
             let target_high = p.nprobe_target >> 16u;
             let target_low = p.nprobe_target << 16u;
             var high = 0u;
             var low = 0u;
-            var j = 0u;
+            // Whole runs while the worth after them stays short of the target.
+            var l = 0u;
+            loop {
+                if (l >= lanes) {
+                    break;
+                }
+                let sum = scratch[probe_dist + l];
+                let next_low = low + sum;
+                let next_high = high + select(0u, 1u, next_low < sum);
+                if (next_high > target_high || (next_high == target_high && next_low >= target_low)) {
+                    break;
+                }
+                low = next_low;
+                high = next_high;
+                l = l + 1u;
+            }
+            var j = min(l * run, ranked);
             while (j < ranked && !(high > target_high || (high == target_high && low >= target_low))) {
                 let share = allowed[p.num_anchors + 1u + get_lo(j)];
                 low = low + share;
