@@ -1189,6 +1189,10 @@ impl Index {
                     }
                     let filter = Some(filter);
                     self.scan_list(anchor, anchor_dist, pool_size, keep_all, filter, scratch);
+                    // The lone allowed vectors set aside so far, once they fill a block.
+                    if scratch.loose.len() >= BLOCK {
+                        self.score_loose(pool_size, keep_all, scratch);
+                    }
                 }
                 self.score_loose(pool_size, keep_all, scratch);
             }
@@ -1328,9 +1332,6 @@ impl Index {
         if let Some((filter, FilteredScan::Alone)) = mode {
             let list = (anchor, anchor_dist, lo, hi);
             self.score_alone(list, pool_size, keep_all, filter, scratch);
-            if scratch.loose.len() >= BLOCK {
-                self.score_loose(pool_size, keep_all, scratch);
-            }
             return;
         }
         let base = if keep_all { scratch.dists.len() } else { 0 };
@@ -1396,15 +1397,7 @@ impl Index {
                 for start in (lo..hi).step_by(BLOCK).chain([hi]) {
                     if start < hi {
                         let block = &mut out[start - lo..hi.min(start + BLOCK) - lo];
-                        if !self.sparse_block(
-                            filter,
-                            SCAN_ALONE,
-                            primary,
-                            anchor,
-                            anchor_dist,
-                            start,
-                            block,
-                        ) {
+                        if !self.sparse_block(filter, primary, anchor, anchor_dist, start, block) {
                             run.get_or_insert(start);
                             continue;
                         }
@@ -1442,9 +1435,6 @@ impl Index {
                     scratch.worst = shrink_pool(&mut scratch.pool, pool_size);
                 }
             }
-        }
-        if scratch.loose.len() >= BLOCK {
-            self.score_loose(pool_size, keep_all, scratch);
         }
     }
 
@@ -1532,14 +1522,12 @@ impl Index {
 
     /// With a filter, for a codec without a fast scan, the block of (at most 32) first-stage
     /// estimates `out` of the vectors at positions `start..` in list `anchor`, where the block
-    /// holds at most `alone` allowed vectors: those scored one by one with the full code
-    /// (`primary`'s tables), the others +∞; false, `out` untouched, where it holds more, to be
-    /// scanned whole.
-    #[allow(clippy::too_many_arguments)]
+    /// holds at most [`SCAN_ALONE`] allowed vectors: those scored one by one with the full
+    /// code (`primary`'s tables), the others +∞; false, `out` untouched, where it holds more,
+    /// to be scanned whole.
     fn sparse_block(
         &self,
         filter: &IdFilter,
-        alone: u32,
         primary: &mut QueryState,
         anchor: u32,
         anchor_dist: f32,
@@ -1547,7 +1535,7 @@ impl Index {
         out: &mut [f32],
     ) -> bool {
         let mut allowed = filter.bits(start, out.len());
-        if allowed.count_ones() > alone {
+        if allowed.count_ones() > SCAN_ALONE {
             return false;
         }
         out.fill(f32::INFINITY);
@@ -1815,8 +1803,9 @@ pub(crate) enum FilteredScan {
     /// At most one vector in [`ALONE_SHARE`] (and at least one): each allowed vector is
     /// taken alone, wherever it is in the list ([`Index::score_alone`]).
     Alone,
-    /// At most one in [`BY_BLOCK_SHARE`]: block by block, a block sparse enough scored one
-    /// vector at a time ([`Index::sparse_block`]), the others scanned whole.
+    /// At most one in [`BY_BLOCK_SHARE`]: block by block, a block's allowed vectors set
+    /// aside alone where it holds few (with a fast scan into [`Index::score_loose`]'s blocks,
+    /// else scored by [`Index::sparse_block`]), the other blocks scanned whole.
     ByBlock,
     /// More: scanned whole, as unfiltered, then the excluded vectors' estimates set to +∞.
     /// Such a list seldom holds a block sparse enough to score alone (where a random quarter
