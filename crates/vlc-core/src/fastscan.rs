@@ -83,6 +83,10 @@ pub struct FastScan {
     segments: Vec<usize>,
     /// How a code stores the first stage's factors (after its `pairs` bytes).
     factors: FactorFormat,
+    /// With 8-bit factors, the value of each byte: `[0][c]` f1's and `[1][c]` f2's, as
+    /// [`FactorFormat::read`] gives them (looked up instead of decoded where codes are read
+    /// one by one: [`FastScan::push_loose`]). Layout: (2, 256).
+    byte_factors: Option<Box<[[f32; 256]; 2]>>,
 }
 
 /// Vectors taken one by one from anywhere in the index (a filter's allowed vectors in lists
@@ -186,6 +190,13 @@ impl FastScan {
             cs >= pairs + factors.bytes(),
             "RaBitQ codes hold at least the first stage"
         );
+        let byte_factors = matches!(factors, FactorFormat::U8 { .. }).then(|| {
+            let mut values = Box::new([[0f32; 256]; 2]);
+            for c in 0..256 {
+                (values[0][c], values[1][c]) = factors.read(&[c as u8; 2]);
+            }
+            values
+        });
         let mut block_offsets = vec![0usize; list_offsets.len()];
         for a in 0..list_offsets.len() - 1 {
             let len = (list_offsets[a + 1] - list_offsets[a]) as usize;
@@ -239,6 +250,17 @@ impl FastScan {
             order,
             segments,
             factors,
+            byte_factors,
+        }
+    }
+
+    /// The first stage's two factors, stored at the start of `stored` (a code's bytes after
+    /// its first `pairs`): [`FactorFormat::read`], bit for bit.
+    #[inline]
+    fn read_factors(&self, stored: &[u8]) -> (f32, f32) {
+        match &self.byte_factors {
+            Some(values) => (values[0][stored[0] as usize], values[1][stored[1] as usize]),
+            None => self.factors.read(stored),
         }
     }
 
@@ -258,14 +280,22 @@ impl FastScan {
         }
         let row = &mut loose.rows[loose.len * pairs..(loose.len + 1) * pairs];
         if self.num_segments() == 1 {
-            // Code order.
-            row.copy_from_slice(&code[..pairs]);
+            // Code order, 16 bytes at a time (a copy of a length known only at run time
+            // would be a call).
+            let mut rows = row.chunks_exact_mut(16);
+            let mut from = code[..pairs].chunks_exact(16);
+            for (o, c) in (&mut rows).zip(&mut from) {
+                o.copy_from_slice(c);
+            }
+            for (o, &c) in rows.into_remainder().iter_mut().zip(from.remainder()) {
+                *o = c;
+            }
         } else {
             for (o, &p) in row.iter_mut().zip(&self.order) {
                 *o = code[p];
             }
         }
-        let (f1, f2) = self.factors.read(&code[pairs..]);
+        let (f1, f2) = self.read_factors(&code[pairs..]);
         loose.base_f1[loose.len] = query_anchor_dist + f1;
         loose.f2[loose.len] = f2;
         loose.len += 1;
