@@ -568,10 +568,22 @@ impl Index {
                 // (`filtered_block_probes` takes the same for a batch): only they are ranked.
                 let with = filter.lists_with_allowed();
                 let first = filter.lists_to_rank(params.nprobe);
-                self.rank_anchors_one(q, first, Some(filter), scratch);
-                keys_to_probes(&scratch.order, &mut probes);
-                let complete = first >= with;
-                let count =
+                let count = if 4 * first > with {
+                    // A narrow filter, which ranks most of the lists holding one: all of them
+                    // ranked, sorted only as far as the cut.
+                    self.rank_anchors_one(q, None, Some(filter), scratch);
+                    let count = self.filtered_probes_in_order(
+                        filter,
+                        &scratch.anchor_dists,
+                        params.nprobe,
+                        &mut scratch.order,
+                    );
+                    keys_to_probes(&scratch.order[..count], &mut probes);
+                    count
+                } else {
+                    self.rank_anchors_one(q, Some(first), Some(filter), scratch);
+                    keys_to_probes(&scratch.order, &mut probes);
+                    let complete = first >= with;
                     match self.filtered_probe_count(filter, &probes, params.nprobe, complete) {
                         Some(count) => count,
                         None => {
@@ -581,13 +593,14 @@ impl Index {
                             self.filtered_probe_count(filter, &probes, params.nprobe, true)
                                 .expect("every list holding an allowed vector was ranked")
                         }
-                    };
+                    }
+                };
                 probes.truncate(count);
                 self.lists_to_scan(&probes, params, Some(filter))
             }
             None => {
                 let first = first_probes(params);
-                self.rank_anchors_one(q, first, None, scratch);
+                self.rank_anchors_one(q, Some(first), None, scratch);
                 keys_to_probes(&scratch.order, &mut probes);
                 let mut n = self.lists_to_scan(&probes, params, None);
                 if n == first && first < params.nprobe {
@@ -1042,8 +1055,8 @@ impl Index {
         )
     }
 
-    /// Fill `scratch.order` with the keys of the `nprobe` nearest anchors and
-    /// `scratch.anchor_dists` with every anchor's squared distance; with a filter that leaves
+    /// Fill `scratch.anchor_dists` with every anchor's squared distance and, with `nprobe`,
+    /// `scratch.order` with the keys of the `nprobe` nearest anchors; with a filter that leaves
     /// some list without an allowed vector, of the lists that hold one only
     /// ([`IdFilter::ranked_lists`]; key and entry `j` are its `j`-th list).
     ///
@@ -1057,7 +1070,7 @@ impl Index {
     fn rank_anchors_one(
         &self,
         q: &[f32],
-        nprobe: usize,
+        nprobe: Option<usize>,
         filter: Option<&IdFilter>,
         scratch: &mut Scratch,
     ) {
@@ -1114,7 +1127,9 @@ impl Index {
                     .map(|(&d, &a)| distance(d, self.anchor_norms[a as usize])),
             ),
         }
-        smallest_keys(&scratch.anchor_dists, nprobe, &mut scratch.order);
+        if let Some(nprobe) = nprobe {
+            smallest_keys(&scratch.anchor_dists, nprobe, &mut scratch.order);
+        }
     }
 
     /// The anchors packed for an integer kernel, when one runs here, the index has at least
