@@ -200,6 +200,22 @@ __device__ void warp_prefix_sums(u32* out, int n, F value) {
     }
 }
 
+// The probed list of item t of a flat range whose lists' prefix sums (of n lists) are
+// `prefix`, from cursor p (a list at or before it): the list j with prefix[j] <= t <
+// prefix[j + 1], for t < prefix[n]. A cursor one or two lists behind steps on; one further
+// behind (a narrow filter's items, a few in each of thousands of lists) searches by halves.
+__device__ __forceinline__ int advance(const u32* prefix, int p, u32 t, int n) {
+    if (prefix[p + 1] > t) return p;
+    if (p + 2 >= n || prefix[p + 2] > t) return p + 1;
+    int lo = p + 2, hi = n - 1;  // prefix[lo] <= t < prefix[n]
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (prefix[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 // Items [0, n) by groups of `group` lanes, each group's item by `visit(item, whether it is
 // real)`: every lane of a warp makes the same number of calls (a group past the end repeats
 // item n - 1), so that shuffles within the groups see whole warps.
@@ -515,24 +531,30 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
                 constant2 = 0.f;
             }
         }
-        __syncwarp();  // every lane's prefix sums are visible to lane 0
+        __syncwarp();  // every lane's prefix sums are visible to every lane
         if (tid == 0) {
             count = 0;
             threshold = infinity();
-            // Adaptive probing (SearchParams::lists_to_scan): the first list past the margin
-            // whose predecessors hold k vectors ends the scan (lists ranked on the host come
-            // cut to what they scan: their margin is +inf; a filtered search counts each
-            // list's allowed vectors).
-            int eff = np;
-            const float limit = np > 0 ? probe_dist[0] + a.probe_margin : 0.f;
-            for (int j = 1; j < np; ++j) {
-                if (probe_dist[j] > limit && prefix[j] >= (u32)a.k) {
-                    eff = j;
+        }
+        // Adaptive probing (SearchParams::lists_to_scan): the first list past the margin
+        // whose predecessors hold k vectors ends the scan (lists ranked on the host come cut
+        // to what they scan: their margin is +inf, as without adaptive probing; a filtered
+        // search counts each list's allowed vectors). The lanes test 32 lists at a time (a
+        // narrow filter probes thousands).
+        int eff = np;
+        if (isfinite(a.probe_margin) && np > 0) {
+            const float limit = probe_dist[0] + a.probe_margin;
+            for (int c = 1; c < np; c += 32) {
+                const int j = c + tid;
+                const bool past = j < np && probe_dist[j] > limit && prefix[j] >= (u32)a.k;
+                const unsigned ballot = __ballot_sync(0xffffffff, past);
+                if (ballot != 0) {
+                    eff = c + __ffs(ballot) - 1;
                     break;
                 }
             }
-            scanned = eff;
         }
+        if (tid == 0) scanned = eff;
     }
     __syncthreads();
 
@@ -576,7 +598,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
         float d = 0.f;
         u32 position = 0;
         if (valid) {
-            while (prefix[p + 1] <= t) ++p;
+            p = advance(prefix, p, t, scanned);
             position = position_of(probe_start[p] + (t - prefix[p]));
             d = first_stage(position, p);
         }
@@ -661,7 +683,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
                     // round's worth is staged, or at the end, they are rescored.
                     u32 t = base + tid;
                     if (t < live_total) {
-                        while (live[p + 1] <= t) ++p;
+                        p = advance(live, p, t, lists);
                         u32 position = position_of(probe_start[p] + (t - live[p]));
                         float estimate = first_stage(position, p);
                         if (order_key(estimate, position) > boundary &&

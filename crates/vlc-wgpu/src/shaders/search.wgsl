@@ -719,10 +719,28 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
 }
 
 // The position in the index of item `t` of the flat range over the probed lists that the probe
-// prefix sums describe, with `pr` moved on (never back) to its probed list.
-fn locate(t: u32, pr: ptr<function, u32>) -> u32 {
-    while (scratch[prefix + *pr + 1u] <= t) {
-        *pr = *pr + 1u;
+// prefix sums describe (of `n` lists, the last past `t`), with `pr` moved on (never back) to
+// its probed list: the list j with prefix[j] <= t < prefix[j + 1]. A cursor one or two lists
+// behind steps on; one further behind (a narrow filter's items, a few in each of thousands of
+// lists) searches by halves.
+fn locate(t: u32, pr: ptr<function, u32>, n: u32) -> u32 {
+    let j = *pr;
+    if (scratch[prefix + j + 1u] <= t) {
+        if (j + 2u >= n || scratch[prefix + j + 2u] > t) {
+            *pr = j + 1u;
+        } else {
+            var lo = j + 2u;  // prefix[lo] <= t
+            var hi = n - 1u;
+            while (lo < hi) {
+                let mid = (lo + hi + 1u) / 2u;
+                if (scratch[prefix + mid] <= t) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1u;
+                }
+            }
+            *pr = lo;
+        }
     }
     let entry = scratch[probe_start + *pr] + (t - scratch[prefix + *pr]);
     if (p.filtered != 0u) {
@@ -955,11 +973,40 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         }
     }
     storageBarrier();
+    // Prefix sums of the probed list sizes, by runs of lists (a narrow filter probes
+    // thousands): each invocation sums its run in place, invocation 0 adds the runs' totals in
+    // order (into each run's last entry), and each invocation adds the total before its run
+    // (the entry before it) to the rest of its run.
+    let run = (np + WG - 1u) / WG;
+    let run_lo = min(tid * run, np);
+    let run_hi = min(run_lo + run, np);
+    var within = 0u;
+    for (var i = run_lo; i < run_hi; i = i + 1u) {
+        within = within + scratch[prefix + i + 1u];
+        scratch[prefix + i + 1u] = within;
+    }
+    storageBarrier();
     if (tid == 0u) {
         scratch[prefix] = 0u;
-        for (var i = 0u; i < np; i = i + 1u) {
-            scratch[prefix + i + 1u] = scratch[prefix + i + 1u] + scratch[prefix + i];
+        var before = 0u;
+        for (var l = 0u; l < WG; l = l + 1u) {
+            let last = min(l * run + run, np);
+            if (last > min(l * run, np)) {
+                let sum = scratch[prefix + last];
+                scratch[prefix + last] = sum + before;
+                before = before + sum;
+            }
         }
+    }
+    storageBarrier();
+    if (run_lo > 0u && run_hi > run_lo) {
+        let before = scratch[prefix + run_lo];
+        for (var i = run_lo; i + 1u < run_hi; i = i + 1u) {
+            scratch[prefix + i + 1u] = scratch[prefix + i + 1u] + before;
+        }
+    }
+    storageBarrier();
+    if (tid == 0u) {
         // Adaptive probing: the first list past the margin whose predecessors hold k vectors
         // (a filtered search's: k allowed vectors) ends the scan (lists ranked on the host
         // come cut to what it scans).
@@ -991,7 +1038,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         var dist = 0.0;
         var position = 0u;
         if (valid) {
-            position = locate(t, &pr);
+            position = locate(t, &pr, np);
             dist = first_stage(position, pr, constant, constant2);
         }
         offer(valid, dist, position, pr, p.pool_size, tid, outside);
@@ -1078,7 +1125,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                     // worth is staged, or at the end, they are rescored.
                     let t = b + tid;
                     if (t < live_total) {
-                        let position = locate(t, &pr);
+                        let position = locate(t, &pr, np);
                         let estimate = first_stage(position, pr, constant, constant2);
                         if (after(ordered(estimate), position, boundary_hi, boundary_lo)
                             && estimate < unordered(threshold) + margin) {
