@@ -401,7 +401,8 @@ fn bitonic_sort(n: u32, tid: u32) {
     for (var size = 2u; size <= n; size = size << 1u) {
         for (var stride = size >> 1u; stride > 0u; stride = stride >> 1u) {
             for (var i = tid; i < (n >> 1u); i = i + WG) {
-                let lo = 2u * stride * (i / stride) + (i % stride);
+                // 2 stride (i / stride) + i % stride, by masks (stride is a power of two).
+                let lo = ((i & ~(stride - 1u)) << 1u) | (i & (stride - 1u));
                 let hi = lo + stride;
                 let ascending = (lo & size) == 0u;
                 let ah = get_hi(lo);
