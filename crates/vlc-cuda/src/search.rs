@@ -64,8 +64,9 @@ struct SearchArgs {
     pool_size: i32,
     k: i32,
     cap: i32,
-    /// Pool slots of the kernel's steps 3 and 4 (the top k): a power of two, at least
-    /// `pool_size` + [`BLOCK`].
+    /// Pool slots of the kernel's steps 2 to 4 (the scan and the top k): a power of two, at
+    /// least `pool_size` + [`BLOCK`]. (`cap`, step 1's, is larger where a filter's query ranks
+    /// thousands of lists, and a scan's compactions sorted all of it.)
     cap_rescore: i32,
     /// Slots of the kernel's keys and aux arrays: `cap`, or more where the automatic pool's
     /// staging (two blocks' worth past `cap_rescore`) needs them.

@@ -57,8 +57,11 @@ struct SearchArgs {
                                   // units of 2^-16 (vlc's list_share)
     int num_queries, num_anchors, dim, padded_dim;
     int nprobe, pool_size, k, cap;
-    int cap_rescore;              // pool slots of steps 3 and 4: a power of two, at least
-                                  // pool_size + blockDim (the automatic pool's staging follows)
+    int cap_rescore;              // pool slots of steps 2 to 4: a power of two, at least
+                                  // pool_size + blockDim (the automatic pool's staging follows);
+                                  // cap, for step 1, may be far larger (a narrow filter's
+                                  // thousands of ranked lists), and a scan's compactions sort
+                                  // only what they need
     int slots;                    // slots of keys and aux: at least cap, and for the automatic
                                   // pool at least cap_rescore + 2 blockDim
     int kind1, bits1, code_size1, per_anchor1;
@@ -605,10 +608,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
             position = position_of(probe_start[p] + (t - prefix[p]));
             d = first_stage(position, p);
         }
-        offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.pool_size, a.cap,
-              outside);
+        offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.pool_size,
+              a.cap_rescore, outside);
     }
-    compact(keys, aux, &count, &threshold, a.pool_size, a.cap, outside);
+    compact(keys, aux, &count, &threshold, a.pool_size, a.cap_rescore, outside);
 
     // 3. Rescore the pool with the second stage, then the top k.
     const int found = count;

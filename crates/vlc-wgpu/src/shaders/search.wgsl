@@ -458,8 +458,9 @@ fn compact(keep: u32, tid: u32, outside: bool) {
 // invocation calls it once per round (valid = false for those without an item). With
 // `outside` (`tag` a probe index), an item turned away or dropped lowers its probe's
 // `list_min` word: at the end each word holds the smallest key (high word) of its list's
-// items outside the pool.
-fn offer(valid: bool, d: f32, id: u32, tag: u32, keep: u32, tid: u32, outside: bool) {
+// items outside the pool. The pool compacts once more than `cap` less a round's worth of
+// slots are taken (`cap` a power of two, at most `p.cap`).
+fn offer(valid: bool, d: f32, id: u32, tag: u32, keep: u32, cap: u32, tid: u32, outside: bool) {
     let key = ordered(d);
     if (valid && key < threshold) {
         let slot = atomicAdd(&pool_count, 1u);
@@ -474,7 +475,7 @@ fn offer(valid: bool, d: f32, id: u32, tag: u32, keep: u32, tid: u32, outside: b
         count_plain = atomicLoad(&pool_count);
     }
     let c = workgroupUniformLoad(&count_plain);
-    if (c > p.cap - WG) {
+    if (c > cap - WG) {
         compact(keep, tid, outside);
     }
 }
@@ -798,7 +799,7 @@ fn rescore_staged(n: u32, constant: f32, constant2: f32, tid: u32) {
         let position = atomicLoad(&list_min[j]);
         let pr = atomicLoad(&list_min[STAGED_SLOTS + j]);
         let dist = second_stage(position, pr, constant, constant2, tid, group);
-        offer(item < n && tid % group == 0u, dist, position, pr, p.k, tid, false);
+        offer(item < n && tid % group == 0u, dist, position, pr, p.k, p.cap, tid, false);
     }
     if (tid == 0u) {
         atomicStore(&staged_count, 0u);
@@ -838,7 +839,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                 let dot = bitcast<f32>(scratch[dots + j]);
                 dist = max(qn - 2.0 * dot + floats[p.off_norms + j], 0.0);
             }
-            offer(valid, dist, j, 0u, p.nprobe, tid, false);
+            offer(valid, dist, j, 0u, p.nprobe, p.cap, tid, false);
         }
         compact(p.nprobe, tid, false);
     }
@@ -1032,6 +1033,10 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
     // too large: each probed list's smallest such estimate, kept as items are turned away or
     // dropped from the pool (the pool's own entries are rescored in step 3).
     let outside = p.error_margin > 0.0;
+    // The scan's pool compacts at the slots it needs (a power of two, at least the pool plus a
+    // round), not at `p.cap`, which also holds a narrow filter's thousands of ranked lists:
+    // each compaction sorts only what it must.
+    let scan_cap = min(p.cap, 1u << (32u - countLeadingZeros(p.pool_size + WG - 1u)));
     var pr = 0u;
     for (var b = 0u; b < total; b = b + WG) {
         let t = b + tid;
@@ -1042,7 +1047,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             position = locate(t, &pr, np);
             dist = first_stage(position, pr, constant, constant2);
         }
-        offer(valid, dist, position, pr, p.pool_size, tid, outside);
+        offer(valid, dist, position, pr, p.pool_size, scan_cap, tid, outside);
     }
     compact(p.pool_size, tid, outside);
 
