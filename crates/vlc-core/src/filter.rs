@@ -13,7 +13,9 @@
 //! thus takes more lists (at most every list holding an allowed vector), and costs more
 //! time. Only the anchors of the lists that hold an allowed vector are ranked (the filter
 //! keeps which they are), so a narrow filter's queries neither measure nor sort every
-//! anchor to pick the few lists they may probe. Only the allowed vectors enter the
+//! anchor to pick the few lists they may probe; where a query takes most of those lists
+//! anyway (a narrow filter's), one query alone sorts them only as far as its cut
+//! (`Index::filtered_probes_in_order`). Only the allowed vectors enter the
 //! candidate pool. With a fast-scan codec, a block of 32 vectors that holds no allowed
 //! vector is passed over, and one that holds a single one has it copied into a block of
 //! such vectors from wherever they lie (session 71), scored as a list's block is, at a
@@ -876,12 +878,6 @@ mod tests {
         }
     }
 
-    /// With a refine tier, a filter's sparse blocks are scored by the fast scan too: a pool of
-    /// twice k, taken by the 1-bit code and rescored by SQ8, finds most of the exact 10
-    /// nearest allowed vectors (a pool of 20 of the 93 allowed taken at random would find
-    /// about a fifth).
-    /// A device's view of a filter: list by list, the positions of exactly the allowed ids;
-    /// and its probes are the CPU batch's lists, each holding an allowed vector.
     /// A narrow filter's probes sorted only as far as the cut are the lists, in the order,
     /// that sorting all of them and cutting gives: with ties among the distances, a cut in
     /// the first run, in a later one and none (too little allowed), with every list or only
@@ -1016,6 +1012,8 @@ mod tests {
         );
     }
 
+    /// A device's view of a filter: list by list, the positions of exactly the allowed ids;
+    /// and its probes are the CPU batch's lists, each holding an allowed vector.
     #[test]
     fn the_allowed_vectors_list_by_list_are_the_filters() {
         let (dim, n) = (16, 3000);
@@ -1089,6 +1087,10 @@ mod tests {
         assert!(other.device_filter(&queries, &sp, &filter).is_err());
     }
 
+    /// With a refine tier, a filter's sparse blocks are scored by the fast scan too: a pool of
+    /// twice k, taken by the 1-bit code and rescored by SQ8, finds most of the exact 10
+    /// nearest allowed vectors (a pool of 20 of the 93 allowed taken at random would find
+    /// about a fifth).
     #[test]
     fn sparse_blocks_are_scored_with_a_refine_tier_too() {
         let (dim, n) = (32, 4000);
