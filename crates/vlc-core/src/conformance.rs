@@ -977,8 +977,10 @@ pub fn check_filtered_search_matches_cpu(open: &OpenFilteredSearch<'_>) {
             }
         }
     }
-    // A filter whose queries rank hundreds of lists, more than a workgroup's invocations or a
-    // warp's lanes: a device's cut adds runs of several lists' shares per invocation.
+    // Filters whose queries rank hundreds of lists, more than a workgroup's invocations or a
+    // warp's lanes: a device's cut adds runs of several lists' shares per invocation. Under
+    // the 15% filter at nprobe 96 they rank over 768 lists (three quarters of them) and reach
+    // the cut before the last.
     let (n, dim) = (20_000, 16);
     let data = crate::synthetic::clustered(n, dim, 64, 0.4, 23);
     let queries = crate::synthetic::clustered(100, dim, 64, 0.5, 24);
@@ -987,35 +989,48 @@ pub fn check_filtered_search_matches_cpu(open: &OpenFilteredSearch<'_>) {
         .with_num_anchors(1024);
     let (index, _) = Index::build(&data, dim, &params, &CpuBackend, &mut |_| {}).unwrap();
     let device = open(&index).unwrap();
-    let ids: Vec<u32> = (0..n as u32)
-        .filter(|&i| (u64::from(i).wrapping_mul(2_654_435_761) >> 7) % 1000 < 50)
-        .collect();
-    let filter = index.id_filter(&ids);
-    let allowed: HashSet<i64> = ids.iter().map(|&i| i64::from(i)).collect();
-    for nprobe in [16, 64] {
-        let ranked = filter.lists_to_rank(nprobe);
-        assert!(ranked > 256, "{ranked} lists ranked at nprobe {nprobe}");
-        let p = SearchParams {
-            nprobe,
-            ..SearchParams::default()
-        };
-        let case = format!(
-            "rabitq1 dim {dim}, 1,024 lists, filter 5%, nprobe {nprobe}, {ranked} lists ranked"
-        );
-        let cpu = index
-            .search_batch_filtered(&queries, &p, &CpuBackend, &filter)
-            .unwrap();
-        let dev = device(&index, &queries, &p, &filter).unwrap();
-        assert!(
-            dev.ids.iter().all(|&i| i < 0 || allowed.contains(&i)),
-            "{case}"
-        );
-        let real = |r: &[i64]| r.iter().filter(|&&i| i >= 0).count();
-        for (row, (c, d)) in cpu.ids.chunks(p.k).zip(dev.ids.chunks(p.k)).enumerate() {
-            assert_eq!(real(d), real(c), "{case}: row {row}'s neighbours");
+    for (permille, nprobes) in [(50u64, &[16, 64][..]), (150, &[96][..])] {
+        let ids: Vec<u32> = (0..n as u32)
+            .filter(|&i| (u64::from(i).wrapping_mul(2_654_435_761) >> 7) % 1000 < permille)
+            .collect();
+        let filter = index.id_filter(&ids);
+        let allowed: HashSet<i64> = ids.iter().map(|&i| i64::from(i)).collect();
+        for &nprobe in nprobes {
+            let ranked = filter.lists_to_rank(nprobe);
+            assert!(ranked > 256, "{ranked} lists ranked at nprobe {nprobe}");
+            if permille == 150 {
+                // Over 768 lists ranked, and half again the cut's worth there to be found.
+                let shares = &filter.allowed_by_list().shares;
+                let worth = shares.iter().map(|&s| f64::from(s)).sum::<f64>() / 65_536.0;
+                assert!(
+                    ranked > 768 && worth > 1.5 * nprobe as f64,
+                    "{ranked} lists, {worth}"
+                );
+            }
+            let p = SearchParams {
+                nprobe,
+                ..SearchParams::default()
+            };
+            let case = format!(
+                "rabitq1 dim {dim}, 1,024 lists, filter {}%, nprobe {nprobe}, {ranked} lists \
+                 ranked",
+                permille / 10
+            );
+            let cpu = index
+                .search_batch_filtered(&queries, &p, &CpuBackend, &filter)
+                .unwrap();
+            let dev = device(&index, &queries, &p, &filter).unwrap();
+            assert!(
+                dev.ids.iter().all(|&i| i < 0 || allowed.contains(&i)),
+                "{case}"
+            );
+            let real = |r: &[i64]| r.iter().filter(|&&i| i >= 0).count();
+            for (row, (c, d)) in cpu.ids.chunks(p.k).zip(dev.ids.chunks(p.k)).enumerate() {
+                assert_eq!(real(d), real(c), "{case}: row {row}'s neighbours");
+            }
+            let overlap = compare_results(&case, &p, &cpu, &dev);
+            eprintln!("{case}: overlap {overlap:.4}");
         }
-        let overlap = compare_results(&case, &p, &cpu, &dev);
-        eprintln!("{case}: overlap {overlap:.4}");
     }
     // A filter of another index, and this device copy searched with another index.
     let data = crate::synthetic::clustered(2_000, 16, 8, 0.3, 5);
