@@ -84,9 +84,24 @@ pub struct FastScan {
     /// How a code stores the first stage's factors (after its `pairs` bytes).
     factors: FactorFormat,
     /// With 8-bit factors, the value of each byte: `[0][c]` f1's and `[1][c]` f2's, as
-    /// [`FactorFormat::read`] gives them (looked up instead of decoded where codes are read
-    /// one by one: [`FastScan::push_loose`]). Layout: (2, 256).
+    /// [`FactorFormat::read`] gives them, looked up instead of decoded (filling the blocks,
+    /// and the codes read one by one in [`FastScan::push_loose`]). Layout: (2, 256).
     byte_factors: Option<Box<[[f32; 256]; 2]>>,
+}
+
+/// The two factors stored at the start of `stored` in `format`, looked up in `byte_values`
+/// ([`FastScan`]'s `byte_factors`) where the format has them: [`FactorFormat::read`], bit
+/// for bit.
+#[inline]
+fn read_factors(
+    byte_values: Option<&[[f32; 256]; 2]>,
+    format: FactorFormat,
+    stored: &[u8],
+) -> (f32, f32) {
+    match byte_values {
+        Some(values) => (values[0][stored[0] as usize], values[1][stored[1] as usize]),
+        None => format.read(stored),
+    }
 }
 
 /// Vectors taken one by one from anywhere in the index (a filter's allowed vectors in lists
@@ -227,7 +242,7 @@ impl FastScan {
                     for (k, &p) in order.iter().enumerate() {
                         blk[k * BLOCK + j] = code[p];
                     }
-                    (f1[j], f2[j]) = factors.read(&code[pairs..]);
+                    (f1[j], f2[j]) = read_factors(byte_factors.as_deref(), factors, &code[pairs..]);
                 }
             };
         if parallel {
@@ -258,10 +273,7 @@ impl FastScan {
     /// its first `pairs`): [`FactorFormat::read`], bit for bit.
     #[inline]
     fn read_factors(&self, stored: &[u8]) -> (f32, f32) {
-        match &self.byte_factors {
-            Some(values) => (values[0][stored[0] as usize], values[1][stored[1] as usize]),
-            None => self.factors.read(stored),
-        }
+        read_factors(self.byte_factors.as_deref(), self.factors, stored)
     }
 
     /// Put the first stage of `code` (a whole code of the index) into the next slot of

@@ -230,15 +230,19 @@ impl IdFilter {
         if with == 0 {
             return 0;
         }
-        let mean_share = self.share_sum / with as f64;
-        ((1.5 * nprobe as f64 / mean_share).ceil() as usize + 4).min(with)
+        ((1.5 * nprobe as f64 / self.mean_share()).ceil() as usize + 4).min(with)
+    }
+
+    /// The mean share of allowed vectors ([`list_share`], in lists) of the lists that hold
+    /// one (0 where none does).
+    fn mean_share(&self) -> f64 {
+        self.share_sum / self.lists_with_allowed().max(1) as f64
     }
 
     /// How many lists of the filter's mean share make `nprobe` lists' worth, and a few more
     /// (at least 1).
     pub(crate) fn lists_at_mean_share(&self, nprobe: usize) -> usize {
-        let with = self.lists_with_allowed().max(1);
-        let mean_share = (self.share_sum / with as f64).max(f64::MIN_POSITIVE);
+        let mean_share = self.mean_share().max(f64::MIN_POSITIVE);
         (nprobe as f64 / mean_share).ceil().min(u32::MAX as f64) as usize + 4
     }
 
