@@ -669,6 +669,13 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
         ),
         (64, Sq8, 0.0, None, true, Metric::L2, false),
         (35, Sq4, 0.0, None, false, Metric::Cosine, false),
+        // Primary codes on 4-byte boundaries, which a lone thread reads a word at a time: sq4
+        // with a tail of 7 dimensions past its last whole word, sq8 without a Jacobian, f16
+        // and f32.
+        (39, Sq4, 0.0, None, false, Metric::L2, false),
+        (48, Sq8, 0.0, None, false, Metric::Cosine, false),
+        (34, CodecKind::F16, 0.0, None, false, Metric::L2, false),
+        (36, CodecKind::F32, 0.0, None, false, Metric::L2, false),
         (
             64,
             CodecKind::AnchorOnly,

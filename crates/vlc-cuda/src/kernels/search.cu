@@ -333,14 +333,30 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
         }
         return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * ip;
     }
+    // One thread reads a whole code whose rows start on 4-byte boundaries a word at a time
+    // (four sq8 levels, eight sq4 levels, two halves or a float), in the same order and sums
+    // as byte by byte: a thread's byte loads of its own row touch a cache sector each, and a
+    // lone query's scan of sq8 codes waited on them (session 73). Lanes that share a code
+    // read it byte by byte, neighbouring lanes neighbouring bytes.
+    const bool whole = stride == 1 && (code_size & 3) == 0;
     if (kind == KIND_FLOAT) {
         // Float residuals: distance = |q - c|^2 + factor - 2 <q, r>, r stored as is.
         float ip = 0.f;
+        int d = first;
         if (bits == 16) {
-            for (int d = first; d < dim; d += stride)
+            if (whole) {
+                for (const u32* w = (const u32*)code; d + 2 <= dim; d += 2) {
+                    u32 v = w[d >> 1];
+                    ip += q[d] * half_to_float(v & 0xffff);
+                    ip += q[d + 1] * half_to_float(v >> 16);
+                }
+            }
+            for (; d < dim; d += stride)
                 ip += q[d] * half_to_float((u32)code[2 * d] | ((u32)code[2 * d + 1] << 8));
         } else {
-            for (int d = first; d < dim; d += stride) ip += q[d] * load_f32(code + 4 * d);
+            if (whole)
+                for (const float* w = (const float*)code; d < dim; ++d) ip += q[d] * w[d];
+            for (; d < dim; d += stride) ip += q[d] * load_f32(code + 4 * d);
         }
         return anchor_dist + load_f32(code + (bits / 8) * dim) - 2.f * reduce(ip);
     }
@@ -350,11 +366,28 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
     const float* s = step + row;
     float ip = 0.f;
     int packed;
+    int d = first;
     if (bits == 8) {
-        for (int d = first; d < dim; d += stride) ip += q[d] * (l[d] + s[d] * (float)code[d]);
+        if (whole) {
+            for (const u32* w = (const u32*)code; d + 4 <= dim; d += 4) {
+                u32 v = w[d >> 2];
+#pragma unroll
+                for (int b = 0; b < 4; ++b)
+                    ip += q[d + b] * (l[d + b] + s[d + b] * (float)((v >> (8 * b)) & 0xff));
+            }
+        }
+        for (; d < dim; d += stride) ip += q[d] * (l[d] + s[d] * (float)code[d]);
         packed = dim;
     } else {
-        for (int d = first; d < dim; d += stride) {
+        if (whole) {
+            for (const u32* w = (const u32*)code; d + 8 <= dim; d += 8) {
+                u32 v = w[d >> 3];
+#pragma unroll
+                for (int b = 0; b < 8; ++b)
+                    ip += q[d + b] * (l[d + b] + s[d + b] * (float)((v >> (4 * b)) & 15));
+            }
+        }
+        for (; d < dim; d += stride) {
             u32 level = (code[d >> 1] >> ((d & 1) * 4)) & 15;
             ip += q[d] * (l[d] + s[d] * (float)level);
         }

@@ -684,17 +684,37 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
         return Share(planes, inner, anchor_dist + code_f32(stage, start + at),
                      code_f32(stage, start + at + 4u));
     }
+    // One invocation reads a whole code whose rows start on 4-byte boundaries a word at a time
+    // (four sq8 levels, eight sq4 levels, two halves or a float), in the same order and sums as
+    // byte by byte, which read the same word once per byte (CUDA's scan of sq8 codes by lone
+    // threads waited on such loads, session 73). Invocations that share a code read it byte
+    // by byte.
+    let whole = stride == 1u && (code_size & 3u) == 0u;
+    let word0 = start >> 2u;
     if (kind == KIND_FLOAT) {
         // Float residuals: distance = |q - c|^2 + factor - 2 <q, r>, r stored as is.
         var ip = 0.0;
+        var d = first;
         if (bits == 16u) {
-            for (var d = first; d < p.dim; d = d + stride) {
+            if (whole) {
+                for (; d + 2u <= p.dim; d = d + 2u) {
+                    let v = code_word(stage, word0 + (d >> 1u));
+                    ip = ip + query_value(d) * half_to_f32(v & 0xffffu);
+                    ip = ip + query_value(d + 1u) * half_to_f32(v >> 16u);
+                }
+            }
+            for (; d < p.dim; d = d + stride) {
                 let o = start + 2u * d;
                 let h = code_byte(stage, o) | (code_byte(stage, o + 1u) << 8u);
                 ip = ip + query_value(d) * half_to_f32(h);
             }
         } else {
-            for (var d = first; d < p.dim; d = d + stride) {
+            if (whole) {
+                for (; d < p.dim; d = d + 1u) {
+                    ip = ip + query_value(d) * bitcast<f32>(code_word(stage, word0 + d));
+                }
+            }
+            for (; d < p.dim; d = d + stride) {
                 ip = ip + query_value(d) * code_f32(stage, start + 4u * d);
             }
         }
@@ -704,14 +724,35 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
     let row = select(0u, anchor * p.dim, per_anchor != 0u);
     var ip = 0.0;
     var packed: u32;
+    var d = first;
     if (bits == 8u) {
-        for (var d = first; d < p.dim; d = d + stride) {
+        if (whole) {
+            for (; d + 4u <= p.dim; d = d + 4u) {
+                let v = code_word(stage, word0 + (d >> 2u));
+                for (var b = 0u; b < 4u; b = b + 1u) {
+                    let e = d + b;
+                    let level = f32((v >> (8u * b)) & 0xffu);
+                    ip = ip + query_value(e) * (floats[off_lo + row + e] + floats[off_step + row + e] * level);
+                }
+            }
+        }
+        for (; d < p.dim; d = d + stride) {
             let level = f32(code_byte(stage, start + d));
             ip = ip + query_value(d) * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
         }
         packed = p.dim;
     } else {
-        for (var d = first; d < p.dim; d = d + stride) {
+        if (whole) {
+            for (; d + 8u <= p.dim; d = d + 8u) {
+                let v = code_word(stage, word0 + (d >> 3u));
+                for (var b = 0u; b < 8u; b = b + 1u) {
+                    let e = d + b;
+                    let level = f32((v >> (4u * b)) & 15u);
+                    ip = ip + query_value(e) * (floats[off_lo + row + e] + floats[off_step + row + e] * level);
+                }
+            }
+        }
+        for (; d < p.dim; d = d + stride) {
             let level = f32((code_byte(stage, start + (d >> 1u)) >> ((d & 1u) * 4u)) & 15u);
             ip = ip + query_value(d) * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
         }
