@@ -301,14 +301,17 @@ __device__ __forceinline__ float score_pca(bool full, const unsigned char* code,
 
 // Estimated squared distance of one code (see the codec docs in vlc-core).
 // `full`: for RaBitQ, all bits (else only the leading 1-bit code); for pcaq, the full code (else
-// its first stage).
+// its first stage). `lone`: one thread scores the whole code (`first` 0, `stride` 1) in step 2's
+// scan, and may read it a word at a time (below); a literal at each call site, so the other
+// call sites carry no word loops.
 template <typename R>
 __device__ __forceinline__ float score(int kind, int bits, bool full, int code_size,
                                        int per_anchor, const unsigned char* code,
                                        const float* table, float constant, float constant2,
                                        const float* q, const float* lo, const float* step, int dim,
                                        int padded_dim, const int* planes, u32 anchor,
-                                       float anchor_dist, int first, int stride, R reduce) {
+                                       float anchor_dist, int first, int stride, bool lone,
+                                       R reduce) {
     if (kind == KIND_ANCHOR_ONLY) return anchor_dist;
     if (kind == KIND_PCA)
         return score_pca(full && bits > 1, code, table, padded_dim, planes, constant, constant2,
@@ -333,12 +336,14 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
         }
         return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * ip;
     }
-    // One thread reads a whole code whose rows start on 4-byte boundaries a word at a time
-    // (four sq8 levels, eight sq4 levels, two halves or a float), in the same order and sums
-    // as byte by byte: a thread's byte loads of its own row touch a cache sector each, and a
-    // lone query's scan of sq8 codes waited on them (session 73). Lanes that share a code
-    // read it byte by byte, neighbouring lanes neighbouring bytes.
-    const bool whole = stride == 1 && (code_size & 3) == 0;
+    // A lone thread reads a code whose rows start on 4-byte boundaries a word at a time (four
+    // sq8 levels, two halves or a float; sq4's four levels a half-word), in the same order and
+    // sums as byte by byte: a thread's byte loads of its own row touch a cache sector each, and
+    // a lone query's scan of sq8 codes waited on them (session 73). Lanes that share a code
+    // read it byte by byte, neighbouring lanes neighbouring bytes. sq8 and sq4 share one loop:
+    // with a loop each, and word loops at every call site, the kernel spilled registers on
+    // sm_100 and sm_120 (session 74).
+    const bool whole = lone && (code_size & 3) == 0;
     if (kind == KIND_FLOAT) {
         // Float residuals: distance = |q - c|^2 + factor - 2 <q, r>, r stored as is.
         float ip = 0.f;
@@ -367,26 +372,21 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
     float ip = 0.f;
     int packed;
     int d = first;
-    if (bits == 8) {
-        if (whole) {
-            for (const u32* w = (const u32*)code; d + 4 <= dim; d += 4) {
-                u32 v = w[d >> 2];
+    if (whole) {
+        // Four levels at a time: a word of sq8, a half-word of sq4.
+        const u32 mask = (1u << bits) - 1;
+        for (; d + 4 <= dim; d += 4) {
+            u32 v = bits == 8 ? ((const u32*)code)[d >> 2]
+                              : (u32)((const unsigned short*)code)[d >> 2];
 #pragma unroll
-                for (int b = 0; b < 4; ++b)
-                    ip += q[d + b] * (l[d + b] + s[d + b] * (float)((v >> (8 * b)) & 0xff));
-            }
+            for (int b = 0; b < 4; ++b)
+                ip += q[d + b] * (l[d + b] + s[d + b] * (float)((v >> (bits * b)) & mask));
         }
+    }
+    if (bits == 8) {
         for (; d < dim; d += stride) ip += q[d] * (l[d] + s[d] * (float)code[d]);
         packed = dim;
     } else {
-        if (whole) {
-            for (const u32* w = (const u32*)code; d + 8 <= dim; d += 8) {
-                u32 v = w[d >> 3];
-#pragma unroll
-                for (int b = 0; b < 8; ++b)
-                    ip += q[d + b] * (l[d + b] + s[d + b] * (float)((v >> (4 * b)) & 15));
-            }
-        }
         for (; d < dim; d += stride) {
             u32 level = (code[d >> 1] >> ((d & 1) * 4)) & 15;
             ip += q[d] * (l[d] + s[d] * (float)level);
@@ -605,14 +605,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     const float c_q = rabitq ? constant : 0.f;
     const float c_q2 = pca ? constant2 : 0.f;
     // The first stage's estimate of the vector at `position` of probed list `pr`, by one
-    // thread; its second stage's distance, by the `group` lanes of a warp that share that
+    // thread (word reads where `lone`, see `score`); its second stage's distance, by the `group` lanes of a warp that share that
     // vector (each lane's share summed by shuffles within the group, so every lane of the
     // group returns the same distance).
-    auto first_stage = [&](u32 position, int pr) {
+    auto first_stage = [&](u32 position, int pr, bool lone) {
         return score(a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
                      a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q, a.lo1,
                      a.step1, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr], probe_dist[pr],
-                     0, 1, [](float v) { return v; });
+                     0, 1, lone, [](float v) { return v; });
     };
     const int group = a.group;
     const int lane = tid & (group - 1);
@@ -620,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
         return score(a.kind2, a.bits2, true, a.code_size2, a.per_anchor2,
                      a.codes2 + (size_t)position * a.code_size2, table, c_q, c_q2, q, a.lo2,
                      a.step2, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr], probe_dist[pr],
-                     lane, group, [&](float v) {
+                     lane, group, false, [&](float v) {
                          for (int o = group >> 1; o > 0; o >>= 1)
                              v += __shfl_xor_sync(0xffffffff, v, o, group);
                          return v;
@@ -639,7 +639,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
         if (valid) {
             p = advance(prefix, p, t, scanned);
             position = position_of(probe_start[p] + (t - prefix[p]));
-            d = first_stage(position, p);
+            d = first_stage(position, p, true);
         }
         offer(valid, d, position, (u32)p, keys, aux, &count, &threshold, a.pool_size,
               a.cap_rescore, outside);
@@ -724,7 +724,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
                     if (t < live_total) {
                         p = advance(live, p, t, lists);
                         u32 position = position_of(probe_start[p] + (t - live[p]));
-                        float estimate = first_stage(position, p);
+                        // Byte reads: step 4 is rare, and its own word loops made the
+                        // kernel spill registers on sm_100 and sm_120.
+                        float estimate = first_stage(position, p, false);
                         if (order_key(estimate, position) > boundary &&
                             estimate < threshold + margin) {
                             int slot = atomicAdd(&staged, 1);
