@@ -337,12 +337,11 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
         return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * ip;
     }
     // A lone thread reads a code whose rows start on 4-byte boundaries a word at a time (four
-    // sq8 levels, two halves or a float; sq4's four levels a half-word), in the same order and
-    // sums as byte by byte: a thread's byte loads of its own row touch a cache sector each, and
-    // a lone query's scan of sq8 codes waited on them (session 73). Lanes that share a code
-    // read it byte by byte, neighbouring lanes neighbouring bytes. sq8 and sq4 share one loop:
-    // with a loop each, and word loops at every call site, the kernel spilled registers on
-    // sm_100 and sm_120 (session 74).
+    // sq8 levels, eight sq4 levels, two halves or a float), in the same order and sums as byte
+    // by byte: a thread's byte loads of its own row touch a cache sector each, and a lone
+    // query's scan of sq8 codes waited on them (session 73). Lanes that share a code read it
+    // byte by byte, neighbouring lanes neighbouring bytes. With word loops at every call site
+    // the kernel spilled registers on sm_100 and sm_120 (session 74).
     const bool whole = lone && (code_size & 3) == 0;
     if (kind == KIND_FLOAT) {
         // Float residuals: distance = |q - c|^2 + factor - 2 <q, r>, r stored as is.
@@ -372,21 +371,26 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
     float ip = 0.f;
     int packed;
     int d = first;
-    if (whole) {
-        // Four levels at a time: a word of sq8, a half-word of sq4.
-        const u32 mask = (1u << bits) - 1;
-        for (; d + 4 <= dim; d += 4) {
-            u32 v = bits == 8 ? ((const u32*)code)[d >> 2]
-                              : (u32)((const unsigned short*)code)[d >> 2];
-#pragma unroll
-            for (int b = 0; b < 4; ++b)
-                ip += q[d + b] * (l[d + b] + s[d + b] * (float)((v >> (bits * b)) & mask));
-        }
-    }
     if (bits == 8) {
+        if (whole) {
+            for (const u32* w = (const u32*)code; d + 4 <= dim; d += 4) {
+                u32 v = w[d >> 2];
+#pragma unroll
+                for (int b = 0; b < 4; ++b)
+                    ip += q[d + b] * (l[d + b] + s[d + b] * (float)((v >> (8 * b)) & 0xff));
+            }
+        }
         for (; d < dim; d += stride) ip += q[d] * (l[d] + s[d] * (float)code[d]);
         packed = dim;
     } else {
+        if (whole) {
+            for (const u32* w = (const u32*)code; d + 8 <= dim; d += 8) {
+                u32 v = w[d >> 3];
+#pragma unroll
+                for (int b = 0; b < 8; ++b)
+                    ip += q[d + b] * (l[d + b] + s[d + b] * (float)((v >> (4 * b)) & 15));
+            }
+        }
         for (; d < dim; d += stride) {
             u32 level = (code[d >> 1] >> ((d & 1) * 4)) & 15;
             ip += q[d] * (l[d] + s[d] * (float)level);
@@ -605,9 +609,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     const float c_q = rabitq ? constant : 0.f;
     const float c_q2 = pca ? constant2 : 0.f;
     // The first stage's estimate of the vector at `position` of probed list `pr`, by one
-    // thread (word reads where `lone`, see `score`); its second stage's distance, by the `group` lanes of a warp that share that
-    // vector (each lane's share summed by shuffles within the group, so every lane of the
-    // group returns the same distance).
+    // thread (word reads where `lone`, see `score`); its second stage's distance, by the
+    // `group` lanes of a warp that share that vector (each lane's share summed by shuffles
+    // within the group, so every lane of the group returns the same distance).
     auto first_stage = [&](u32 position, int pr, bool lone) {
         return score(a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
                      a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q, a.lo1,
@@ -724,8 +728,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
                     if (t < live_total) {
                         p = advance(live, p, t, lists);
                         u32 position = position_of(probe_start[p] + (t - live[p]));
-                        // Byte reads: step 4 is rare, and its own word loops made the
-                        // kernel spill registers on sm_100 and sm_120.
+                        // Byte reads: step 4 runs only with a second stage, behind first
+                        // stages that are mostly RaBitQ or pcaq (nibble tables), and word
+                        // loops here too made the kernel spill on sm_100 and sm_120.
                         float estimate = first_stage(position, p, false);
                         if (order_key(estimate, position) > boundary &&
                             estimate < threshold + margin) {
