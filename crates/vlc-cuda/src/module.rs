@@ -267,7 +267,11 @@ mod tests {
             "NVRTC {major}.{minor}: spills checked in {checked} of {} kernel builds for {}{}",
             ARCHS.len() * ALL_KERNELS.len(),
             ARCHS.join(", "),
-            if checked == 0 { " (SKIPPED: its log has no ptxas report)" } else { "" }
+            if checked == 0 {
+                " (SKIPPED: its log has no ptxas report)"
+            } else {
+                ""
+            }
         );
     }
 }
