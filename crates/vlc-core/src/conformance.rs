@@ -676,6 +676,9 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
         (48, Sq8, 0.0, None, false, Metric::Cosine, false),
         (34, CodecKind::F16, 0.0, None, false, Metric::L2, false),
         (36, CodecKind::F32, 0.0, None, false, Metric::L2, false),
+        // sq8 at 45 dimensions: rows padded to 16 bytes on CUDA (49 → 64), read 16 levels
+        // a load (twice), then 4 (three times), then one byte.
+        (45, Sq8, 0.0, None, true, Metric::L2, false),
         (
             64,
             CodecKind::AnchorOnly,

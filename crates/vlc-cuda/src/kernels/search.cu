@@ -31,7 +31,7 @@ struct SearchArgs {
     const u32* ids;               // (num_vectors,)
     const float* queries;         // (num_queries, dim), prepared (normalised for cosine)
     const float* rotated;         // (num_queries, padded_dim): P q, or null without RaBitQ
-    const unsigned char* codes1;  // primary codes (num_vectors, code_size1)
+    const unsigned char* codes1;  // primary codes (num_vectors, code_size1): sq8 rows padded to 16 bytes
     const unsigned char* codes2;  // second-stage codes (num_vectors, code_size2), or null
     const float* lo1;             // scalar ranges of stage 1: (rows, dim), or null
     const float* step1;
@@ -337,8 +337,8 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
         return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * ip;
     }
     // A lone thread reads a code whose rows start on 4-byte boundaries a word at a time (four
-    // sq8 levels, eight sq4 levels, two halves or a float), in the same order and sums as byte
-    // by byte: a thread's byte loads of its own row touch a cache sector each, and a lone
+    // sq8 levels, eight sq4 levels, two halves or a float; sq8 rows padded to 16 bytes, 16
+    // levels a load first), in the same order and sums as byte by byte: a thread's byte loads of its own row touch a cache sector each, and a lone
     // query's scan of sq8 codes waited on them (session 73). Lanes that share a code read it
     // byte by byte, neighbouring lanes neighbouring bytes. With word loops at every call site
     // the kernel spilled registers on sm_100 and sm_120 (session 74).
@@ -372,6 +372,18 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
     int packed;
     int d = first;
     if (bits == 8) {
+        if (whole && (code_size & 15) == 0) {
+            // Rows padded to 16 bytes on the device (the host's `CudaIndex::new`): sixteen
+            // levels a load.
+            for (const uint4* w = (const uint4*)code; d + 16 <= dim; d += 16) {
+                const uint4 v4 = w[d >> 4];
+                const u32 words[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+                for (int k = 0; k < 16; ++k)
+                    ip += q[d + k] *
+                          (l[d + k] + s[d + k] * (float)((words[k >> 2] >> (8 * (k & 3))) & 0xff));
+            }
+        }
         if (whole) {
             for (const u32* w = (const u32*)code; d + 4 <= dim; d += 4) {
                 u32 v = w[d >> 2];
