@@ -338,10 +338,11 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
     }
     // A lone thread reads a code whose rows start on 4-byte boundaries a word at a time (four
     // sq8 levels, eight sq4 levels, two halves or a float; sq8 rows padded to 16 bytes, 16
-    // levels a load first), in the same order and sums as byte by byte: a thread's byte loads of its own row touch a cache sector each, and a lone
-    // query's scan of sq8 codes waited on them (session 73). Lanes that share a code read it
-    // byte by byte, neighbouring lanes neighbouring bytes. With word loops at every call site
-    // the kernel spilled registers on sm_100 and sm_120 (session 74).
+    // levels a load first), in the same order and sums as byte by byte: a thread's byte loads
+    // of its own row touch a cache sector each, and a lone query's scan of sq8 codes waited
+    // on them (session 73). Lanes that share a code read it byte by byte, neighbouring lanes
+    // neighbouring bytes. With word loops at every call site the kernel spilled registers on
+    // sm_100 and sm_120 (session 74).
     const bool whole = lone && (code_size & 3) == 0;
     if (kind == KIND_FLOAT) {
         // Float residuals: distance = |q - c|^2 + factor - 2 <q, r>, r stored as is.
