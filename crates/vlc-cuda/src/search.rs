@@ -299,9 +299,9 @@ impl CudaBackend {
 const UPLOAD_CHUNK_BYTES: usize = 4 << 20;
 
 /// Bytes per row of the primary codes on the device: `sq8` rows rounded up to 16 bytes, which
-/// the search kernel's scan reads 16 bytes a load (1,000,000 x 128 on an H200, session 73's
-/// scratch build: one query per call 11-24% faster, batches 1.05-1.22x, for 132 → 144 bytes a
-/// row); other codes as they are.
+/// the search kernel's scan reads 16 bytes a load (on an H200, session 74: one query per call
+/// 1.13-1.32x as fast, batches 1.07-1.24x, for rows of 132 → 144 bytes at 128-d and 388 → 400
+/// at 384-d); other codes as they are.
 fn device_row_bytes(primary: &Stage) -> usize {
     if primary.kind == KIND_SCALAR && primary.bits == 8 {
         primary.code_size.next_multiple_of(16)
