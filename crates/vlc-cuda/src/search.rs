@@ -300,7 +300,7 @@ const UPLOAD_CHUNK_BYTES: usize = 4 << 20;
 
 /// Bytes per row of the primary codes on the device: `sq8` rows rounded up to 16 bytes, which
 /// the search kernel's scan reads 16 bytes a load (on an H200, session 74: one query per call
-/// 1.13-1.32x as fast, batches 1.07-1.24x, for rows of 132 → 144 bytes at 128-d and 388 → 400
+/// 1.13-1.32x as fast, batches 1.07-1.23x, for rows of 132 → 144 bytes at 128-d and 388 → 400
 /// at 384-d); other codes as they are.
 fn device_row_bytes(primary: &Stage) -> usize {
     if primary.kind == KIND_SCALAR && primary.bits == 8 {
