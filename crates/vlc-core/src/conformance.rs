@@ -679,6 +679,21 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
         // sq8 at 45 dimensions: rows padded to 16 bytes on CUDA (49 → 64), read 16 levels
         // a load (twice), then 4 (three times), then one byte.
         (45, Sq8, 0.0, None, true, Metric::L2, false),
+        // Scalar primary codes with global ranges, which the devices score against the
+        // weights q ∘ step (CUDA's `search_queries_weighted`, WGPU's `WEIGHTED` pipelines):
+        // sq8 at 45 dimensions, and with a scalar and a float refine tier, which read the query
+        // itself (kept past the weights on CUDA).
+        (45, Sq8, 0.0, None, false, Metric::L2, false),
+        (40, Sq4, 0.0, Some(Sq8), false, Metric::L2, false),
+        (
+            37,
+            Sq8,
+            0.0,
+            Some(CodecKind::F16),
+            false,
+            Metric::Cosine,
+            false,
+        ),
         (
             64,
             CodecKind::AnchorOnly,
@@ -704,6 +719,7 @@ pub fn check_search_matches_cpu(open: &OpenSearch<'_>) {
         (36, RaBitQ1, 0.0, Some(Sq8), false, Metric::L2, false),
         (64, PcaRaBitQ, 2.0, None, false, Metric::L2, false),
         (33, Sq8, 0.0, None, true, Metric::L2, false),
+        (40, Sq8, 0.0, None, false, Metric::L2, false),
         (
             36,
             CodecKind::RaBitQ4,

@@ -298,8 +298,9 @@ pub struct CudaBackend {
     /// ranked, on stderr (a diagnostic for tuning, off by default).
     trace: bool,
     cache: KernelCache,
-    /// The search kernel, compiled on first use (training never needs it).
-    search: OnceLock<CudaFunction>,
+    /// The search kernel's two entry functions, `search_queries` and
+    /// `search_queries_weighted`, compiled on first use (training never needs them).
+    search: OnceLock<[CudaFunction; 2]>,
     /// The encode kernel (`code_levels`), compiled and loaded on first use.
     levels: OnceLock<CudaFunction>,
     /// Everything on the device. The lock also serialises GPU work: the cuBLAS handle and the
@@ -721,17 +722,20 @@ impl CudaBackend {
         self.ctx.mem_get_info().map_err(err)
     }
 
-    /// The batched search kernel, compiled and loaded on first use.
-    fn search_kernel(&self) -> Result<CudaFunction> {
+    /// The batched search kernel, compiled and loaded on first use: with `weighted`, its entry
+    /// function for a scalar primary code with global ranges (`search_queries_weighted`).
+    fn search_kernel(&self, weighted: bool) -> Result<CudaFunction> {
         if let Some(f) = self.search.get() {
-            return Ok(f.clone());
+            return Ok(f[weighted as usize].clone());
         }
-        let f = self
-            .cache
-            .load(&module::SEARCH)?
-            .load_function("search_queries")
-            .map_err(err)?;
-        Ok(self.search.get_or_init(|| f).clone())
+        let module = self.cache.load(&module::SEARCH)?;
+        let f = [
+            module.load_function("search_queries").map_err(err)?,
+            module
+                .load_function("search_queries_weighted")
+                .map_err(err)?,
+        ];
+        Ok(self.search.get_or_init(|| f)[weighted as usize].clone())
     }
 
     /// The encode kernel, compiled on first use without fused multiply-adds: it repeats the

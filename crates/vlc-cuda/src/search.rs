@@ -356,7 +356,7 @@ impl<'b> CudaIndex<'b> {
             )));
         }
         // Compile and load the kernel now, so that the first search is not slower.
-        backend.search_kernel()?;
+        backend.search_kernel(false)?;
         let primary = backend.stage(&view.primary)?;
         let (rotation, padded_dim, pca) = match &view.primary.codec {
             StageCodec::RaBitQ {
@@ -460,6 +460,20 @@ impl<'b> CudaIndex<'b> {
             .widen(params.k)
     }
 
+    /// Whether the primary code is scalar with global ranges (`sq8`, `sq4` without a
+    /// Jacobian), searched by the kernel's `search_queries_weighted`: it scores the codes
+    /// against the weights `q ∘ step` and `<q, lo>`, as the CPU's `prepare_query` does.
+    fn weighted(&self) -> bool {
+        self.primary.kind == KIND_SCALAR && !self.primary.per_anchor
+    }
+
+    /// Query rows of shared memory per block: 2 where the weighted kernel keeps the query past
+    /// the weights (a scalar or float second stage reads it), else 1.
+    fn query_rows(&self) -> usize {
+        let second = self.second.as_ref().map_or(KIND_NONE, |st| st.kind);
+        1 + (self.weighted() && (second == KIND_SCALAR || second == KIND_FLOAT)) as usize
+    }
+
     /// Shared memory per query block (bytes) for `probe_slots` probed lists, of which the
     /// kernel selects `selected` (0 where a filtered search's lists come ranked), and the pool
     /// slots `(cap, cap_rescore, slots)`; an error where the device allows less.
@@ -491,7 +505,7 @@ impl<'b> CudaIndex<'b> {
             + probe_slots * 16
             + (probe_slots + 1) * 8
             + 16 * tables * self.padded_dim
-            + 4 * dim;
+            + 4 * dim * self.query_rows();
         let limit = self
             .backend
             .ctx
@@ -529,7 +543,7 @@ impl<'b> CudaIndex<'b> {
         let (dim, k) = (self.dim, params.k);
         let nq = queries.len() / dim;
         // Compiled (once) before the backend's state is locked.
-        b.search_kernel()?;
+        b.search_kernel(false)?;
 
         let prepared = vlc::vectors::prepare_rows(
             queries,
@@ -673,7 +687,7 @@ impl<'b> CudaIndex<'b> {
             Launch::Probes(p) => (p.max_probes, 0),
         };
         let (shared, cap, cap_rescore, slots) = self.layout(params, probe_slots, selected)?;
-        let kernel = b.search_kernel()?;
+        let kernel = b.search_kernel(self.weighted())?;
         kernel
             .set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

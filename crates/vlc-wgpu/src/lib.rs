@@ -196,9 +196,9 @@ struct SearchPipelines {
     rotate: wgpu::ComputePipeline,
     /// One workgroup per query: probe, scan, rescore, top k. By the shader's `POOL_SLOTS`
     /// (candidate pool slots in workgroup memory; 1: the pool in the storage buffer) and
-    /// whether the automatic pool is on (`LIST_MIN_SLOTS` 1,024, else 1), each compiled on
-    /// first use.
-    search: Mutex<HashMap<(u32, bool), wgpu::ComputePipeline>>,
+    /// whether the automatic pool is on (`LIST_MIN_SLOTS` 1,024, else 1) and whether the
+    /// primary code is scalar with global ranges (`WEIGHTED`), each compiled on first use.
+    search: Mutex<HashMap<(u32, bool, bool), wgpu::ComputePipeline>>,
 }
 
 /// Bytes of workgroup memory that search.wgsl declares besides its pool (the matrix products'
@@ -661,16 +661,18 @@ impl WgpuBackend {
 
     /// The `search_queries` pipeline with `pool_slots` slots of workgroup memory for the
     /// candidate pool (1: the pool in the storage buffer), with the automatic pool's per-list
-    /// minima and staging in workgroup memory where `automatic_pool`, compiled on first use;
-    /// one that fails to compile is reported and not kept.
+    /// minima and staging in workgroup memory where `automatic_pool`, scoring a scalar primary
+    /// code with global ranges by its weights where `weighted`, compiled on first use; one that
+    /// fails to compile is reported and not kept.
     fn search_pipeline(
         &self,
         pool_slots: u32,
         automatic_pool: bool,
+        weighted: bool,
     ) -> Result<wgpu::ComputePipeline> {
         let pipelines = self.search_pipelines();
         let mut cache = pipelines.search.lock().unwrap();
-        let key = (pool_slots, automatic_pool);
+        let key = (pool_slots, automatic_pool, weighted);
         if let Some(pipeline) = cache.get(&key) {
             return Ok(pipeline.clone());
         }
@@ -688,6 +690,7 @@ impl WgpuBackend {
                             constants: &[
                                 ("POOL_SLOTS", f64::from(pool_slots)),
                                 ("LIST_MIN_SLOTS", list_min_slots),
+                                ("WEIGHTED", f64::from(u8::from(weighted))),
                             ],
                             ..Default::default()
                         },

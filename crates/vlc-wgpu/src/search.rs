@@ -208,6 +208,7 @@ impl<'b> WgpuIndex<'b> {
                     1
                 },
                 usual_params.error_margin(index.has_second_stage) > 0.0,
+                index.weighted(),
             )?;
             Ok(())
         })?;
@@ -363,6 +364,13 @@ impl<'b> WgpuIndex<'b> {
         }
     }
 
+    /// Whether the primary code is scalar with global ranges (`sq8`, `sq4` without a
+    /// Jacobian), searched by the pipeline whose `WEIGHTED` is set: it scores the codes against
+    /// the weights `q ∘ step` and `<q, lo>`, as the CPU's `prepare_query` does.
+    fn weighted(&self) -> bool {
+        self.primary.kind == KIND_SCALAR && self.primary.per_anchor == 0
+    }
+
     /// Words of each query's slice of the scratch buffer (`slice_layout` in search.wgsl).
     fn stride(&self, params: &SearchParams, launch: &Launch<'_>) -> usize {
         let (nprobe, cap) = self.slots(params, launch);
@@ -373,7 +381,14 @@ impl<'b> WgpuIndex<'b> {
             cap
         };
         let tables = if self.primary.kind == KIND_PCA { 2 } else { 1 };
-        3 * pool_words + 4 * nprobe + 1 + (1 + 4 * tables) * self.padded_dim + self.num_anchors
+        // A scalar primary with global ranges: the weights q ∘ step (`WEIGHTED`).
+        let weights = if self.weighted() { self.dim } else { 0 };
+        3 * pool_words
+            + 4 * nprobe
+            + 1
+            + (1 + 4 * tables) * self.padded_dim
+            + self.num_anchors
+            + weights
     }
 
     /// Queries per dispatch whose scratch, results and rows fit the adapter's bindings (0:
@@ -464,6 +479,7 @@ impl<'b> WgpuIndex<'b> {
             let search = b.search_pipeline(
                 if in_workgroup { cap as u32 } else { 1 },
                 params.error_margin(self.has_second_stage) > 0.0,
+                self.weighted(),
             )?;
             // Device buffers from the backend's pool, reused by every chunk and call: wgpu zeroes
             // a fresh allocation, work that grows with the scratch (which holds every query's

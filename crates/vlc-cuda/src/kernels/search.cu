@@ -299,11 +299,56 @@ __device__ __forceinline__ float score_pca(bool full, const unsigned char* code,
     return anchor_dist + load_f32(code + at) + load_f32(code + at + 4) * (constant2 + top + low);
 }
 
+// Estimated squared distance of a scalar code with global ranges, scored as the CPU's
+// `prepare_query` does: `w` = q ∘ step, `constant` = <q, lo>, so <q, r> = constant + sum_d w[d]
+// level[d] and a level costs one weight and one multiply-add (not the query, its range and its
+// step). One thread's share over dimensions `first`, `first + stride`, ...; `whole`: one
+// thread reads the whole code a word at a time as `score` does (sq8 rows padded to 16 bytes:
+// sixteen levels a load first), in the same order and sums as byte by byte.
+template <typename R>
+__device__ __forceinline__ float score_weighted(int bits, int code_size, const unsigned char* code,
+                                                const float* w, float constant, int dim,
+                                                float anchor_dist, int first, int stride,
+                                                bool whole, R reduce) {
+    float ip = 0.f;
+    int d = first;
+    if (bits == 8) {
+        if (whole && (code_size & 15) == 0) {
+            for (const uint4* c = (const uint4*)code; d + 16 <= dim; d += 16) {
+                const uint4 v4 = c[d >> 4];
+                const u32 words[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+                for (int k = 0; k < 16; ++k)
+                    ip += w[d + k] * (float)((words[k >> 2] >> (8 * (k & 3))) & 0xff);
+            }
+        }
+        if (whole) {
+            for (const u32* c = (const u32*)code; d + 4 <= dim; d += 4) {
+                u32 v = c[d >> 2];
+#pragma unroll
+                for (int b = 0; b < 4; ++b) ip += w[d + b] * (float)((v >> (8 * b)) & 0xff);
+            }
+        }
+        for (; d < dim; d += stride) ip += w[d] * (float)code[d];
+        return anchor_dist + load_f32(code + dim) - 2.f * (constant + reduce(ip));
+    }
+    if (whole) {
+        for (const u32* c = (const u32*)code; d + 8 <= dim; d += 8) {
+            u32 v = c[d >> 3];
+#pragma unroll
+            for (int b = 0; b < 8; ++b) ip += w[d + b] * (float)((v >> (4 * b)) & 15);
+        }
+    }
+    for (; d < dim; d += stride) ip += w[d] * (float)((code[d >> 1] >> ((d & 1) * 4)) & 15);
+    return anchor_dist + load_f32(code + ((dim + 1) >> 1)) - 2.f * (constant + reduce(ip));
+}
+
 // Estimated squared distance of one code (see the codec docs in vlc-core).
 // `full`: for RaBitQ, all bits (else only the leading 1-bit code); for pcaq, the full code (else
 // its first stage). `lone`: one thread scores the whole code (`first` 0, `stride` 1) in step 2's
 // scan, and may read it a word at a time (below); a literal at each call site, so the other
-// call sites carry no word loops.
+// call sites carry no word loops. `weighted` (a literal): a scalar code with global ranges,
+// `q` holding the weights and `constant` <q, lo> (`score_weighted`).
 template <typename R>
 __device__ __forceinline__ float score(int kind, int bits, bool full, int code_size,
                                        int per_anchor, const unsigned char* code,
@@ -311,7 +356,10 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
                                        const float* q, const float* lo, const float* step, int dim,
                                        int padded_dim, const int* planes, u32 anchor,
                                        float anchor_dist, int first, int stride, bool lone,
-                                       R reduce) {
+                                       bool weighted, R reduce) {
+    if (weighted)
+        return score_weighted(bits, code_size, code, q, constant, dim, anchor_dist, first, stride,
+                              lone && (code_size & 3) == 0, reduce);
     if (kind == KIND_ANCHOR_ONLY) return anchor_dist;
     if (kind == KIND_PCA)
         return score_pca(full && bits > 1, code, table, padded_dim, planes, constant, constant2,
@@ -413,9 +461,13 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
     return anchor_dist + load_f32(code + packed) - 2.f * reduce(ip);
 }
 
-// Blocks of 256 threads (the host's BLOCK), four per multiprocessor at least: the register
-// budget that keeps the second stage's inlined group scoring from halving the occupancy.
-extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a) {
+// The search of one query (the block's), by one of the two entry functions below. `Weighted`:
+// the primary code is scalar with global ranges, scored against the weights q ∘ step1 and
+// <q, lo1> (`score_weighted`), which take the query's place in shared memory; the query moves
+// past them where a scalar or float second stage reads it. A kernel of its own, as scoring
+// both ways in one kernel made it spill registers on one architecture or another (session 75).
+template <bool Weighted>
+__device__ __forceinline__ void search_query(const SearchArgs& a) {
     extern __shared__ unsigned char smem[];
     const int query = blockIdx.x;
     const int tid = threadIdx.x;
@@ -424,9 +476,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     // list starts, prefix sums of probe sizes, for the automatic pool each probed list's
     // smallest first-stage estimate outside the pool (the high word of its order key) and the
     // prefix sums of the sizes of the lists it rescores, nibble tables (RaBitQ: 1, pcaq: 2),
-    // query. The automatic pool stages the candidates it rescores (their positions, probe
-    // indices and distances, 2 blockDim each) in the keys and aux slots past those its top k
-    // uses.
+    // query (`Weighted`: the weights, then the query where a second stage reads it). The
+    // automatic pool stages the candidates it rescores (their positions, probe indices and
+    // distances, 2 blockDim each) in the keys and aux slots past those its top k uses.
     u64* keys = (u64*)smem;
     u32* aux = (u32*)(keys + a.slots);
     u32* probe_anchor = aux + a.slots;
@@ -539,7 +591,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     }
     // The query and its tables.
     const float* query_row = a.queries + (size_t)query * a.dim;
-    for (int d = tid; d < a.dim; d += bd) q[d] = query_row[d];
+    for (int d = tid; d < a.dim; d += bd) {
+        if (!Weighted) {
+            q[d] = query_row[d];
+        } else {
+            q[d] = query_row[d] * a.step1[d];
+            if (a.kind2 == KIND_SCALAR || a.kind2 == KIND_FLOAT) q[a.dim + d] = query_row[d];
+        }
+    }
     const bool rabitq = a.rotated != 0;
     const bool pca = a.pca_top != 0;
     if (rabitq) {
@@ -586,6 +645,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
                 constant = -s / sqrtf((float)a.dim);
                 constant2 = 0.f;
             }
+        } else if (Weighted) {
+            float s = 0.f;
+            for (int d = tid; d < a.dim; d += 32) s += query_row[d] * a.lo1[d];
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+            if (tid == 0) constant = s;
         }
         __syncwarp();  // every lane's prefix sums are visible to every lane
         if (tid == 0) {
@@ -619,7 +683,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
     // allowed_positions[j].
     auto position_of = [&](u32 entry) { return filtered ? a.allowed_positions[entry] : entry; };
     const u32 total = prefix[scanned];
-    const float c_q = rabitq ? constant : 0.f;
+    const float c_q = rabitq || Weighted ? constant : 0.f;
     const float c_q2 = pca ? constant2 : 0.f;
     // The first stage's estimate of the vector at `position` of probed list `pr`, by one
     // thread (word reads where `lone`, see `score`); its second stage's distance, by the
@@ -629,15 +693,15 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
         return score(a.kind1, a.bits1, false, a.code_size1, a.per_anchor1,
                      a.codes1 + (size_t)position * a.code_size1, table, c_q, c_q2, q, a.lo1,
                      a.step1, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr], probe_dist[pr],
-                     0, 1, lone, [](float v) { return v; });
+                     0, 1, lone, Weighted, [](float v) { return v; });
     };
     const int group = a.group;
     const int lane = tid & (group - 1);
     auto second_stage = [&](u32 position, int pr) {
         return score(a.kind2, a.bits2, true, a.code_size2, a.per_anchor2,
-                     a.codes2 + (size_t)position * a.code_size2, table, c_q, c_q2, q, a.lo2,
-                     a.step2, a.dim, a.padded_dim, a.pca_planes, probe_anchor[pr], probe_dist[pr],
-                     lane, group, false, [&](float v) {
+                     a.codes2 + (size_t)position * a.code_size2, table, c_q, c_q2,
+                     Weighted ? q + a.dim : q, a.lo2, a.step2, a.dim, a.padded_dim, a.pca_planes,
+                     probe_anchor[pr], probe_dist[pr], lane, group, false, false, [&](float v) {
                          for (int o = group >> 1; o > 0; o >>= 1)
                              v += __shfl_xor_sync(0xffffffff, v, o, group);
                          return v;
@@ -771,4 +835,15 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
             a.out_dists[o] = infinity();
         }
     }
+}
+
+// Blocks of 256 threads (the host's BLOCK), four per multiprocessor at least: the register
+// budget that keeps the second stage's inlined group scoring from halving the occupancy.
+extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a) {
+    search_query<false>(a);
+}
+
+// The same for a scalar primary code with global ranges (sq8 and sq4 without a Jacobian).
+extern "C" __global__ void __launch_bounds__(256, 4) search_queries_weighted(SearchArgs a) {
+    search_query<true>(a);
 }

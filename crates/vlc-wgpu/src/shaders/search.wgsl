@@ -238,6 +238,7 @@ var<private> prefix: u32;
 var<private> rotated: u32;
 var<private> table: u32;
 var<private> dots: u32;
+var<private> weights: u32;
 var<private> query_at: u32;
 
 // Dimension `d` of this workgroup's query.
@@ -257,8 +258,16 @@ fn slice_layout(query: u32) {
     rotated = prefix + p.nprobe + 1u;
     table = rotated + p.padded_dim;
     dots = table + select(1u, 2u, p.kind1 == KIND_PCA) * 4u * p.padded_dim;
+    weights = dots + p.num_anchors;
     query_at = query * p.dim;
 }
+
+// Set by the host where the primary code is scalar with global ranges (`WgpuIndex::weighted`):
+// it is scored against the weights q ∘ step1 in `scratch` (dim words from `weights`) and
+// <q, lo1> (the CPU's `prepare_query`), a level costing one weight and one multiply-add instead
+// of the query, its range and its step. A pipeline constant, so that the other pipelines carry
+// none of it.
+override WEIGHTED: bool = false;
 
 // Query-side matrix products: a 64 x 64 tile of (query, column) results per workgroup of
 // 16 x 16 invocations, each invocation 4 x 4 of them (rows ly + 16i, columns lx + 16j), over
@@ -720,8 +729,10 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
         }
         return Share(ip, 0.0, anchor_dist + code_f32(stage, start + (bits / 8u) * p.dim), -2.0);
     }
-    // Scalar: r = lo + step * level; distance = |q - c|^2 + factor - 2 <q, r>.
+    // Scalar: r = lo + step * level; distance = |q - c|^2 + factor - 2 <q, r>, where <q, r>
+    // is `constant` plus the weighted levels for the primary code with global ranges.
     let row = select(0u, anchor * p.dim, per_anchor != 0u);
+    let weighted = stage == 1u && WEIGHTED;
     var ip = 0.0;
     var packed: u32;
     var d = first;
@@ -732,13 +743,13 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
                 for (var b = 0u; b < 4u; b = b + 1u) {
                     let e = d + b;
                     let level = f32((v >> (8u * b)) & 0xffu);
-                    ip = ip + query_value(e) * (floats[off_lo + row + e] + floats[off_step + row + e] * level);
+                    ip = ip + level_term(weighted, e, row, off_lo, off_step, level);
                 }
             }
         }
         for (; d < p.dim; d = d + stride) {
             let level = f32(code_byte(stage, start + d));
-            ip = ip + query_value(d) * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
+            ip = ip + level_term(weighted, d, row, off_lo, off_step, level);
         }
         packed = p.dim;
     } else {
@@ -748,17 +759,27 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
                 for (var b = 0u; b < 8u; b = b + 1u) {
                     let e = d + b;
                     let level = f32((v >> (4u * b)) & 15u);
-                    ip = ip + query_value(e) * (floats[off_lo + row + e] + floats[off_step + row + e] * level);
+                    ip = ip + level_term(weighted, e, row, off_lo, off_step, level);
                 }
             }
         }
         for (; d < p.dim; d = d + stride) {
             let level = f32((code_byte(stage, start + (d >> 1u)) >> ((d & 1u) * 4u)) & 15u);
-            ip = ip + query_value(d) * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
+            ip = ip + level_term(weighted, d, row, off_lo, off_step, level);
         }
         packed = (p.dim + 1u) / 2u;
     }
-    return Share(ip, 0.0, anchor_dist + code_f32(stage, start + packed), -2.0);
+    return Share(ip, select(0.0, constant, weighted), anchor_dist + code_f32(stage, start + packed),
+                 -2.0);
+}
+
+// Level `level` of dimension `d` against the query: q[d] * level with the weights (`weighted`,
+// see `WEIGHTED`), else q[d] * (lo[d] + step[d] * level) with the ranges at row `row`.
+fn level_term(weighted: bool, d: u32, row: u32, off_lo: u32, off_step: u32, level: f32) -> f32 {
+    if (weighted) {
+        return bitcast<f32>(scratch[weights + d]) * level;
+    }
+    return query_value(d) * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
 }
 
 // The position in the index of item `t` of the flat range over the probed lists that the probe
@@ -1014,6 +1035,15 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             }
             constant = -sum_over_workgroup(part, tid) / sqrt(f32(p.dim));
         }
+    }
+    if (WEIGHTED) {
+        var part = 0.0;
+        for (var d = tid; d < p.dim; d = d + WG) {
+            let q = query_value(d);
+            scratch[weights + d] = bitcast<u32>(q * floats[p.off_step1 + d]);
+            part = part + q * floats[p.off_lo1 + d];
+        }
+        constant = sum_over_workgroup(part, tid);
     }
     storageBarrier();
     // Prefix sums of the probed list sizes, by runs of lists (a narrow filter probes
