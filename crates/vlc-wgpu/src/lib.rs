@@ -196,9 +196,10 @@ struct SearchPipelines {
     rotate: wgpu::ComputePipeline,
     /// One workgroup per query: probe, scan, rescore, top k. By the shader's `POOL_SLOTS`
     /// (candidate pool slots in workgroup memory; 1: the pool in the storage buffer) and
-    /// whether the automatic pool is on (`LIST_MIN_SLOTS` 1,024, else 1) and whether the
-    /// primary code is scalar with global ranges (`WEIGHTED`), each compiled on first use.
-    search: Mutex<HashMap<(u32, bool, bool), wgpu::ComputePipeline>>,
+    /// whether the automatic pool is on (`LIST_MIN_SLOTS` 1,024, else 1) and by the query
+    /// weights in workgroup memory of a scalar primary code with global ranges
+    /// (`WEIGHT_SLOTS`, its dim; 0: none, `WEIGHTED` off), each compiled on first use.
+    search: Mutex<HashMap<(u32, bool, u32), wgpu::ComputePipeline>>,
 }
 
 /// Bytes of workgroup memory that search.wgsl declares besides its pool (the matrix products'
@@ -212,7 +213,7 @@ const POOL_SLOT_BYTES: usize = 12;
 /// (24 KiB, e.g. a rerank depth of 1,000) searched slower there than in the storage buffer
 /// (fewer workgroups resident at once), while pools of 512 and 1,024 slots searched faster
 /// (bench/results/h100/session37_wgpu_pool_2026-11-26.log).
-const WORKGROUP_POOL_BYTES: usize = 12 * 1024;
+pub(crate) const WORKGROUP_POOL_BYTES: usize = 12 * 1024;
 
 /// The WGPU implementation of [`Backend`].
 pub struct WgpuBackend {
@@ -409,6 +410,14 @@ impl WgpuBackend {
 
     pub fn adapter_name(&self) -> &str {
         &self.adapter_name
+    }
+
+    /// Bytes of workgroup memory the adapter grants a compute workgroup
+    /// (`max_compute_workgroup_storage_size`), which decides where a search keeps its
+    /// candidate pool and its query weights ([`WgpuIndex::pool_in_workgroup_memory`],
+    /// [`WgpuIndex::weighted`]).
+    pub fn workgroup_memory(&self) -> usize {
+        self.limits.max_compute_workgroup_storage_size as usize
     }
 
     fn max_binding(&self) -> u64 {
@@ -652,27 +661,36 @@ impl WgpuBackend {
 
     /// Whether a candidate pool of `cap` slots goes in workgroup memory: at most
     /// [`WORKGROUP_POOL_BYTES`], within the adapter's limit next to search.wgsl's other
-    /// workgroup arrays (else it lives in the storage buffer).
-    fn pool_fits_workgroup(&self, cap: usize) -> bool {
-        let limit = self.limits.max_compute_workgroup_storage_size as usize;
+    /// workgroup arrays and `weight_slots` query weights (`WEIGHT_SLOTS`; else the pool lives
+    /// in the storage buffer).
+    fn pool_fits_workgroup(&self, cap: usize, weight_slots: usize) -> bool {
         let bytes = POOL_SLOT_BYTES * cap;
-        bytes <= WORKGROUP_POOL_BYTES && SEARCH_WORKGROUP_BYTES + bytes <= limit
+        bytes <= WORKGROUP_POOL_BYTES && self.search_workgroup_fits(bytes, weight_slots)
+    }
+
+    /// Whether search.wgsl's workgroup arrays fit the adapter's workgroup memory with
+    /// `pool_bytes` of pool and `weight_slots` query weights (at least one word each, as the
+    /// shader declares them).
+    fn search_workgroup_fits(&self, pool_bytes: usize, weight_slots: usize) -> bool {
+        SEARCH_WORKGROUP_BYTES + pool_bytes.max(POOL_SLOT_BYTES) + 4 * weight_slots.max(1)
+            <= self.workgroup_memory()
     }
 
     /// The `search_queries` pipeline with `pool_slots` slots of workgroup memory for the
     /// candidate pool (1: the pool in the storage buffer), with the automatic pool's per-list
     /// minima and staging in workgroup memory where `automatic_pool`, scoring a scalar primary
-    /// code with global ranges by its weights where `weighted`, compiled on first use; one that
-    /// fails to compile is reported and not kept.
+    /// code with global ranges by its `weight_slots` (its dim) weights in workgroup memory
+    /// where that is not 0, compiled on first use; one that fails to compile is reported and
+    /// not kept.
     fn search_pipeline(
         &self,
         pool_slots: u32,
         automatic_pool: bool,
-        weighted: bool,
+        weight_slots: u32,
     ) -> Result<wgpu::ComputePipeline> {
         let pipelines = self.search_pipelines();
         let mut cache = pipelines.search.lock().unwrap();
-        let key = (pool_slots, automatic_pool, weighted);
+        let key = (pool_slots, automatic_pool, weight_slots);
         if let Some(pipeline) = cache.get(&key) {
             return Ok(pipeline.clone());
         }
@@ -690,7 +708,8 @@ impl WgpuBackend {
                             constants: &[
                                 ("POOL_SLOTS", f64::from(pool_slots)),
                                 ("LIST_MIN_SLOTS", list_min_slots),
-                                ("WEIGHTED", f64::from(u8::from(weighted))),
+                                ("WEIGHTED", f64::from(u8::from(weight_slots > 0))),
+                                ("WEIGHT_SLOTS", f64::from(weight_slots.max(1))),
                             ],
                             ..Default::default()
                         },

@@ -202,13 +202,13 @@ impl<'b> WgpuIndex<'b> {
         backend.scoped(|| {
             backend.search_pipelines();
             backend.search_pipeline(
-                if backend.pool_fits_workgroup(usual) {
+                if index.pool_in_workgroup(usual) {
                     usual as u32
                 } else {
                     1
                 },
                 usual_params.error_margin(index.has_second_stage) > 0.0,
-                index.weighted(),
+                index.weight_slots() as u32,
             )?;
             Ok(())
         })?;
@@ -236,8 +236,7 @@ impl<'b> WgpuIndex<'b> {
     /// workgroup memory: with the default pool of 10·k, for k up to 76 and nprobe up to 768.
     /// Larger pools live in the storage buffer instead, with the same results.
     pub fn pool_in_workgroup_memory(&self, params: &SearchParams) -> bool {
-        self.backend
-            .pool_fits_workgroup(self.pool_cap(&self.resolve_or_as_is(params)))
+        self.pool_in_workgroup(self.pool_cap(&self.resolve_or_as_is(params)))
     }
 
     /// Search a batch (num_queries, dim), as [`Index::search_batch`] does on the CPU.
@@ -364,31 +363,43 @@ impl<'b> WgpuIndex<'b> {
         }
     }
 
-    /// Whether the primary code is scalar with global ranges (`sq8`, `sq4` without a
-    /// Jacobian), searched by the pipeline whose `WEIGHTED` is set: it scores the codes against
-    /// the weights `q ∘ step` and `<q, lo>`, as the CPU's `prepare_query` does.
-    fn weighted(&self) -> bool {
-        self.primary.kind == KIND_SCALAR && self.primary.per_anchor == 0
+    /// Whether this index's searches score the primary code against per-query weights: where
+    /// it is scalar with global ranges (`sq8`, `sq4` without a Jacobian), the pipelines whose
+    /// `WEIGHTED` is set score it against the weights `q ∘ step` (in workgroup memory) and
+    /// `<q, lo>`, as the CPU's `prepare_query` does, where the dim weights fit the adapter's
+    /// workgroup memory beside the largest pool kept there (so that they never push a pool out
+    /// to the storage buffer: on 32 KiB, up to 1,785 dimensions; on 48 KiB, 5,881). Other
+    /// indexes, and those dims, score each level against the query and its ranges (the same
+    /// results within f32 rounding).
+    pub fn weighted(&self) -> bool {
+        self.primary.kind == KIND_SCALAR
+            && self.primary.per_anchor == 0
+            && self
+                .backend
+                .search_workgroup_fits(crate::WORKGROUP_POOL_BYTES, self.dim)
+    }
+
+    /// Query weights in workgroup memory (`WEIGHT_SLOTS`; 0 where not [`Self::weighted`]).
+    fn weight_slots(&self) -> usize {
+        if self.weighted() {
+            self.dim
+        } else {
+            0
+        }
+    }
+
+    /// Whether a pool of `cap` slots goes in workgroup memory (`POOL_SLOTS = cap`) next to
+    /// this index's query weights, else in the scratch buffer.
+    fn pool_in_workgroup(&self, cap: usize) -> bool {
+        self.backend.pool_fits_workgroup(cap, self.weight_slots())
     }
 
     /// Words of each query's slice of the scratch buffer (`slice_layout` in search.wgsl).
     fn stride(&self, params: &SearchParams, launch: &Launch<'_>) -> usize {
         let (nprobe, cap) = self.slots(params, launch);
-        // The pool in workgroup memory (POOL_SLOTS = cap), else in the scratch buffer.
-        let pool_words = if self.backend.pool_fits_workgroup(cap) {
-            0
-        } else {
-            cap
-        };
+        let pool_words = if self.pool_in_workgroup(cap) { 0 } else { cap };
         let tables = if self.primary.kind == KIND_PCA { 2 } else { 1 };
-        // A scalar primary with global ranges: the weights q ∘ step (`WEIGHTED`).
-        let weights = if self.weighted() { self.dim } else { 0 };
-        3 * pool_words
-            + 4 * nprobe
-            + 1
-            + (1 + 4 * tables) * self.padded_dim
-            + self.num_anchors
-            + weights
+        3 * pool_words + 4 * nprobe + 1 + (1 + 4 * tables) * self.padded_dim + self.num_anchors
     }
 
     /// Queries per dispatch whose scratch, results and rows fit the adapter's bindings (0:
@@ -418,7 +429,7 @@ impl<'b> WgpuIndex<'b> {
         let pool_size = params.pool_size(self.has_second_stage);
         let nq = queries.len() / dim;
         // The pool in workgroup memory (POOL_SLOTS = cap), else in the scratch buffer.
-        let in_workgroup = b.pool_fits_workgroup(cap);
+        let in_workgroup = self.pool_in_workgroup(cap);
         let pool_words = if in_workgroup { 0 } else { cap };
         let stride = self.stride(params, launch);
         let limit = b.max_binding() as usize;
@@ -479,7 +490,7 @@ impl<'b> WgpuIndex<'b> {
             let search = b.search_pipeline(
                 if in_workgroup { cap as u32 } else { 1 },
                 params.error_margin(self.has_second_stage) > 0.0,
-                self.weighted(),
+                self.weight_slots() as u32,
             )?;
             // Device buffers from the backend's pool, reused by every chunk and call: wgpu zeroes
             // a fresh allocation, work that grows with the scratch (which holds every query's

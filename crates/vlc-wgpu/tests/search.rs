@@ -85,6 +85,55 @@ fn wgpu_search_pool_in_workgroup_or_storage_memory() {
         eprintln!("{label} (rerank {}): overlap {overlap:.4}", p.rerank);
     }
 }
+
+/// A scalar primary code with global ranges (`sq8`, `sq4` without a Jacobian) is scored against
+/// per-query weights in workgroup memory where its dim weights fit beside search.wgsl's other
+/// workgroup arrays (13,340 bytes) and the largest pool kept there (12 KiB): dim 45 on any
+/// adapter of 26 KiB or more, not dim 6,000 below 48.5 KiB. Codes with per-anchor ranges (a
+/// Jacobian), and dims too large, are scored per level against the query and its ranges. Each
+/// gives the CPU's results.
+#[test]
+fn wgpu_search_scores_scalar_codes_by_weights_where_they_fit() {
+    use vlc::{BuildParams, CodecKind, Index, SearchParams};
+    let Some(gpu) = backend() else { return };
+    let limit = gpu.workgroup_memory();
+    eprintln!("workgroup memory: {limit} bytes");
+    for (dim, codec, jacobian, n) in [
+        (45, CodecKind::Sq8, false, 3_000),
+        (45, CodecKind::Sq8, true, 3_000),
+        (40, CodecKind::Sq4, false, 3_000),
+        (6_000, CodecKind::Sq8, false, 400),
+    ] {
+        let data = vlc::synthetic::clustered(n, dim, 20, 0.4, 21);
+        let queries = vlc::synthetic::clustered(60, dim, 20, 0.5, 22);
+        let mut params = BuildParams::default()
+            .with_codec(codec)
+            .with_num_anchors(30);
+        params.codec_params.jacobian = jacobian;
+        let (index, _) = Index::build(&data, dim, &params, &vlc::CpuBackend, &mut |_| {}).unwrap();
+        let device = vlc_wgpu::WgpuIndex::new(&gpu, &index).unwrap();
+        let fits = 13_340 + 12 * 1024 + 4 * dim <= limit;
+        assert_eq!(
+            device.weighted(),
+            !jacobian && fits,
+            "{codec:?} at dim {dim}, jacobian {jacobian}"
+        );
+        let search: vlc::conformance::DeviceSearch<'_> = Box::new(|q, p| device.search_batch(q, p));
+        let p = SearchParams {
+            k: 10,
+            nprobe: 8,
+            ..SearchParams::default()
+        };
+        let label = format!("{codec:?} dim {dim} jacobian {jacobian}");
+        let overlap =
+            vlc::conformance::compare_search_with_cpu(&label, &index, &queries, &p, &search);
+        eprintln!(
+            "{label}: weighted {}, overlap {overlap:.4}",
+            device.weighted()
+        );
+    }
+}
+
 #[test]
 fn wgpu_filtered_search_matches_cpu_filtered_search() {
     let Some(gpu) = backend() else { return };

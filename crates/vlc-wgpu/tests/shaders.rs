@@ -69,12 +69,17 @@ fn fp32_shaders_validate() {
         Capabilities::empty(),
         &[("POOL_SLOTS", 1024.0), ("LIST_MIN_SLOTS", 1.0)],
     );
-    // ... and for a scalar primary code with global ranges, scored by its weights.
+    // ... and for a scalar primary code with global ranges, scored by its weights (384 of
+    // them in workgroup memory).
     check_with(
         "search",
         include_str!("../src/shaders/search.wgsl"),
         Capabilities::empty(),
-        &[("POOL_SLOTS", 1024.0), ("WEIGHTED", 1.0)],
+        &[
+            ("POOL_SLOTS", 1024.0),
+            ("WEIGHTED", 1.0),
+            ("WEIGHT_SLOTS", 384.0),
+        ],
     );
 }
 

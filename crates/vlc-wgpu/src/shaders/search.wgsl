@@ -238,7 +238,6 @@ var<private> prefix: u32;
 var<private> rotated: u32;
 var<private> table: u32;
 var<private> dots: u32;
-var<private> weights: u32;
 var<private> query_at: u32;
 
 // Dimension `d` of this workgroup's query.
@@ -258,16 +257,17 @@ fn slice_layout(query: u32) {
     rotated = prefix + p.nprobe + 1u;
     table = rotated + p.padded_dim;
     dots = table + select(1u, 2u, p.kind1 == KIND_PCA) * 4u * p.padded_dim;
-    weights = dots + p.num_anchors;
     query_at = query * p.dim;
 }
 
 // Set by the host where the primary code is scalar with global ranges (`WgpuIndex::weighted`):
-// it is scored against the weights q ∘ step1 in `scratch` (dim words from `weights`) and
-// <q, lo1> (the CPU's `prepare_query`), a level costing one weight and one multiply-add instead
-// of the query, its range and its step. A pipeline constant, so that the other pipelines carry
-// none of it.
+// it is scored against the weights q ∘ step1 in workgroup memory (`weight`, WEIGHT_SLOTS = dim
+// of them) and <q, lo1> (the CPU's `prepare_query`), a level costing one weight and one
+// multiply-add instead of the query, its range and its step. Pipeline constants, so that the
+// other pipelines carry none of it (WEIGHT_SLOTS is 1 there).
 override WEIGHTED: bool = false;
+override WEIGHT_SLOTS: u32 = 1u;
+var<workgroup> weight: array<f32, WEIGHT_SLOTS>;
 
 // Query-side matrix products: a 64 x 64 tile of (query, column) results per workgroup of
 // 16 x 16 invocations, each invocation 4 x 4 of them (rows ly + 16i, columns lx + 16j), over
@@ -777,7 +777,7 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
 // see `WEIGHTED`), else q[d] * (lo[d] + step[d] * level) with the ranges at row `row`.
 fn level_term(weighted: bool, d: u32, row: u32, off_lo: u32, off_step: u32, level: f32) -> f32 {
     if (weighted) {
-        return bitcast<f32>(scratch[weights + d]) * level;
+        return weight[d] * level;
     }
     return query_value(d) * (floats[off_lo + row + d] + floats[off_step + row + d] * level);
 }
@@ -1040,7 +1040,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         var part = 0.0;
         for (var d = tid; d < p.dim; d = d + WG) {
             let q = query_value(d);
-            scratch[weights + d] = bitcast<u32>(q * floats[p.off_step1 + d]);
+            weight[d] = q * floats[p.off_step1 + d];
             part = part + q * floats[p.off_lo1 + d];
         }
         constant = sum_over_workgroup(part, tid);
