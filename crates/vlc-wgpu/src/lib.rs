@@ -198,10 +198,8 @@ struct SearchPipelines {
     /// (candidate pool slots in workgroup memory; 1: the pool in the storage buffer) and
     /// whether the automatic pool is on (`LIST_MIN_SLOTS` 1,024, else 1) and by the query
     /// weights in workgroup memory of a scalar primary code with global ranges
-    /// (`WEIGHT_SLOTS`, its dim; 0: none, `WEIGHTED` off) and by the words of nibble tables
-    /// in workgroup memory (`TABLE_SLOTS`; 0: in the storage buffer), each compiled on first
-    /// use.
-    search: Mutex<HashMap<(u32, bool, u32, u32), wgpu::ComputePipeline>>,
+    /// (`WEIGHT_SLOTS`, its dim; 0: none, `WEIGHTED` off), each compiled on first use.
+    search: Mutex<HashMap<(u32, bool, u32), wgpu::ComputePipeline>>,
 }
 
 /// Bytes of workgroup memory that search.wgsl declares besides its pool (the matrix products'
@@ -210,7 +208,7 @@ struct SearchPipelines {
 /// although each entry point and pipeline uses only some.
 const SEARCH_WORKGROUP_BYTES: usize = 2 * 1024 * 4 + 256 * 4 + 1024 * 4 + 28;
 /// Bytes of workgroup memory per pool slot (key high and low words, aux).
-pub(crate) const POOL_SLOT_BYTES: usize = 12;
+const POOL_SLOT_BYTES: usize = 12;
 /// The largest pool kept in workgroup memory: 1,024 slots. On an H100 a pool of 2,048 slots
 /// (24 KiB, e.g. a rerank depth of 1,000) searched slower there than in the storage buffer
 /// (fewer workgroups resident at once), while pools of 512 and 1,024 slots searched faster
@@ -667,22 +665,14 @@ impl WgpuBackend {
     /// in the storage buffer).
     fn pool_fits_workgroup(&self, cap: usize, weight_slots: usize) -> bool {
         let bytes = POOL_SLOT_BYTES * cap;
-        bytes <= WORKGROUP_POOL_BYTES && self.search_workgroup_fits(bytes, weight_slots, 0)
+        bytes <= WORKGROUP_POOL_BYTES && self.search_workgroup_fits(bytes, weight_slots)
     }
 
     /// Whether search.wgsl's workgroup arrays fit the adapter's workgroup memory with
-    /// `pool_bytes` of pool, `weight_slots` query weights and `table_slots` words of nibble
-    /// tables (at least one word each, as the shader declares them).
-    fn search_workgroup_fits(
-        &self,
-        pool_bytes: usize,
-        weight_slots: usize,
-        table_slots: usize,
-    ) -> bool {
-        SEARCH_WORKGROUP_BYTES
-            + pool_bytes.max(POOL_SLOT_BYTES)
-            + 4 * weight_slots.max(1)
-            + 4 * table_slots.max(1)
+    /// `pool_bytes` of pool and `weight_slots` query weights (at least one word each, as the
+    /// shader declares them).
+    fn search_workgroup_fits(&self, pool_bytes: usize, weight_slots: usize) -> bool {
+        SEARCH_WORKGROUP_BYTES + pool_bytes.max(POOL_SLOT_BYTES) + 4 * weight_slots.max(1)
             <= self.workgroup_memory()
     }
 
@@ -690,19 +680,17 @@ impl WgpuBackend {
     /// candidate pool (1: the pool in the storage buffer), with the automatic pool's per-list
     /// minima and staging in workgroup memory where `automatic_pool`, scoring a scalar primary
     /// code with global ranges by its `weight_slots` (its dim) weights in workgroup memory
-    /// where that is not 0, with `table_slots` words of nibble tables in workgroup memory
-    /// (0: in the storage buffer), compiled on first use; one that fails to compile is
-    /// reported and not kept.
+    /// where that is not 0, compiled on first use; one that fails to compile is reported and
+    /// not kept.
     fn search_pipeline(
         &self,
         pool_slots: u32,
         automatic_pool: bool,
         weight_slots: u32,
-        table_slots: u32,
     ) -> Result<wgpu::ComputePipeline> {
         let pipelines = self.search_pipelines();
         let mut cache = pipelines.search.lock().unwrap();
-        let key = (pool_slots, automatic_pool, weight_slots, table_slots);
+        let key = (pool_slots, automatic_pool, weight_slots);
         if let Some(pipeline) = cache.get(&key) {
             return Ok(pipeline.clone());
         }
@@ -722,7 +710,6 @@ impl WgpuBackend {
                                 ("LIST_MIN_SLOTS", list_min_slots),
                                 ("WEIGHTED", f64::from(u8::from(weight_slots > 0))),
                                 ("WEIGHT_SLOTS", f64::from(weight_slots.max(1))),
-                                ("TABLE_SLOTS", f64::from(table_slots.max(1))),
                             ],
                             ..Default::default()
                         },

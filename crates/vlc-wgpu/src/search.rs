@@ -209,7 +209,6 @@ impl<'b> WgpuIndex<'b> {
                 },
                 usual_params.error_margin(index.has_second_stage) > 0.0,
                 index.weight_slots() as u32,
-                index.table_slots(usual) as u32,
             )?;
             Ok(())
         })?;
@@ -377,7 +376,7 @@ impl<'b> WgpuIndex<'b> {
             && self.primary.per_anchor == 0
             && self
                 .backend
-                .search_workgroup_fits(crate::WORKGROUP_POOL_BYTES, self.dim, 0)
+                .search_workgroup_fits(crate::WORKGROUP_POOL_BYTES, self.dim)
     }
 
     /// Query weights in workgroup memory (`WEIGHT_SLOTS`; 0 where not [`Self::weighted`]).
@@ -395,54 +394,12 @@ impl<'b> WgpuIndex<'b> {
         self.backend.pool_fits_workgroup(cap, self.weight_slots())
     }
 
-    /// Words of the nibble tables of a query (RaBitQ: 4 · padded_dim; `pcaq`: two such; none
-    /// for other codes).
-    fn table_words(&self) -> usize {
-        let tables = if self.primary.kind == KIND_PCA { 2 } else { 1 };
-        4 * tables * self.padded_dim
-    }
-
-    /// Words of nibble tables in workgroup memory (`TABLE_SLOTS`) of a search whose pool has
-    /// `cap` slots: all of them where they fit beside that pool (wherever it is) and the
-    /// weights, else 0 (they live in the scratch buffer).
-    fn table_slots(&self, cap: usize) -> usize {
-        let words = self.table_words();
-        let pool_bytes = if self.pool_in_workgroup(cap) {
-            crate::POOL_SLOT_BYTES * cap
-        } else {
-            0
-        };
-        if words > 0
-            && self
-                .backend
-                .search_workgroup_fits(pool_bytes, self.weight_slots(), words)
-        {
-            words
-        } else {
-            0
-        }
-    }
-
-    /// Whether a search with `params` keeps the query's nibble tables (RaBitQ's, `pcaq`'s) in
-    /// workgroup memory, as CUDA keeps them in shared memory: where they fit the adapter's
-    /// workgroup memory beside its candidate pool (the pool first: see
-    /// [`Self::pool_in_workgroup_memory`]); on 48 KiB, with the usual pools, RaBitQ up to
-    /// about 1,300 dimensions and `pcaq` 650. Otherwise they live in the storage buffer, with
-    /// the same results. False for codes without tables.
-    pub fn tables_in_workgroup_memory(&self, params: &SearchParams) -> bool {
-        self.table_slots(self.pool_cap(&self.resolve_or_as_is(params))) > 0
-    }
-
     /// Words of each query's slice of the scratch buffer (`slice_layout` in search.wgsl).
     fn stride(&self, params: &SearchParams, launch: &Launch<'_>) -> usize {
         let (nprobe, cap) = self.slots(params, launch);
         let pool_words = if self.pool_in_workgroup(cap) { 0 } else { cap };
-        let table_words = if self.table_slots(cap) > 0 {
-            0
-        } else {
-            self.table_words()
-        };
-        3 * pool_words + 4 * nprobe + 1 + self.padded_dim + self.num_anchors + table_words
+        let tables = if self.primary.kind == KIND_PCA { 2 } else { 1 };
+        3 * pool_words + 4 * nprobe + 1 + (1 + 4 * tables) * self.padded_dim + self.num_anchors
     }
 
     /// Queries per dispatch whose scratch, results and rows fit the adapter's bindings (0:
@@ -534,7 +491,6 @@ impl<'b> WgpuIndex<'b> {
                 if in_workgroup { cap as u32 } else { 1 },
                 params.error_margin(self.has_second_stage) > 0.0,
                 self.weight_slots() as u32,
-                self.table_slots(cap) as u32,
             )?;
             // Device buffers from the backend's pool, reused by every chunk and call: wgpu zeroes
             // a fresh allocation, work that grows with the scratch (which holds every query's

@@ -134,61 +134,6 @@ fn wgpu_search_scores_scalar_codes_by_weights_where_they_fit() {
     }
 }
 
-/// The query's nibble tables (RaBitQ's, `pcaq`'s two) in workgroup memory where they fit beside
-/// the pool, as with the usual pools at a few dozen dimensions on any adapter of 32 KiB or
-/// more, and in the storage buffer where they do not, as at 4,000 dimensions (64 KiB of
-/// RaBitQ table) on any adapter below 80 KiB: both give the CPU's results, with the pool in
-/// workgroup memory and in the storage buffer.
-#[test]
-fn wgpu_search_tables_in_workgroup_or_storage_memory() {
-    use vlc::{BuildParams, CodecKind, Index, SearchParams};
-    let Some(gpu) = backend() else { return };
-    let limit = gpu.workgroup_memory();
-    for (dim, codec, n) in [
-        (48, CodecKind::PcaRaBitQ, 3_000),
-        (40, CodecKind::RaBitQ2, 3_000),
-        (4_000, CodecKind::RaBitQ1, 2_000),
-    ] {
-        let data = vlc::synthetic::clustered(n, dim, 20, 0.4, 31);
-        let queries = vlc::synthetic::clustered(60, dim, 20, 0.5, 32);
-        let mut params = BuildParams::default()
-            .with_codec(codec)
-            .with_num_anchors(30);
-        if codec == CodecKind::PcaRaBitQ {
-            params.codec_params.bits = 3.0;
-        }
-        let (index, _) = Index::build(&data, dim, &params, &vlc::CpuBackend, &mut |_| {}).unwrap();
-        let device = vlc_wgpu::WgpuIndex::new(&gpu, &index).unwrap();
-        let usual = SearchParams {
-            k: 10,
-            nprobe: 8,
-            ..SearchParams::default()
-        };
-        // Deepen the pool until it goes to the storage buffer (past 1,024 slots at most).
-        let mut large = usual;
-        large.rerank = 64;
-        while device.pool_in_workgroup_memory(&large) {
-            large.rerank *= 2;
-            assert!(large.rerank <= 4_096, "no pool goes to the storage buffer");
-        }
-        for (label, p) in [("usual pool", &usual), ("storage pool", &large)] {
-            let in_workgroup = device.tables_in_workgroup_memory(p);
-            if dim < 100 && limit >= 32 * 1024 {
-                assert!(in_workgroup, "{codec:?} at dim {dim}, {label}");
-            }
-            if dim >= 4_000 && limit < 80 * 1024 {
-                assert!(!in_workgroup, "{codec:?} at dim {dim}, {label}");
-            }
-            let search: vlc::conformance::DeviceSearch<'_> =
-                Box::new(|q, p| device.search_batch(q, p));
-            let label = format!("{codec:?} dim {dim}, {label}");
-            let overlap =
-                vlc::conformance::compare_search_with_cpu(&label, &index, &queries, p, &search);
-            eprintln!("{label}: tables in workgroup memory {in_workgroup}, overlap {overlap:.4}");
-        }
-    }
-}
-
 #[test]
 fn wgpu_filtered_search_matches_cpu_filtered_search() {
     let Some(gpu) = backend() else { return };

@@ -81,13 +81,6 @@ fn fp32_shaders_validate() {
             ("WEIGHT_SLOTS", 384.0),
         ],
     );
-    // ... and with the nibble tables in workgroup memory (pcaq's two at 384 dimensions).
-    check_with(
-        "search",
-        include_str!("../src/shaders/search.wgsl"),
-        Capabilities::empty(),
-        &[("POOL_SLOTS", 512.0), ("TABLE_SLOTS", 3072.0)],
-    );
 }
 
 #[test]

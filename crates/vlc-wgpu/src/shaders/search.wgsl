@@ -119,10 +119,9 @@ const RANK_ON_HOST: u32 = 0xffffffffu;
 @group(0) @binding(7) var<storage, read_write> out: array<u32>;
 // Per workgroup, `stride` words: keys high, keys low, aux (`pool_words` each), probe anchors
 // (nprobe), probe distances (nprobe), probe list starts (nprobe), prefix sums of the probe
-// sizes (nprobe + 1), rotated query (padded_dim), query . anchor (num_anchors), RaBitQ table
-// (4 * padded_dim; pcaq: a table weighted by each dimension's top bit, then a plain one,
-// 4 * padded_dim each; none where the tables are in workgroup memory, `TABLE_SLOTS`). See
-// `slice_layout`: the offsets before the tables are the same in every pipeline.
+// sizes (nprobe + 1), rotated query (padded_dim), RaBitQ table (4 * padded_dim; pcaq: a table
+// weighted by each dimension's top bit, then a plain one, 4 * padded_dim each), query . anchor
+// (num_anchors). See `slice_layout`.
 @group(0) @binding(8) var<storage, read_write> scratch: array<u32>;
 // A filtered search's allowed vectors (vlc's AllowedByList): list starts (num_anchors + 1:
 // list a's are entries starts[a] .. starts[a + 1] of the positions), each list's share of
@@ -256,8 +255,8 @@ fn slice_layout(query: u32) {
     probe_start = probe_dist + p.nprobe;
     prefix = probe_start + p.nprobe;
     rotated = prefix + p.nprobe + 1u;
-    dots = rotated + p.padded_dim;
-    table = dots + p.num_anchors;
+    table = rotated + p.padded_dim;
+    dots = table + select(1u, 2u, p.kind1 == KIND_PCA) * 4u * p.padded_dim;
     query_at = query * p.dim;
 }
 
@@ -516,18 +515,7 @@ fn code_f32(stage: u32, o: u32) -> f32 {
     return bitcast<f32>(b);
 }
 
-// Set by the host where the nibble tables (RaBitQ: 4 · padded_dim words; pcaq: two of them)
-// fit the adapter's workgroup memory beside the pool (`WgpuIndex::tables_in_workgroup`):
-// TABLE_SLOTS = their words, which then live in `lut` (as CUDA keeps them in shared memory)
-// rather than in this workgroup's slice of `scratch`. 1: in `scratch`.
-override TABLE_SLOTS: u32 = 1u;
-override TABLES_IN_WORKGROUP: bool = TABLE_SLOTS > 1u;
-var<workgroup> lut: array<f32, TABLE_SLOTS>;
-
 fn table_at(i: u32) -> f32 {
-    if (TABLES_IN_WORKGROUP) {
-        return lut[i];
-    }
     return bitcast<f32>(scratch[table + i]);
 }
 
@@ -1028,11 +1016,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
                     v = v + bitcast<f32>(scratch[rotated + 4u * g + t]) * w;
                 }
             }
-            if (TABLES_IN_WORKGROUP) {
-                lut[e] = scale * v;
-            } else {
-                scratch[table + e] = bitcast<u32>(scale * v);
-            }
+            scratch[table + e] = bitcast<u32>(scale * v);
         }
         if (pca) {
             var part1 = 0.0;
@@ -1061,10 +1045,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         }
         constant = sum_over_workgroup(part, tid);
     }
-    // Every invocation's writes above (the tables and weights, in workgroup memory where they
-    // live there) seen by all.
     storageBarrier();
-    workgroupBarrier();
     // Prefix sums of the probed list sizes, by runs of lists (a narrow filter probes
     // thousands): each invocation sums its run in place, invocation 0 adds the runs' totals in
     // order (into each run's last entry), and each invocation adds the total before its run
