@@ -1043,6 +1043,7 @@ fn search_queries(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
             weight[d] = q * floats[p.off_step1 + d];
             part = part + q * floats[p.off_lo1 + d];
         }
+        // The sum's first barrier makes every invocation's weights seen by all.
         constant = sum_over_workgroup(part, tid);
     }
     storageBarrier();
