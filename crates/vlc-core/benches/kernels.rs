@@ -6,7 +6,9 @@ use vlc::fastscan::{
     block_dists, block_dists_scalar, block_dists_segmented, block_dists_segmented_scalar,
     block_sums, block_sums_scalar, Affine, BLOCK,
 };
-use vlc::simd::{bit_sum_scalar, dot_u8, dot_u8_scalar, level, weighted_bit_sums, BitTerm};
+use vlc::simd::{
+    bit_sum_scalar, dot_u4, dot_u4_scalar, dot_u8, dot_u8_scalar, level, weighted_bit_sums, BitTerm,
+};
 use vlc::{Backend, CpuBackend, Rng};
 
 fn scan_kernels(c: &mut Criterion) {
@@ -108,6 +110,14 @@ fn scan_kernels(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("sq8 dot, scalar", dim), &dim, |b, _| {
             b.iter(|| dot_u8_scalar(black_box(&w), black_box(&q)))
+        });
+        // One `sq4` code: two 4-bit levels a byte.
+        let nibbles: Vec<u8> = (0..dim.div_ceil(2)).map(|_| rng.below(256) as u8).collect();
+        g.bench_with_input(BenchmarkId::new("sq4 dot, simd", dim), &dim, |b, _| {
+            b.iter(|| dot_u4(black_box(&w), black_box(&nibbles)))
+        });
+        g.bench_with_input(BenchmarkId::new("sq4 dot, scalar", dim), &dim, |b, _| {
+            b.iter(|| dot_u4_scalar(black_box(&w), black_box(&nibbles)))
         });
         // The second stage's rescoring of one candidate of a 4-bit code: four bit planes of
         // `dim` bits, each weighted by its query values and a power of two.

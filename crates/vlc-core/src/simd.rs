@@ -135,6 +135,64 @@ unsafe fn dot_u8_avx2(weights: &[f32], codes: &[u8]) -> f32 {
     s
 }
 
+/// Σ `weights[i] · level_i` over 4-bit levels packed two to a byte, dimension `2j` in the low
+/// nibble of `codes[j]` and `2j + 1` in its high nibble (`sq4`'s layout); `codes` holds at least
+/// `weights.len().div_ceil(2)` bytes.
+#[inline]
+pub fn dot_u4(weights: &[f32], codes: &[u8]) -> f32 {
+    assert!(
+        codes.len() >= weights.len().div_ceil(2),
+        "a byte per two weights"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if level() == SimdLevel::Avx2 {
+        // SAFETY: AVX2 and FMA were detected at run time; the length was checked above.
+        return unsafe { dot_u4_avx2(weights, codes) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level() == SimdLevel::Neon {
+        // SAFETY: NEON was detected at run time; the length was checked above.
+        return unsafe { dot_u4_neon(weights, codes) };
+    }
+    dot_u4_scalar(weights, codes)
+}
+
+/// Scalar reference of [`dot_u4`].
+pub fn dot_u4_scalar(weights: &[f32], codes: &[u8]) -> f32 {
+    dot_scalar(weights, |i| ((codes[i / 2] >> ((i & 1) * 4)) & 0x0f) as f32)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_u4_avx2(weights: &[f32], codes: &[u8]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = weights.len();
+    let chunks = n / 16;
+    // SAFETY: `dot16_avx2` asks only for i + 16 <= n, so the 8 code bytes at i / 2 end at
+    // i / 2 + 8 <= n / 2 <= codes.len() (checked by the caller).
+    let simd = unsafe {
+        let nibble = _mm_set1_epi8(0x0f);
+        dot16_avx2(weights, |i| {
+            let bytes = _mm_loadl_epi64(codes.as_ptr().add(i / 2) as *const __m128i);
+            let low = _mm_and_si128(bytes, nibble);
+            let high = _mm_and_si128(_mm_srli_epi16::<4>(bytes), nibble);
+            // Levels in dimension order: low and high nibbles of each byte, interleaved.
+            let levels = _mm_unpacklo_epi8(low, high);
+            (
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(levels)),
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(levels, levels))),
+            )
+        })
+    };
+    simd + dot_u4_tail(weights, codes, chunks * 16)
+}
+
+/// Σ over dimensions `from..` of [`dot_u4`] (`from` even), in the scalar reference's order.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn dot_u4_tail(weights: &[f32], codes: &[u8], from: usize) -> f32 {
+    dot_u4_scalar(&weights[from..], &codes[from / 2..])
+}
+
 /// Σ `weights[i] · h[i]`, `h` being IEEE half floats stored little-endian in `halves`
 /// (two bytes each); `halves` holds at least `2 · weights.len()` bytes.
 #[inline]
@@ -722,6 +780,31 @@ unsafe fn dot_u8_neon(weights: &[f32], codes: &[u8]) -> f32 {
     simd + dot_u8_scalar(&weights[tail..n], &codes[tail..n])
 }
 
+/// [`dot_u4`] with NEON: 8 code bytes per step, their nibbles interleaved into 16 levels in
+/// dimension order and widened to f32 as [`dot_u8_neon`] widens its bytes.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn dot_u4_neon(weights: &[f32], codes: &[u8]) -> f32 {
+    use std::arch::aarch64::*;
+    let chunks = weights.len() / 16;
+    // SAFETY: `dot16_neon` asks only for i + 16 <= weights.len(), so the 8 code bytes at i / 2
+    // end at i / 2 + 8 <= codes.len() (checked by the caller).
+    let simd = unsafe {
+        dot16_neon(weights, |i| {
+            let bytes = vld1_u8(codes.as_ptr().add(i / 2));
+            let (low, high) = (vand_u8(bytes, vdup_n_u8(0x0f)), vshr_n_u8::<4>(bytes));
+            let (lo, hi) = (vmovl_u8(vzip1_u8(low, high)), vmovl_u8(vzip2_u8(low, high)));
+            [
+                vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))),
+                vcvtq_f32_u32(vmovl_high_u16(lo)),
+                vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))),
+                vcvtq_f32_u32(vmovl_high_u16(hi)),
+            ]
+        })
+    };
+    simd + dot_u4_tail(weights, codes, chunks * 16)
+}
+
 /// [`dot_f16`] with NEON. Stable Rust has no f16 vector conversion on aarch64, so halves are
 /// widened with integer operations, exactly: the magnitude bits shifted into an f32's place
 /// and multiplied by 2^112 give every finite half (subnormals included) exactly; infinities
@@ -925,6 +1008,42 @@ mod tests {
             let c: Vec<u8> = (0..n).map(|_| r.below(256) as u8).collect();
             let (a, b) = (dot_u8(&w, &c), dot_u8_scalar(&w, &c));
             assert!((a - b).abs() <= 1e-3 * (1.0 + b.abs()), "n {n}: {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn dot_u4_simd_matches_scalar_for_every_tail() {
+        // Odd and even lengths around the kernels' 16-level chunks; the high nibble of an odd
+        // length's last byte holds junk, which neither may read.
+        let mut r = Rng::new(2);
+        for n in 0..75 {
+            let w: Vec<f32> = (0..n).map(|_| r.normal() as f32).collect();
+            let levels: Vec<u8> = (0..n).map(|_| r.below(16) as u8).collect();
+            let mut codes: Vec<u8> = levels
+                .chunks(2)
+                .map(|p| p[0] | (p.get(1).copied().unwrap_or(0x0f) << 4))
+                .collect();
+            codes.push(0xff); // a byte past the code, which neither may read either
+            let exact: f64 = w
+                .iter()
+                .zip(&levels)
+                .map(|(w, l)| *w as f64 * *l as f64)
+                .sum();
+            let size: f64 = w
+                .iter()
+                .zip(&levels)
+                .map(|(w, l)| (*w * *l as f32).abs() as f64)
+                .sum();
+            let (a, b) = (dot_u4(&w, &codes), dot_u4_scalar(&w, &codes));
+            let bound = 1e-6 * (1.0 + size);
+            assert!(
+                (a as f64 - exact).abs() <= bound,
+                "n {n}: simd {a} vs {exact}"
+            );
+            assert!(
+                (b as f64 - exact).abs() <= bound,
+                "n {n}: scalar {b} vs {exact}"
+            );
         }
     }
 

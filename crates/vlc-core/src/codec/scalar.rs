@@ -208,29 +208,9 @@ impl ScalarQuantizer {
         if self.bits == 8 {
             crate::simd::dot_u8(weights, &code[..self.dim])
         } else {
-            dot_u4(weights, &code[..self.packed_len()])
+            crate::simd::dot_u4(weights, &code[..self.packed_len()])
         }
     }
-}
-
-/// Σ over nibbles: w[2j]·low(codes[j]) + w[2j+1]·high(codes[j]).
-#[inline]
-fn dot_u4(weights: &[f32], codes: &[u8]) -> f32 {
-    let dim = weights.len();
-    let mut acc = [0.0f32; 8];
-    let full = dim / 8;
-    for c in 0..full {
-        for j in 0..4 {
-            let b = codes[c * 4 + j];
-            acc[2 * j] += weights[c * 8 + 2 * j] * (b & 0x0f) as f32;
-            acc[2 * j + 1] += weights[c * 8 + 2 * j + 1] * (b >> 4) as f32;
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for d in full * 8..dim {
-        s += weights[d] * ((codes[d / 2] >> ((d & 1) * 4)) & 0x0f) as f32;
-    }
-    s
 }
 
 impl ResidualCodec for ScalarQuantizer {
