@@ -1014,7 +1014,7 @@ mod tests {
     #[test]
     fn dot_u4_simd_matches_scalar_for_every_tail() {
         // Odd and even lengths around the kernels' 16-level chunks; the high nibble of an odd
-        // length's last byte holds junk, which neither may read.
+        // length's last byte holds junk, which neither may count.
         let mut r = Rng::new(2);
         for n in 0..75 {
             let w: Vec<f32> = (0..n).map(|_| r.normal() as f32).collect();
@@ -1023,7 +1023,7 @@ mod tests {
                 .chunks(2)
                 .map(|p| p[0] | (p.get(1).copied().unwrap_or(0x0f) << 4))
                 .collect();
-            codes.push(0xff); // a byte past the code, which neither may read either
+            codes.push(0xff); // a byte past the code, which neither may count either
             let exact: f64 = w
                 .iter()
                 .zip(&levels)
