@@ -270,7 +270,9 @@ unsafe fn sum_lanes_avx2(v: std::arch::x86_64::__m256) -> f32 {
 }
 
 /// Σ weights[i] · v[i] over the first 16·⌊n/16⌋ weights, `load(i)` giving values i..i + 8 and
-/// i + 8..i + 16 as two vectors; the caller adds the tail. Inlined into AVX2 kernels.
+/// i + 8..i + 16 as two vectors; the caller adds the tail. Inlined into AVX2 kernels. Two
+/// chunks of 16 go into four accumulators per step, so that four chains of additions run side
+/// by side (an FMA's result waits about four cycles before the next may use it).
 ///
 /// # Safety
 /// AVX2 and FMA must be available, and `load(i)` must be safe to call for every multiple of
@@ -283,19 +285,28 @@ unsafe fn dot16_avx2(
 ) -> f32 {
     use std::arch::x86_64::*;
     let chunks = weights.len() / 16;
-    // SAFETY (for every intrinsic below): the caller guarantees AVX2 and FMA; the weight
-    // loads at i and i + 8 end at i + 16 <= weights.len().
+    let w = weights.as_ptr();
+    // SAFETY (for every intrinsic below): the caller guarantees AVX2 and FMA; every weight
+    // load at i + 8k ends at i + 16 <= 16 · chunks <= weights.len() for its chunk's i.
     unsafe {
         let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for c in 0..chunks {
-            let i = c * 16;
+        let (mut a2, mut a3) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for pair in 0..chunks / 2 {
+            let i = pair * 32;
             let (v0, v1) = load(i);
-            let w0 = _mm256_loadu_ps(weights.as_ptr().add(i));
-            let w1 = _mm256_loadu_ps(weights.as_ptr().add(i + 8));
-            a0 = _mm256_fmadd_ps(w0, v0, a0);
-            a1 = _mm256_fmadd_ps(w1, v1, a1);
+            let (v2, v3) = load(i + 16);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i)), v0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i + 8)), v1, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i + 16)), v2, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i + 24)), v3, a3);
         }
-        sum_lanes_avx2(_mm256_add_ps(a0, a1))
+        if chunks % 2 == 1 {
+            let i = (chunks - 1) * 16;
+            let (v0, v1) = load(i);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i)), v0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i + 8)), v1, a1);
+        }
+        sum_lanes_avx2(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)))
     }
 }
 
