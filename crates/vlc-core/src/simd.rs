@@ -286,8 +286,9 @@ unsafe fn dot16_avx2(
     use std::arch::x86_64::*;
     let chunks = weights.len() / 16;
     let w = weights.as_ptr();
-    // SAFETY (for every intrinsic below): the caller guarantees AVX2 and FMA; every weight
-    // load at i + 8k ends at i + 16 <= 16 · chunks <= weights.len() for its chunk's i.
+    // SAFETY (for every intrinsic below): the caller guarantees AVX2 and FMA; `load` and the
+    // weight loads are called only for chunks c < chunks (i = 16c), whose weights end at
+    // 16c + 16 <= 16 · chunks <= weights.len().
     unsafe {
         let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         let (mut a2, mut a3) = (_mm256_setzero_ps(), _mm256_setzero_ps());
