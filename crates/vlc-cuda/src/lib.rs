@@ -298,15 +298,9 @@ pub struct CudaBackend {
     /// ranked, on stderr (a diagnostic for tuning, off by default).
     trace: bool,
     cache: KernelCache,
-    /// The search kernel's four entry functions, `search_queries`, `search_queries_weighted`
-    /// and their blocks of 1,024 threads (`_wide`), in that order, compiled on first use
-    /// (training never needs them).
-    search: OnceLock<[CudaFunction; 4]>,
-    /// The device's multiprocessors (streaming multiprocessors, SMs).
-    multiprocessors: usize,
-    /// A search launch of fewer queries takes blocks of 1,024 threads (the multiprocessors;
-    /// `VLC_CUDA_WIDE_SEARCH=0` sets 0: always 256).
-    wide_search_below: usize,
+    /// The search kernel's two entry functions, `search_queries` and
+    /// `search_queries_weighted`, compiled on first use (training never needs them).
+    search: OnceLock<[CudaFunction; 2]>,
     /// The encode kernel (`code_levels`), compiled and loaded on first use.
     levels: OnceLock<CudaFunction>,
     /// Everything on the device. The lock also serialises GPU work: the cuBLAS handle and the
@@ -662,21 +656,6 @@ impl CudaBackend {
             }
         };
         let trace = std::env::var("VLC_CUDA_TRACE").is_ok_and(|v| v == "1");
-        let multiprocessors = ctx
-            .attribute(
-                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            )
-            .map_err(err)?
-            .max(1) as usize;
-        let wide_search_below = match std::env::var("VLC_CUDA_WIDE_SEARCH").ok().as_deref() {
-            None | Some("1") => multiprocessors,
-            Some("0") => 0,
-            Some(other) => {
-                return Err(err(format!(
-                    "VLC_CUDA_WIDE_SEARCH must be 0 or 1, not `{other}`"
-                )))
-            }
-        };
         let small_work = match std::env::var("VLC_CUDA_SMALL_WORK").ok() {
             None => BOUNDED_MIN_WORK,
             Some(v) => v.parse::<usize>().map_err(|_| {
@@ -726,8 +705,6 @@ impl CudaBackend {
             trace,
             cache,
             search: OnceLock::new(),
-            multiprocessors,
-            wide_search_below,
             levels: OnceLock::new(),
             state: Mutex::new(State::default()),
         })
@@ -746,33 +723,19 @@ impl CudaBackend {
     }
 
     /// The batched search kernel, compiled and loaded on first use: with `weighted`, its entry
-    /// function for a scalar primary code with global ranges (`search_queries_weighted`); with
-    /// `wide`, the one for blocks of 1,024 threads (`..._wide`) instead of 256.
-    fn search_kernel(&self, weighted: bool, wide: bool) -> Result<CudaFunction> {
-        let at = weighted as usize + 2 * wide as usize;
+    /// function for a scalar primary code with global ranges (`search_queries_weighted`).
+    fn search_kernel(&self, weighted: bool) -> Result<CudaFunction> {
         if let Some(f) = self.search.get() {
-            return Ok(f[at].clone());
+            return Ok(f[weighted as usize].clone());
         }
         let module = self.cache.load(&module::SEARCH)?;
-        let load = |name: &str| module.load_function(name).map_err(err);
         let f = [
-            load("search_queries")?,
-            load("search_queries_weighted")?,
-            load("search_queries_wide")?,
-            load("search_queries_weighted_wide")?,
+            module.load_function("search_queries").map_err(err)?,
+            module
+                .load_function("search_queries_weighted")
+                .map_err(err)?,
         ];
-        Ok(self.search.get_or_init(|| f)[at].clone())
-    }
-
-    /// The device's multiprocessors (streaming multiprocessors, SMs).
-    pub fn multiprocessors(&self) -> usize {
-        self.multiprocessors
-    }
-
-    /// Whether a search launch of `rows` queries takes blocks of 1,024 threads: fewer queries
-    /// than multiprocessors, so that a lone query is not left to 8 warps of one of them.
-    pub(crate) fn wide_search(&self, rows: usize) -> bool {
-        rows < self.wide_search_below
+        Ok(self.search.get_or_init(|| f)[weighted as usize].clone())
     }
 
     /// The encode kernel, compiled on first use without fused multiply-adds: it repeats the

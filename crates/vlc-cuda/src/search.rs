@@ -13,9 +13,6 @@ use vlc::{Index, Metric, Result, SearchParams, SearchResults, VlcError};
 
 /// Threads per query block: search.cu's `__launch_bounds__` is written for it.
 const BLOCK: usize = 256;
-/// Threads per query block of a launch of fewer queries than the device has multiprocessors
-/// (`CudaBackend::wide_search`; search.cu's `_wide` entry functions), where it fits.
-const WIDE_BLOCK: usize = 1024;
 /// Queries per kernel launch at most (the dot-product tile is also kept under 256 MiB).
 const MAX_QUERIES_PER_LAUNCH: usize = 16_384;
 
@@ -68,7 +65,7 @@ struct SearchArgs {
     k: i32,
     cap: i32,
     /// Pool slots of the kernel's steps 2 to 4 (the scan and the top k): a power of two, at
-    /// least `pool_size` + the block's threads. (`cap`, step 1's, is larger where a filter's query ranks
+    /// least `pool_size` + [`BLOCK`]. (`cap`, step 1's, is larger where a filter's query ranks
     /// thousands of lists, and a scan's compactions sorted all of it.)
     cap_rescore: i32,
     /// Slots of the kernel's keys and aux arrays: `cap`, or more where the automatic pool's
@@ -359,7 +356,7 @@ impl<'b> CudaIndex<'b> {
             )));
         }
         // Compile and load the kernel now, so that the first search is not slower.
-        backend.search_kernel(false, false)?;
+        backend.search_kernel(false)?;
         let primary = backend.stage(&view.primary)?;
         let (rotation, padded_dim, pca) = match &view.primary.codec {
             StageCodec::RaBitQ {
@@ -477,23 +474,21 @@ impl<'b> CudaIndex<'b> {
         1 + (self.weighted() && (second == KIND_SCALAR || second == KIND_FLOAT)) as usize
     }
 
-    /// Shared memory per query block of `block` threads (bytes) for `probe_slots` probed
-    /// lists, of which the kernel selects `selected` (0 where a filtered search's lists come
-    /// ranked), and the pool slots `(cap, cap_rescore, slots)`; an error where the device
-    /// allows less.
+    /// Shared memory per query block (bytes) for `probe_slots` probed lists, of which the
+    /// kernel selects `selected` (0 where a filtered search's lists come ranked), and the pool
+    /// slots `(cap, cap_rescore, slots)`; an error where the device allows less.
     fn layout(
         &self,
         params: &SearchParams,
         probe_slots: usize,
         selected: usize,
-        block: usize,
     ) -> Result<(usize, usize, usize, usize)> {
         let (dim, nprobe) = (self.dim, params.nprobe);
         let pool_size = params.pool_size(self.has_second_stage);
         // Pool slots: the larger of the two selections plus one round of the block; steps 3
         // and 4 (the top k) need only the pool's.
-        let cap = (pool_size.max(selected) + block).next_power_of_two();
-        let cap_rescore = (pool_size + block).next_power_of_two();
+        let cap = (pool_size.max(selected) + BLOCK).next_power_of_two();
+        let cap_rescore = (pool_size + BLOCK).next_power_of_two();
         let tables = if self.pca.is_some() { 2 } else { 1 };
         let error_margin = params.error_margin(self.has_second_stage);
         // The automatic pool stages up to two rounds of candidates for rescoring (position and
@@ -502,7 +497,7 @@ impl<'b> CudaIndex<'b> {
         // a quarter of the speed of the 384-d dev set's pcaq3 at nprobe 1024, a block less
         // per multiprocessor: docs/history.md, session 61.)
         let slots = if error_margin > 0.0 {
-            cap.max(cap_rescore + 2 * block)
+            cap.max(cap_rescore + 2 * BLOCK)
         } else {
             cap
         };
@@ -548,7 +543,7 @@ impl<'b> CudaIndex<'b> {
         let (dim, k) = (self.dim, params.k);
         let nq = queries.len() / dim;
         // Compiled (once) before the backend's state is locked.
-        b.search_kernel(false, false)?;
+        b.search_kernel(false)?;
 
         let prepared = vlc::vectors::prepare_rows(
             queries,
@@ -576,10 +571,10 @@ impl<'b> CudaIndex<'b> {
         // it probes, often far fewer. Unfiltered, the layout is checked before any work.
         let gpu_ranks = match &lists {
             Some(l) => self
-                .layout(params, l.lists_to_rank, l.lists_to_rank, BLOCK)
+                .layout(params, l.lists_to_rank, l.lists_to_rank)
                 .is_ok(),
             None => {
-                self.layout(params, params.nprobe, params.nprobe, BLOCK)?;
+                self.layout(params, params.nprobe, params.nprobe)?;
                 false
             }
         };
@@ -691,15 +686,8 @@ impl<'b> CudaIndex<'b> {
             Launch::Ranked { lists_to_rank, .. } => (*lists_to_rank, *lists_to_rank),
             Launch::Probes(p) => (p.max_probes, 0),
         };
-        // A launch of few queries takes blocks of 1,024 threads where their larger pool fits.
-        let wide = b.wide_search(rows)
-            && self
-                .layout(params, probe_slots, selected, WIDE_BLOCK)
-                .is_ok();
-        let threads = if wide { WIDE_BLOCK } else { BLOCK };
-        let (shared, cap, cap_rescore, slots) =
-            self.layout(params, probe_slots, selected, threads)?;
-        let kernel = b.search_kernel(self.weighted(), wide)?;
+        let (shared, cap, cap_rescore, slots) = self.layout(params, probe_slots, selected)?;
+        let kernel = b.search_kernel(self.weighted())?;
         kernel
             .set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -851,7 +839,7 @@ impl<'b> CudaIndex<'b> {
         };
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
-            block_dim: (threads as u32, 1, 1),
+            block_dim: (BLOCK as u32, 1, 1),
             shared_mem_bytes: shared as u32,
         };
         // SAFETY: one block per query row; every pointer in `args` addresses a live

@@ -19,30 +19,6 @@ fn opener(gpu: &vlc_cuda::CudaBackend) -> Box<OpenSearch<'_>> {
     })
 }
 
-/// Opens a `CudaIndex` on `gpu` whose searches go one query per call, as an application that
-/// answers its users one at a time asks: launches of one query take the kernel's blocks of
-/// 1,024 threads (`_wide`) where a batch takes blocks of 256.
-fn lone_opener(gpu: &vlc_cuda::CudaBackend) -> Box<OpenSearch<'_>> {
-    Box::new(move |index| -> vlc::Result<DeviceSearch<'_>> {
-        let device = vlc_cuda::CudaIndex::new(gpu, index)?;
-        let dim = index.dim();
-        Ok(Box::new(move |q, p| {
-            let mut all = vlc::SearchResults {
-                k: p.k,
-                ids: Vec::with_capacity(q.len() / dim * p.k),
-                distances: Vec::with_capacity(q.len() / dim * p.k),
-            };
-            for row in q.chunks(dim) {
-                let one = device.search_batch(row, p)?;
-                all.k = one.k;
-                all.ids.extend(one.ids);
-                all.distances.extend(one.distances);
-            }
-            Ok(all)
-        }))
-    })
-}
-
 #[test]
 fn gpu_search_matches_cpu_search() {
     let Some(gpu) = backend() else { return };
@@ -53,53 +29,6 @@ fn gpu_search_matches_cpu_search() {
 fn gpu_search_extends_the_automatic_pool_like_the_cpu() {
     let Some(gpu) = backend() else { return };
     vlc::conformance::check_automatic_pool(&opener(&gpu));
-}
-
-/// Lone queries (blocks of 1,024 threads) pass the same checks against the CPU as batches,
-/// and return a batch's results: the same ids and distances, query by query. A batch of
-/// more queries than the device has multiprocessors takes blocks of 256.
-#[test]
-fn gpu_lone_queries_match_the_cpu_and_the_batch() {
-    let Some(gpu) = backend() else { return };
-    assert!(
-        gpu.multiprocessors() > 1,
-        "a lone query takes wide blocks only below the multiprocessors"
-    );
-    vlc::conformance::check_search_matches_cpu(&lone_opener(&gpu));
-    vlc::conformance::check_automatic_pool(&lone_opener(&gpu));
-    let dim = 48;
-    let data = vlc::synthetic::clustered(20_000, dim, 50, 0.5, 21);
-    let num_queries = gpu.multiprocessors() + 40;
-    let queries = vlc::synthetic::clustered(num_queries, dim, 50, 0.7, 22);
-    for (codec, refine) in [
-        (vlc::CodecKind::Sq8, None),
-        (vlc::CodecKind::RaBitQ1, Some(vlc::CodecKind::Sq8)),
-        (vlc::CodecKind::RaBitQ2, None),
-    ] {
-        let params = vlc::BuildParams::default()
-            .with_num_anchors(200)
-            .with_codec(codec)
-            .with_refine(refine);
-        let (index, _) =
-            vlc::Index::build(&data, dim, &params, &vlc::CpuBackend, &mut |_| {}).unwrap();
-        for nprobe in [4, 32] {
-            let p = vlc::SearchParams {
-                k: 10,
-                nprobe,
-                ..Default::default()
-            };
-            let batch = opener(&gpu)(&index).unwrap()(&queries, &p).unwrap();
-            let lone = lone_opener(&gpu)(&index).unwrap()(&queries, &p).unwrap();
-            assert_eq!(
-                lone.ids, batch.ids,
-                "{codec:?} + {refine:?}, nprobe {nprobe}: ids"
-            );
-            assert_eq!(
-                lone.distances, batch.distances,
-                "{codec:?} + {refine:?}, nprobe {nprobe}: distances"
-            );
-        }
-    }
 }
 
 #[test]

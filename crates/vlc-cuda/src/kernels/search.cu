@@ -847,14 +847,3 @@ extern "C" __global__ void __launch_bounds__(256, 4) search_queries(SearchArgs a
 extern "C" __global__ void __launch_bounds__(256, 4) search_queries_weighted(SearchArgs a) {
     search_query<true>(a);
 }
-
-// Blocks of 1,024 threads (the host's WIDE_BLOCK), for launches of fewer queries than the
-// device has multiprocessors, where a block of 256 would leave most of its multiprocessor's
-// warp slots empty: the same 64 registers a thread as above.
-extern "C" __global__ void __launch_bounds__(1024, 1) search_queries_wide(SearchArgs a) {
-    search_query<false>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(1024, 1) search_queries_weighted_wide(SearchArgs a) {
-    search_query<true>(a);
-}
