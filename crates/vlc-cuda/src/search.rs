@@ -501,9 +501,11 @@ impl<'b> CudaIndex<'b> {
         } else {
             cap
         };
+        // The tables start on a 16-byte boundary, 8 bytes on where probe_slots is even.
         let shared = slots * 12
             + probe_slots * 16
             + (probe_slots + 1) * 8
+            + 8 * probe_slots.is_multiple_of(2) as usize
             + 16 * tables * self.padded_dim
             + 4 * dim * self.query_rows();
         let limit = self

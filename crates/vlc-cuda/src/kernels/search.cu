@@ -99,6 +99,13 @@ __device__ __forceinline__ float half_to_float(u32 h) {
     return __uint_as_float(sign | ((exp + 112) << 23) | (man << 13));
 }
 
+// Byte b (0-3) of v, an sq8 level, as a float, exactly and without an integer-to-float
+// conversion: one byte permute (PRMT) places the byte under the exponent of 2^23, giving the
+// float 2^23 + level, and one add takes 2^23 off.
+__device__ __forceinline__ float byte_level(u32 v, int b) {
+    return __uint_as_float(__byte_perm(v, 0x4b000000u, 0x7440u | (u32)b)) - 8388608.f;
+}
+
 __device__ __forceinline__ float load_f32(const unsigned char* p) {
     return __uint_as_float((u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24));
 }
@@ -314,22 +321,36 @@ __device__ __forceinline__ float score_weighted(int bits, int code_size, const u
     int d = first;
     if (bits == 8) {
         if (whole && (code_size & 15) == 0) {
+            // Four weights a load as well (`w` starts on a 16-byte boundary in shared memory,
+            // and d is a multiple of 16 here, of 4 in the word loop), the levels made floats by
+            // `byte_level`, and four of the row's loads in flight (without the pragma the
+            // compiler stopped unrolling at one). The same order and sums as byte by byte, so
+            // the same results (session 79).
+#pragma unroll 4
             for (const uint4* c = (const uint4*)code; d + 16 <= dim; d += 16) {
                 const uint4 v4 = c[d >> 4];
                 const u32 words[4] = {v4.x, v4.y, v4.z, v4.w};
 #pragma unroll
-                for (int k = 0; k < 16; ++k)
-                    ip += w[d + k] * (float)((words[k >> 2] >> (8 * (k & 3))) & 0xff);
+                for (int j = 0; j < 4; ++j) {
+                    const float4 wj = *(const float4*)(w + d + 4 * j);
+                    ip += wj.x * byte_level(words[j], 0);
+                    ip += wj.y * byte_level(words[j], 1);
+                    ip += wj.z * byte_level(words[j], 2);
+                    ip += wj.w * byte_level(words[j], 3);
+                }
             }
         }
         if (whole) {
             for (const u32* c = (const u32*)code; d + 4 <= dim; d += 4) {
-                u32 v = c[d >> 2];
-#pragma unroll
-                for (int b = 0; b < 4; ++b) ip += w[d + b] * (float)((v >> (8 * b)) & 0xff);
+                const u32 v = c[d >> 2];
+                const float4 wv = *(const float4*)(w + d);
+                ip += wv.x * byte_level(v, 0);
+                ip += wv.y * byte_level(v, 1);
+                ip += wv.z * byte_level(v, 2);
+                ip += wv.w * byte_level(v, 3);
             }
         }
-        for (; d < dim; d += stride) ip += w[d] * (float)code[d];
+        for (; d < dim; d += stride) ip += w[d] * byte_level(code[d], 0);
         return anchor_dist + load_f32(code + dim) - 2.f * (constant + reduce(ip));
     }
     if (whole) {
@@ -468,17 +489,19 @@ __device__ __forceinline__ float score(int kind, int bits, bool full, int code_s
 // both ways in one kernel made it spill registers on one architecture or another (session 75).
 template <bool Weighted>
 __device__ __forceinline__ void search_query(const SearchArgs& a) {
-    extern __shared__ unsigned char smem[];
+    extern __shared__ __align__(16) unsigned char smem[];
     const int query = blockIdx.x;
     const int tid = threadIdx.x;
     const int bd = blockDim.x;
-    // Shared layout (8-byte aligned first): keys, aux, probe anchors, probe distances, probe
+    // Shared layout (16-byte aligned first): keys, aux, probe anchors, probe distances, probe
     // list starts, prefix sums of probe sizes, for the automatic pool each probed list's
     // smallest first-stage estimate outside the pool (the high word of its order key) and the
     // prefix sums of the sizes of the lists it rescores, nibble tables (RaBitQ: 1, pcaq: 2),
     // query (`Weighted`: the weights, then the query where a second stage reads it). The
-    // automatic pool stages the candidates it rescores (their positions, probe indices and
-    // distances, 2 blockDim each) in the keys and aux slots past those its top k uses.
+    // tables, and so the query, start on a 16-byte boundary, so the scan of sq8 codes reads
+    // four weights a load. The automatic pool stages the candidates it rescores (their
+    // positions, probe indices and distances, 2 blockDim each) in the keys and aux slots past
+    // those its top k uses.
     u64* keys = (u64*)smem;
     u32* aux = (u32*)(keys + a.slots);
     u32* probe_anchor = aux + a.slots;
@@ -487,7 +510,10 @@ __device__ __forceinline__ void search_query(const SearchArgs& a) {
     u32* prefix = probe_start + a.nprobe;               // (nprobe + 1,)
     u32* list_min = prefix + a.nprobe + 1;               // (nprobe,)
     u32* live = list_min + a.nprobe;                    // (nprobe + 1,)
-    float* table = (float*)(live + a.nprobe + 1);       // (tables, padded_dim / 4, 16)
+    // (tables, padded_dim / 4, 16): keys and aux end on a 16-byte boundary (slots is a
+    // multiple of 4), the probe arrays 8 bytes past one where nprobe is even (the host's
+    // layout leaves those 8 bytes).
+    float* table = (float*)(live + a.nprobe + 1 + ((a.nprobe & 1) ? 0 : 2));
     float* q = table + 4 * a.tables * a.padded_dim;      // (dim,)
     // The automatic pool's staging, in slots that steps 3 and 4 leave free:
     u32* staged_position = (u32*)(keys + a.cap_rescore);  // (2 blockDim,)
