@@ -447,7 +447,8 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .assert()
         .failure();
     // k = 0, nprobe = 0 (k and nprobe above the index are clamped: see
-    // `search_of_a_small_index_with_default_parameters_returns_every_vector`).
+    // `search_of_a_small_index_with_default_parameters_returns_every_vector`), a NaN in a
+    // query: an error, and no half-opened JSON array on standard output.
     vlc()
         .arg("search")
         .arg(s.p("good.vlc"))
@@ -455,6 +456,7 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .args(["-k", "0"])
         .assert()
         .failure()
+        .stdout(predicate::str::is_empty())
         .stderr(predicate::str::contains("`k`"));
     vlc()
         .arg("search")
@@ -463,7 +465,19 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .args(["--nprobe", "0"])
         .assert()
         .failure()
+        .stdout(predicate::str::is_empty())
         .stderr(predicate::str::contains("`nprobe`"));
+    let mut queries = clustered(5, DIM, 4, 0.5, 2);
+    queries[2 * DIM + 1] = f32::NAN;
+    write_f32(&s.p("nan_queries.npy"), 5, DIM, &queries);
+    vlc()
+        .arg("search")
+        .arg(s.p("good.vlc"))
+        .arg(s.p("nan_queries.npy"))
+        .assert()
+        .failure()
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("row 2, column 1"));
     vlc()
         .arg("eval")
         .arg(s.p("good.vlc"))

@@ -228,14 +228,22 @@ type BlockSink<'a> = dyn FnMut(usize, &SearchResults) -> Result<()> + 'a;
 
 /// The JSON of `rows` queries' hits (an array of `{"query", "ids", "distances"}`, each
 /// query's hits only), as `serde_json::to_string_pretty` writes it, a block of queries at a
-/// time from `blocks`.
+/// time from `blocks`. Nothing is written before the first block's results: a search that
+/// fails there (bad parameters, a NaN in the first block) leaves standard output empty, not
+/// an opened array.
 fn write_json(
     out: &mut dyn Write,
     rows: usize,
     blocks: &mut dyn FnMut(&mut BlockSink) -> Result<()>,
 ) -> Result<()> {
-    out.write_all(b"[")?;
+    if rows == 0 {
+        out.write_all(b"[]")?;
+        return Ok(());
+    }
     blocks(&mut |first, results| {
+        if first == 0 {
+            out.write_all(b"[")?;
+        }
         let k = results.k;
         for (i, (ids, distances)) in results
             .ids
@@ -261,7 +269,7 @@ fn write_json(
         }
         Ok(())
     })?;
-    out.write_all(if rows == 0 { b"]" } else { b"\n]" })?;
+    out.write_all(b"\n]")?;
     Ok(())
 }
 
