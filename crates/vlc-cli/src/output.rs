@@ -7,8 +7,10 @@ use vlc::io::{npy_bytes, NpyType};
 /// Fail, before any work, when an output path names the same file as one of the command's
 /// inputs (compared by canonical path, so `./v.npy` and `v.npy` match): writing the result
 /// there would replace data the user still needs, e.g. `vlc build v.npy -o v.npy` would swap
-/// the vectors for their index. `inputs` pairs what each input is with its path.
-pub fn refuse_overwriting_inputs(outputs: &[&Path], inputs: &[(&str, &Path)]) -> Result<()> {
+/// the vectors for their index. `inputs` pairs what each input is with its path. Then fail
+/// where an output could not be written ([`vlc::format::check_writable`]: its directory
+/// missing or read-only, or a directory named), rather than after hours of building.
+pub fn check_outputs(outputs: &[&Path], inputs: &[(&str, &Path)]) -> Result<()> {
     for output in outputs {
         for (what, input) in inputs {
             if same_file(output, input) {
@@ -19,6 +21,10 @@ pub fn refuse_overwriting_inputs(outputs: &[&Path], inputs: &[(&str, &Path)]) ->
                 );
             }
         }
+    }
+    for output in outputs {
+        vlc::format::check_writable(output)
+            .with_context(|| format!("cannot write the output {}", output.display()))?;
     }
     Ok(())
 }

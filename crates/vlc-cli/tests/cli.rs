@@ -446,6 +446,33 @@ fn bad_inputs_fail_with_clear_errors_and_leave_the_old_index() {
         .arg(s.p("good.vlc"))
         .assert()
         .failure();
+    // An output that cannot be written (its directory missing, a directory named): an error
+    // before any training or searching.
+    for (command, target) in [
+        ("build", "no_such_dir/x.vlc"),
+        ("build", "."),
+        ("search", "no_such_dir/x.npy"),
+    ] {
+        let mut cmd = vlc();
+        cmd.arg(command);
+        if command == "search" {
+            cmd.arg(s.p("good.vlc"));
+        }
+        cmd.arg(s.p(if command == "build" {
+            "base.npy"
+        } else {
+            "queries.npy"
+        }))
+        .arg("-o")
+        .arg(s.p(target))
+        .assert()
+        .failure()
+        .stdout(predicate::str::is_empty())
+        .stderr(
+            predicate::str::contains("cannot write the output")
+                .and(predicate::str::contains("backend").not()),
+        );
+    }
     // k = 0, nprobe = 0 (k and nprobe above the index are clamped: see
     // `search_of_a_small_index_with_default_parameters_returns_every_vector`), a NaN in a
     // query: an error, and no half-opened JSON array on standard output.

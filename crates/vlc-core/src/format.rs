@@ -312,22 +312,9 @@ pub fn write_atomic_with(
     path: &Path,
     write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
-    // Renaming over a link would replace the link with a file and leave the file it names as
-    // it was. A dangling link has no file to replace: it is replaced itself, as a file would be.
-    let resolved = match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path).ok(),
-        _ => None,
-    };
-    let path = resolved.as_deref().unwrap_or(path);
+    let (path, dir, prefix) = atomic_target(path)?;
+    let path = path.as_path();
     let permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| VlcError::param("path", format!("{} names no file", path.display())))?;
-    let prefix = temporary_prefix(name);
     remove_stale_temporaries(&dir, &prefix);
     // Registered until this function returns (the entry drops after the rename or removal).
     let unfinished = Unfinished::register(&dir, &prefix);
@@ -357,6 +344,56 @@ pub fn write_atomic_with(
         let _ = std::fs::remove_file(tmp);
         VlcError::io(path, e)
     })
+}
+
+/// Where [`write_atomic_with`] writes for `path`: the file it replaces (a link followed), its
+/// directory, and the prefix of the temporary file's name there.
+fn atomic_target(path: &Path) -> Result<(PathBuf, PathBuf, String)> {
+    // Renaming over a link would replace the link with a file and leave the file it names as
+    // it was. A dangling link has no file to replace: it is replaced itself, as a file would be.
+    let resolved = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path).ok(),
+        _ => None,
+    };
+    let path = resolved.unwrap_or_else(|| path.to_path_buf());
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| VlcError::param("path", format!("{} names no file", path.display())))?;
+    let prefix = temporary_prefix(name);
+    Ok((path, dir, prefix))
+}
+
+/// Whether [`write_atomic`] to `path` could write its file, checked before long work whose
+/// result goes there: `path` must not be a directory, and a temporary file must be creatable
+/// beside it (so its directory exists and takes new files). The probe file is removed at once
+/// (and by [`remove_unfinished_writes`] if the process is interrupted meanwhile). A full disk
+/// or a file replaced meanwhile can still fail the write itself.
+pub fn check_writable(path: &Path) -> Result<()> {
+    let (target, dir, prefix) = atomic_target(path)?;
+    if std::fs::metadata(&target).is_ok_and(|m| m.is_dir()) {
+        return Err(VlcError::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::IsADirectory, "it is a directory"),
+        ));
+    }
+    let probe = Unfinished::register(&dir, &prefix);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe.0)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound if !dir.exists() => VlcError::io(
+                &dir,
+                std::io::Error::new(e.kind(), "the directory does not exist"),
+            ),
+            _ => VlcError::io(path, e),
+        })?;
+    let _ = std::fs::remove_file(&probe.0);
+    Ok(())
 }
 
 /// An exclusive advisory lock on `INDEX.lock`, the file beside the one `index` names (links

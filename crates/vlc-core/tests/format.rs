@@ -655,6 +655,53 @@ fn saves_follow_links_and_keep_permissions() {
     }
 }
 
+/// `check_writable` passes where a save could write (a new file, an existing one, a link),
+/// fails with an I/O error naming the path where it could not (a missing directory, a
+/// directory as the target, a read-only directory), and leaves no file behind either way.
+#[cfg(unix)]
+#[test]
+fn check_writable_says_whether_a_save_could_write_and_leaves_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    use vlc::format::check_writable;
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("new.vlc");
+    check_writable(&new).unwrap();
+    assert!(!new.exists());
+    let existing = dir.path().join("old.vlc");
+    std::fs::write(&existing, b"old").unwrap();
+    check_writable(&existing).unwrap();
+    std::os::unix::fs::symlink(&existing, dir.path().join("link.vlc")).unwrap();
+    check_writable(&dir.path().join("link.vlc")).unwrap();
+    assert_eq!(std::fs::read(&existing).unwrap(), b"old");
+    let missing = dir.path().join("no_such_dir").join("x.vlc");
+    let e = check_writable(&missing).unwrap_err().to_string();
+    assert!(
+        e.contains("no_such_dir: the directory does not exist"),
+        "{e}"
+    );
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let e = check_writable(&sub).unwrap_err().to_string();
+    assert!(e.contains("directory"), "{e}");
+    // A read-only directory (not as root, whom permissions do not stop).
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let probe = sub.join("probe");
+    let root = std::fs::write(&probe, b"").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    if !root {
+        let e = check_writable(&sub.join("x.vlc")).unwrap_err().to_string();
+        assert!(e.contains("ermission denied"), "{e}");
+    }
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["link.vlc", "old.vlc", "sub"]);
+    assert_eq!(std::fs::read_dir(&sub).unwrap().count(), 0);
+}
+
 /// A save removes the temporary files beside its target that processes which have ended left
 /// (killed mid-write: a hidden partial index as large as the index), and leaves those of a
 /// running process, of other targets and of other names alone.

@@ -41,7 +41,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let output = a.output.as_ref().unwrap_or(&a.index);
-    crate::output::refuse_overwriting_inputs(&[output], &[("vectors to add", &a.input)])?;
+    crate::output::check_outputs(&[output], &[("vectors to add", &a.input)])?;
     // Held until the grown index is saved: other runs changing this index wait for it.
     let _lock = if crate::output::same_file(output, &a.index) {
         Some(crate::output::lock_index(&a.index, a.quiet || a.json)?)

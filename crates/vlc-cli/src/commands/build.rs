@@ -111,7 +111,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    crate::output::refuse_overwriting_inputs(&[&a.output], &[("input vectors", &a.input)])?;
+    crate::output::check_outputs(&[&a.output], &[("input vectors", &a.input)])?;
     let mut params =
         BuildParams::from_choices(a.codec.as_deref(), a.bytes_per_vector, Some(&a.refine))?
             .with_metric(a.metric)

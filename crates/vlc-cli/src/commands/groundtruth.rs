@@ -221,7 +221,7 @@ pub fn id_matrix(truth: &vlc::eval::GroundTruth) -> vlc::io::Matrix<i64> {
 
 pub fn run(a: Args) -> Result<()> {
     let format = id_format(&a.output)?;
-    crate::output::refuse_overwriting_inputs(
+    crate::output::check_outputs(
         &[&a.output, &a.output.with_extension("distances.npy")],
         &[
             ("base vectors", a.base.as_path()),

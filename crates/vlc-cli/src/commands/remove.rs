@@ -32,7 +32,7 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     if let Some(ids_file) = &a.ids_file {
         let output = a.output.as_ref().unwrap_or(&a.index);
-        crate::output::refuse_overwriting_inputs(&[output], &[("ids file", ids_file)])?;
+        crate::output::check_outputs(&[output], &[("ids file", ids_file)])?;
     }
     let mut ids = a.ids.clone();
     if let Some(path) = &a.ids_file {

@@ -120,7 +120,7 @@ pub fn run(a: Args) -> Result<()> {
         }
         let mut inputs = vec![("index", a.index.as_path()), ("queries file", &a.queries)];
         inputs.extend(a.allow_ids.as_deref().map(|p| ("ids file", p)));
-        crate::output::refuse_overwriting_inputs(&outputs, &inputs)?;
+        crate::output::check_outputs(&outputs, &inputs)?;
     }
     let index = super::open_index(&a.index, a.view)?;
     let filter = a
