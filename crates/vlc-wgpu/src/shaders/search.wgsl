@@ -738,13 +738,22 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
     var d = first;
     if (bits == 8u) {
         if (whole) {
+            // Four words loaded before any is used, so that four loads are in flight (the
+            // word loop below waited on each in turn: session 79); the same order of sums.
+            for (; d + 16u <= p.dim; d = d + 16u) {
+                let w = word0 + (d >> 2u);
+                let v0 = code_word(stage, w);
+                let v1 = code_word(stage, w + 1u);
+                let v2 = code_word(stage, w + 2u);
+                let v3 = code_word(stage, w + 3u);
+                ip = add_byte_levels(ip, v0, weighted, d, row, off_lo, off_step);
+                ip = add_byte_levels(ip, v1, weighted, d + 4u, row, off_lo, off_step);
+                ip = add_byte_levels(ip, v2, weighted, d + 8u, row, off_lo, off_step);
+                ip = add_byte_levels(ip, v3, weighted, d + 12u, row, off_lo, off_step);
+            }
             for (; d + 4u <= p.dim; d = d + 4u) {
                 let v = code_word(stage, word0 + (d >> 2u));
-                for (var b = 0u; b < 4u; b = b + 1u) {
-                    let e = d + b;
-                    let level = f32((v >> (8u * b)) & 0xffu);
-                    ip = ip + level_term(weighted, e, row, off_lo, off_step, level);
-                }
+                ip = add_byte_levels(ip, v, weighted, d, row, off_lo, off_step);
             }
         }
         for (; d < p.dim; d = d + stride) {
@@ -771,6 +780,17 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
     }
     return Share(ip, select(0.0, constant, weighted), anchor_dist + code_f32(stage, start + packed),
                  -2.0);
+}
+
+// `ip` plus the terms of the four sq8 levels of word `v` (dimensions `e` to `e` + 3), in order.
+fn add_byte_levels(ip: f32, v: u32, weighted: bool, e: u32, row: u32, off_lo: u32,
+                   off_step: u32) -> f32 {
+    var sum = ip;
+    for (var b = 0u; b < 4u; b = b + 1u) {
+        let level = f32((v >> (8u * b)) & 0xffu);
+        sum = sum + level_term(weighted, e + b, row, off_lo, off_step, level);
+    }
+    return sum;
 }
 
 // Level `level` of dimension `d` against the query: q[d] * level with the weights (`weighted`,
