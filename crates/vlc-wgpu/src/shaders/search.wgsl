@@ -763,13 +763,21 @@ fn score_share(stage: u32, full: bool, position: u32, anchor: u32, anchor_dist: 
         packed = p.dim;
     } else {
         if (whole) {
+            // Four words at a time, as for sq8 above.
+            for (; d + 32u <= p.dim; d = d + 32u) {
+                let w = word0 + (d >> 3u);
+                let v0 = code_word(stage, w);
+                let v1 = code_word(stage, w + 1u);
+                let v2 = code_word(stage, w + 2u);
+                let v3 = code_word(stage, w + 3u);
+                ip = add_nibble_levels(ip, v0, weighted, d, row, off_lo, off_step);
+                ip = add_nibble_levels(ip, v1, weighted, d + 8u, row, off_lo, off_step);
+                ip = add_nibble_levels(ip, v2, weighted, d + 16u, row, off_lo, off_step);
+                ip = add_nibble_levels(ip, v3, weighted, d + 24u, row, off_lo, off_step);
+            }
             for (; d + 8u <= p.dim; d = d + 8u) {
                 let v = code_word(stage, word0 + (d >> 3u));
-                for (var b = 0u; b < 8u; b = b + 1u) {
-                    let e = d + b;
-                    let level = f32((v >> (4u * b)) & 15u);
-                    ip = ip + level_term(weighted, e, row, off_lo, off_step, level);
-                }
+                ip = add_nibble_levels(ip, v, weighted, d, row, off_lo, off_step);
             }
         }
         for (; d < p.dim; d = d + stride) {
@@ -788,6 +796,17 @@ fn add_byte_levels(ip: f32, v: u32, weighted: bool, e: u32, row: u32, off_lo: u3
     var sum = ip;
     for (var b = 0u; b < 4u; b = b + 1u) {
         let level = f32((v >> (8u * b)) & 0xffu);
+        sum = sum + level_term(weighted, e + b, row, off_lo, off_step, level);
+    }
+    return sum;
+}
+
+// `ip` plus the terms of the eight sq4 levels of word `v` (dimensions `e` to `e` + 7), in order.
+fn add_nibble_levels(ip: f32, v: u32, weighted: bool, e: u32, row: u32, off_lo: u32,
+                     off_step: u32) -> f32 {
+    var sum = ip;
+    for (var b = 0u; b < 8u; b = b + 1u) {
+        let level = f32((v >> (4u * b)) & 15u);
         sum = sum + level_term(weighted, e + b, row, off_lo, off_step, level);
     }
     return sum;
