@@ -106,6 +106,14 @@ __device__ __forceinline__ float byte_level(u32 v, int b) {
     return __uint_as_float(__byte_perm(v, 0x4b000000u, 0x7440u | (u32)b)) - 8388608.f;
 }
 
+// ip plus the four sq8 levels of word v against the weights w, in order.
+__device__ __forceinline__ float add_word_levels(float ip, u32 v, float4 w) {
+    ip += w.x * byte_level(v, 0);
+    ip += w.y * byte_level(v, 1);
+    ip += w.z * byte_level(v, 2);
+    return ip + w.w * byte_level(v, 3);
+}
+
 __device__ __forceinline__ float load_f32(const unsigned char* p) {
     return __uint_as_float((u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24));
 }
@@ -331,24 +339,13 @@ __device__ __forceinline__ float score_weighted(int bits, int code_size, const u
                 const uint4 v4 = c[d >> 4];
                 const u32 words[4] = {v4.x, v4.y, v4.z, v4.w};
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const float4 wj = *(const float4*)(w + d + 4 * j);
-                    ip += wj.x * byte_level(words[j], 0);
-                    ip += wj.y * byte_level(words[j], 1);
-                    ip += wj.z * byte_level(words[j], 2);
-                    ip += wj.w * byte_level(words[j], 3);
-                }
+                for (int j = 0; j < 4; ++j)
+                    ip = add_word_levels(ip, words[j], *(const float4*)(w + d + 4 * j));
             }
         }
         if (whole) {
-            for (const u32* c = (const u32*)code; d + 4 <= dim; d += 4) {
-                const u32 v = c[d >> 2];
-                const float4 wv = *(const float4*)(w + d);
-                ip += wv.x * byte_level(v, 0);
-                ip += wv.y * byte_level(v, 1);
-                ip += wv.z * byte_level(v, 2);
-                ip += wv.w * byte_level(v, 3);
-            }
+            for (const u32* c = (const u32*)code; d + 4 <= dim; d += 4)
+                ip = add_word_levels(ip, c[d >> 2], *(const float4*)(w + d));
         }
         for (; d < dim; d += stride) ip += w[d] * byte_level(code[d], 0);
         return anchor_dist + load_f32(code + dim) - 2.f * (constant + reduce(ip));
